@@ -1,0 +1,226 @@
+"""The contract between the session engine and a model pipeline.
+
+A ``Pipeline`` is created once per server: it loads and holds the models and says what it can do
+(``Capabilities``). Each client session ``open``s a ``PipelineSession``, which
+
+* is fed the user's audio while the user is still speaking (``feed``), told about short pauses
+  (``pause``: a pipeline may start speculative work, invisible to the client) and about speech
+  resuming (``resume``: throw that work away), and told when the open audio becomes a conversation
+  item (``commit``) or is discarded (``clear``);
+* transcribes audio items on request (``transcribe``);
+* answers with ``respond(request)``: an async iterator of ``OutputChunk``s, produced stage by stage
+  (Thinker -> Talker -> Code2Wav) through bounded queues, so the first audio leaves as soon as it
+  exists.
+
+Cancellation is the iterator's end: when the consumer stops (``aclose()`` or its task is
+cancelled), the pipeline aborts all in-flight work for that response before the close returns:
+engine requests are aborted, stage tasks cancelled, queued audio dropped.
+
+Audio is mono int16 numpy at ``Capabilities.input_rate`` in and ``output_rate`` out; the session
+converts wire formats at the edge. Chunk order carries alignment: a ``TextDelta`` in an audio
+response is the transcript of the audio that follows it, up to the next ``TextDelta``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+import numpy as np
+
+# ---------------------------------------------------------------------------------------------
+# What a pipeline can do
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    name: str
+    input_modalities: frozenset[str] = frozenset({"audio", "text"})
+    output_modalities: frozenset[str] = frozenset({"audio", "text"})
+    input_rate: int = 16000
+    output_rate: int = 24000
+    images: bool = False
+    video: bool = False
+    tools: bool = False
+    transcribes_input: bool = False
+    transcription_model: str = ""
+    voices: tuple[str, ...] = ("default",)
+    context_tokens: int = 4096
+
+
+# ---------------------------------------------------------------------------------------------
+# The conversation as a pipeline sees it
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Part:
+    """One content part of a message. ``audio`` is int16 at the pipeline's input rate (user) or
+    output rate (assistant); ``text`` holds input/output text or the audio's transcript."""
+
+    kind: Literal["text", "audio", "image"]
+    text: str | None = None
+    audio: np.ndarray | None = None
+    image_url: str | None = None
+
+
+ItemStatus = Literal["completed", "incomplete", "in_progress"]
+
+
+@dataclass
+class Message:
+    id: str
+    role: Literal["system", "user", "assistant"]
+    parts: list[Part]
+    status: ItemStatus = "completed"
+
+
+@dataclass
+class FunctionCall:
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: ItemStatus = "completed"
+
+
+@dataclass
+class FunctionResult:
+    id: str
+    call_id: str
+    output: str
+    status: ItemStatus = "completed"
+
+
+ContextItem = Union[Message, FunctionCall, FunctionResult]
+
+
+@dataclass
+class Tool:
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ResponseRequest:
+    response_id: str
+    items: Sequence[ContextItem]
+    instructions: str = ""
+    output_modalities: tuple[str, ...] = ("audio",)
+    voice: str = "default"
+    speed: float = 1.0
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    tools: Sequence[Tool] = ()
+    tool_choice: str = "auto"  # "auto" | "none" | "required" | a function name
+
+
+# ---------------------------------------------------------------------------------------------
+# What a response yields
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(slots=True)
+class AudioChunk:
+    pcm: np.ndarray
+
+
+@dataclass(slots=True)
+class ToolCall:
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(slots=True)
+class Usage:
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    input_audio_tokens: int = 0
+    output_audio_tokens: int = 0
+    hit_max_tokens: bool = False  # generation stopped at max_output_tokens
+
+
+@dataclass(slots=True)
+class StageMark:
+    """A pipeline-internal moment worth reporting (e.g. ``asr_done``, ``first_token``): the session
+    turns these into per-stage timings in ``response.done``."""
+
+    name: str
+    at: float  # time.perf_counter()
+
+
+OutputChunk = Union[TextDelta, AudioChunk, ToolCall, Usage, StageMark]
+
+
+@dataclass
+class Transcript:
+    text: str
+    audio_seconds: float
+
+
+# ---------------------------------------------------------------------------------------------
+# The two classes a pipeline implements
+# ---------------------------------------------------------------------------------------------
+
+
+class PipelineSession(abc.ABC):
+    """Per client session. Methods other than ``respond``/``transcribe`` must not block."""
+
+    def feed(self, pcm: np.ndarray) -> None:
+        """Audio of the open input buffer, as it arrives."""
+
+    def pause(self) -> None:
+        """A short silence: the user may be done. Speculative work may start; none of it may
+        reach the client unless the turn is then committed."""
+
+    def resume(self) -> None:
+        """Speech resumed after ``pause``: speculative work is void."""
+
+    def commit(self, item_id: str) -> None:
+        """The audio fed since the last commit/clear is now user item ``item_id``."""
+
+    def clear(self) -> None:
+        """The audio fed since the last commit/clear is discarded."""
+
+    async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript | None:
+        """Transcript of a user audio item, or None when this pipeline does not transcribe."""
+        return None
+
+    @abc.abstractmethod
+    def respond(self, request: ResponseRequest) -> AsyncIterator[OutputChunk]:
+        """Stream the answer. See the module docstring for cancellation."""
+
+    async def close(self) -> None:
+        """The client session ended: release everything held for it."""
+
+
+class Pipeline(abc.ABC):
+    capabilities: Capabilities
+
+    async def start(self) -> None:
+        """Load and warm the models. The server reports ready only after this returns."""
+
+    async def stop(self) -> None:
+        """Release the models."""
+
+    @property
+    def healthy(self) -> bool:
+        return True
+
+    @abc.abstractmethod
+    def open(self, session_id: str) -> PipelineSession: ...
+
+    def stats(self) -> dict[str, float]:
+        """The pipeline's own accounting (open sessions, in-flight work), for health and tests."""
+        return {}

@@ -1,0 +1,261 @@
+"""The synthetic pipeline: a deterministic stand-in for a model, with latencies you set.
+
+It exists for load tests, for measuring the server itself, and for developing clients without a
+model. It runs the same stage structure as a real pipeline (a "thinker" producing words, a
+"talker" turning them into audio, joined by a bounded queue) and answers:
+
+* text: ``reply`` with ``{heard}`` replaced by what the user last said (a text message, or the
+  synthetic transcript of their audio), ``{n}`` by the response number;
+* audio: per word, ``word_ms`` of a tone whose pitch follows the word (``audio: tone``), or the
+  user's last audio played back (``audio: echo``; the transcript is then still ``reply``);
+* a tool call when the request forces one (``tool_choice`` "required" or a function name), with
+  ``{}`` as arguments; after a tool result, a reply that quotes it.
+
+Timing: the first chunk leaves ``first_chunk_ms`` after the request, then a chunk of ``chunk_ms``
+audio every ``chunk_interval_ms`` (0: as fast as possible), on an absolute schedule (no drift), and
+optionally one stall of ``stall_ms`` before chunk number ``stall_after_chunks``.
+Input transcripts are synthetic too: ``transcript`` formatted with the audio's ``{seconds}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import zlib
+from collections.abc import AsyncIterator
+from typing import Literal
+
+import msgspec
+import numpy as np
+
+from realtime_omni.audio import resample
+
+from .base import (
+    AudioChunk,
+    Capabilities,
+    FunctionResult,
+    Message,
+    OutputChunk,
+    Pipeline,
+    PipelineSession,
+    ResponseRequest,
+    StageMark,
+    TextDelta,
+    ToolCall,
+    Transcript,
+    Usage,
+)
+from .stages import chain
+
+
+class SyntheticOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    reply: str = "You said {heard}."
+    audio: Literal["tone", "echo"] = "tone"
+    first_chunk_ms: float = 0.0
+    chunk_ms: int = 40
+    chunk_interval_ms: float = 0.0
+    stall_after_chunks: int = 0
+    stall_ms: float = 0.0
+    word_ms: int = 240
+    transcript: str = "{seconds:.1f} seconds of audio"
+    input_rate: int = 16000
+    output_rate: int = 24000
+    context_tokens: int = 8192
+
+
+class SyntheticPipeline(Pipeline):
+    def __init__(self, options: SyntheticOptions | None = None) -> None:
+        self.options = options or SyntheticOptions()
+        o = self.options
+        self.capabilities = Capabilities(
+            name="synthetic",
+            input_rate=o.input_rate,
+            output_rate=o.output_rate,
+            tools=True,
+            transcribes_input=True,
+            transcription_model="synthetic",
+            voices=("tone",),
+            context_tokens=o.context_tokens,
+        )
+        self.sessions: set[SyntheticSession] = set()
+        self.active_responses = 0
+        self.responses_started = 0
+
+    def open(self, session_id: str) -> "SyntheticSession":
+        session = SyntheticSession(self, session_id)
+        self.sessions.add(session)
+        return session
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "open_sessions": len(self.sessions),
+            "active_responses": self.active_responses,
+            "responses_started": self.responses_started,
+        }
+
+
+class SyntheticSession(PipelineSession):
+    def __init__(self, pipeline: SyntheticPipeline, session_id: str) -> None:
+        self.pipeline = pipeline
+        self.options = pipeline.options
+        self.session_id = session_id
+        self.responses = 0
+        # what the session engine told us about the open input buffer (observable in tests)
+        self.fed_samples = 0
+        self.pauses = 0
+        self.resumes = 0
+        self.commits: list[tuple[str, int]] = []  # (item id, samples fed for it)
+        self._open_samples = 0
+
+    def feed(self, pcm: np.ndarray) -> None:
+        self.fed_samples += len(pcm)
+        self._open_samples += len(pcm)
+
+    def pause(self) -> None:
+        self.pauses += 1
+
+    def resume(self) -> None:
+        self.resumes += 1
+
+    def commit(self, item_id: str) -> None:
+        self.commits.append((item_id, self._open_samples))
+        self._open_samples = 0
+
+    def clear(self) -> None:
+        self._open_samples = 0
+
+    async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript:
+        seconds = len(pcm) / self.pipeline.capabilities.input_rate
+        return Transcript(self.options.transcript.format(seconds=seconds), seconds)
+
+    async def close(self) -> None:
+        self.pipeline.sessions.discard(self)
+
+    # ------------------------------------------------------------------ responding
+
+    async def respond(self, request: ResponseRequest) -> AsyncIterator[OutputChunk]:
+        self.responses += 1
+        self.pipeline.responses_started += 1
+        self.pipeline.active_responses += 1
+        t0 = time.perf_counter()
+        try:
+            forced = request.tool_choice not in ("auto", "none")
+            if forced and request.tools:
+                name = request.tool_choice if request.tool_choice != "required" else request.tools[0].name
+                await self._wait_until(t0, 0)
+                yield ToolCall(call_id="", name=name, arguments="{}")
+                yield self._usage(request, words=1)
+                return
+            words = self._reply(request).split()
+            if request.max_output_tokens is not None:
+                words = words[: request.max_output_tokens]
+            audio = "audio" in request.output_modalities
+            talker = self._talk(request, t0) if audio else self._type_out(t0)
+            async for chunk in chain(self._think(words), talker, maxsize=4):
+                yield chunk
+            yield self._usage(request, words=len(words))
+        finally:
+            self.pipeline.active_responses -= 1
+
+    async def _think(self, words: list[str]) -> AsyncIterator[str]:
+        """The thinker stage: one word at a time."""
+        for i, word in enumerate(words):
+            yield word if i == 0 else " " + word
+
+    async def _wait_until(self, t0: float, chunk_index: int) -> None:
+        o = self.options
+        due = t0 + (o.first_chunk_ms + chunk_index * o.chunk_interval_ms) / 1000.0
+        if o.stall_after_chunks and chunk_index >= o.stall_after_chunks:
+            due += o.stall_ms / 1000.0
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def _type_out(self, t0: float):
+        async def stage(words: AsyncIterator[str]) -> AsyncIterator[OutputChunk]:
+            index = 0
+            async for word in words:
+                await self._wait_until(t0, index)
+                index += 1
+                yield TextDelta(word)
+
+        return stage
+
+    def _talk(self, request: ResponseRequest, t0: float):
+        o, rate = self.options, self.pipeline.capabilities.output_rate
+        chunk = max(1, o.chunk_ms * rate // 1000)
+        echo = self._last_user_audio(request) if o.audio == "echo" else None
+
+        async def segments(words: AsyncIterator[str]) -> AsyncIterator[tuple[str, np.ndarray]]:
+            if echo is None:
+                async for word in words:
+                    yield word, tone(word.strip(), o.word_ms, rate)
+            else:
+                yield "".join([w async for w in words]), echo
+
+        async def stage(words: AsyncIterator[str]) -> AsyncIterator[OutputChunk]:
+            index = 0
+            async for text, pcm in segments(words):
+                await self._wait_until(t0, index)
+                yield TextDelta(text)
+                for start in range(0, len(pcm), chunk):
+                    await self._wait_until(t0, index)
+                    if index == 0:
+                        yield StageMark("first_audio", time.perf_counter())
+                    index += 1
+                    yield AudioChunk(pcm[start : start + chunk])
+
+        return stage
+
+    def _reply(self, request: ResponseRequest) -> str:
+        last = request.items[-1] if request.items else None
+        if isinstance(last, FunctionResult):
+            return f"The tool returned {last.output}."
+        return self.options.reply.format(heard=self._heard(request) or "nothing", n=self.responses)
+
+    @staticmethod
+    def _heard(request: ResponseRequest) -> str:
+        for item in reversed(request.items):
+            if isinstance(item, Message) and item.role == "user":
+                return " ".join(p.text for p in item.parts if p.text)
+        return ""
+
+    def _last_user_audio(self, request: ResponseRequest) -> np.ndarray:
+        caps = self.pipeline.capabilities
+        for item in reversed(request.items):
+            if isinstance(item, Message) and item.role == "user":
+                clips = [p.audio for p in item.parts if p.audio is not None and len(p.audio)]
+                if clips:
+                    return resample(np.concatenate(clips), caps.input_rate, caps.output_rate)
+        return np.zeros(0, np.int16)
+
+    def _usage(self, request: ResponseRequest, words: int) -> Usage:
+        caps = self.pipeline.capabilities
+        text_tokens = audio_tokens = 0
+        for item in request.items:
+            if isinstance(item, Message):
+                for p in item.parts:
+                    text_tokens += len((p.text or "").split())
+                    if p.audio is not None:
+                        audio_tokens += int(10 * len(p.audio) / caps.input_rate)
+        text_tokens += len(request.instructions.split())
+        return Usage(
+            input_tokens=text_tokens + audio_tokens,
+            input_audio_tokens=audio_tokens,
+            output_tokens=words,
+            hit_max_tokens=request.max_output_tokens is not None and words >= request.max_output_tokens,
+        )
+
+
+def tone(word: str, ms: int, rate: int) -> np.ndarray:
+    """A short tone with a pitch derived from the word, faded in and out (no clicks)."""
+    n = ms * rate // 1000
+    freq = 200.0 + (zlib.crc32(word.encode()) % 24) * 25.0
+    t = np.arange(n) / rate
+    fade = np.minimum(1.0, np.minimum(np.arange(n), n - np.arange(n)) / (0.01 * rate))
+    return (0.3 * 32767 * fade * np.sin(2 * math.pi * freq * t)).astype(np.int16)
+
+
+def create(options: dict) -> SyntheticPipeline:
+    return SyntheticPipeline(msgspec.convert(options, SyntheticOptions))

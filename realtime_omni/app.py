@@ -1,0 +1,48 @@
+"""The ASGI application: health, metrics, and the routes of every transport."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from transports import websocket
+
+from .server import Server
+
+
+async def healthz(request: Request) -> Response:
+    server: Server = request.app.state.server
+    body = {
+        "status": "ok" if server.healthy else ("draining" if server.draining else "starting"),
+        "pipeline": server.pipeline.capabilities.name,
+        "sessions": len(server.sessions),
+        "max_sessions": server.config.limits.max_sessions,
+    }
+    return JSONResponse(body, status_code=200 if server.healthy else 503)
+
+
+async def metrics(request: Request) -> Response:
+    server: Server = request.app.state.server
+    return Response(server.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+def create_app(server: Server) -> Starlette:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await server.start()
+        try:
+            yield
+        finally:
+            await server.stop()
+
+    app = Starlette(
+        routes=[Route("/healthz", healthz), Route("/metrics", metrics), *websocket.routes()],
+        lifespan=lifespan,
+    )
+    app.state.server = server
+    return app

@@ -1,0 +1,73 @@
+"""Server configuration: one YAML file per deployable pipeline (``configs/<name>.yaml``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+from .protocol import events as ev
+
+PACKAGE_CONFIGS = Path(__file__).parent / "configs"  # inside an installed wheel
+SOURCE_CONFIGS = Path(__file__).parent.parent / "configs"  # in a source checkout
+DEFAULT_CONFIG = "synthetic"
+
+
+class Limits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    max_sessions: int = 100
+    max_append_bytes: int = 15 * 1024 * 1024  # decoded audio per input_audio_buffer.append
+    max_message_bytes: int = 24 * 1024 * 1024  # one WebSocket message (base64 inflates 4/3)
+    max_buffer_seconds: float = 120.0  # open input audio buffer
+    max_items: int = 1024  # conversation items kept (oldest dropped first)
+    max_audio_seconds: float = 600.0  # audio retained in conversation items (oldest dropped first)
+    outbox_events: int = 512  # server events queued per session before producers wait
+    send_timeout_s: float = 10.0  # a client that does not take an event for this long is dropped
+    max_out_of_band: int = 4  # concurrent conversation:"none" responses per session
+    pause_ms: int = 200  # silence after which pipelines may start speculative work
+
+
+class PipelineConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    kind: str
+    options: dict[str, Any] = {}
+
+
+class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    pipeline: PipelineConfig
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    model: str = "realtime-omni"  # reported when a client names no model
+    limits: Limits = msgspec.field(default_factory=Limits)
+    session: ev.Session = msgspec.field(default_factory=ev.Session)  # defaults for new sessions (GA shape)
+    shutdown_grace_s: float = 5.0
+
+
+def resolve(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.exists():
+            raise FileNotFoundError(f"config file not found: {path}")
+        return path
+    for folder in (SOURCE_CONFIGS, PACKAGE_CONFIGS, Path.cwd() / "configs"):
+        candidate = folder / f"{name_or_path}.yaml"
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError(f"no config named {name_or_path!r} (looked in {SOURCE_CONFIGS} and {PACKAGE_CONFIGS})")
+
+
+def load(name_or_path: str = DEFAULT_CONFIG, **overrides: Any) -> ServerConfig:
+    raw = yaml.safe_load(resolve(name_or_path).read_text()) or {}
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    if raw.get("api_key") is None and os.environ.get("REALTIME_OMNI_API_KEY"):
+        raw["api_key"] = os.environ["REALTIME_OMNI_API_KEY"]
+    try:
+        return msgspec.convert(raw, ServerConfig)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"invalid config {name_or_path}: {exc}") from None
+
+
+def from_dict(raw: dict[str, Any]) -> ServerConfig:
+    return msgspec.convert(raw, ServerConfig)

@@ -1,0 +1,48 @@
+"""Prometheus metrics. One registry per server, so several servers can live in one process (tests)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from .protocol.events import CLIENT_EVENT_TYPES
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.sessions_active = Gauge("realtime_sessions_active", "Sessions open now", registry=r)
+        self.sessions_total = Counter("realtime_sessions", "Sessions opened", ["transport"], registry=r)
+        self.sessions_rejected = Counter("realtime_sessions_rejected", "Sessions refused", ["reason"], registry=r)
+        self.events_in = Counter("realtime_client_events", "Client events received", ["type"], registry=r)
+        self.events_out = Counter("realtime_server_events", "Server events sent", ["type"], registry=r)
+        self.errors = Counter("realtime_errors", "Error events sent", ["code"], registry=r)
+        self.responses = Counter("realtime_responses", "Responses finished", ["status"], registry=r)
+        self.first_audio = Histogram(
+            "realtime_response_first_audio_seconds",
+            "From the response trigger (turn commit or response.create) to its first audio delta",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.response_duration = Histogram(
+            "realtime_response_duration_seconds", "From response.created to response.done", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.cancel_latency = Histogram(
+            "realtime_cancel_seconds", "From a cancel request (barge-in, response.cancel) to response.done", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self._in = {t: self.events_in.labels(t) for t in CLIENT_EVENT_TYPES}
+        self._in_unknown = self.events_in.labels("invalid")
+        self._out: dict[str, object] = {}
+
+    def event_in(self, kind: str | None) -> None:
+        self._in.get(kind or "", self._in_unknown).inc()
+
+    def event_out(self, kind: str) -> None:
+        counter = self._out.get(kind)
+        if counter is None:
+            counter = self._out[kind] = self.events_out.labels(kind)
+        counter.inc()  # type: ignore[attr-defined]
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,89 @@
+"""Bytes <-> events at the edge of a connection.
+
+``decode_client_event`` validates a client message into a typed event in one msgspec pass (the hot
+path is ``input_audio_buffer.append``); anything malformed becomes a ``RealtimeError`` whose code and
+``param`` point at the offending field, echoing the client's ``event_id`` when it sent one.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+from ..errors import RealtimeError
+from . import beta, events
+
+_decoder = msgspec.json.Decoder(events.AnyClientEvent)
+_encoder = msgspec.json.Encoder()
+
+
+class _Envelope(msgspec.Struct):
+    type: Any = None
+    event_id: Any = None
+
+
+_envelope_decoder = msgspec.json.Decoder(_Envelope)
+_PATH = re.compile(r" - at `\$\.?(.*)`$")
+_FIELD = re.compile(r"field `([^`]+)`")
+_SUPPORTED = ", ".join(f"'{t}'" for t in sorted(events.CLIENT_EVENT_TYPES))
+
+
+def decode_client_event(data: bytes | str) -> events.ClientEvent:
+    try:
+        return _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise RealtimeError(
+            f"The message is not valid JSON ({exc}). Every client event is a JSON object with a `type`.",
+            code="invalid_json",
+        ) from None
+    except msgspec.ValidationError as exc:
+        raise _validation_error(data, str(exc)) from None
+
+
+def _validation_error(data: bytes | str, text: str) -> RealtimeError:
+    event_id = None
+    try:
+        envelope = _envelope_decoder.decode(data)
+    except msgspec.ValidationError:
+        return RealtimeError(
+            "Each client event must be a JSON object with a `type` field.", code="invalid_event"
+        )
+    if isinstance(envelope.event_id, str):
+        event_id = envelope.event_id
+    m = _PATH.search(text)
+    path = m.group(1) if m else ""
+    message = text[: m.start()] if m else text
+    field = _FIELD.search(message)
+    if message.startswith("Object missing required field"):
+        param = _join(path, field.group(1) if field else "")
+        code = "missing_required_parameter"
+        if param == "type":
+            message = "Missing required parameter: 'type'."
+        else:
+            message = f"Missing required parameter: '{param}'."
+    elif message.startswith("Object contains unknown field"):
+        param = _join(path, field.group(1) if field else "")
+        code = "unknown_parameter"
+        message = f"Unknown parameter: '{param}'."
+    elif path == "type":
+        param, code = "type", "invalid_value"
+        message = f"Invalid value: {envelope.type!r}. Supported values are: {_SUPPORTED}."
+    else:
+        param = path or None
+        code = "invalid_type" if message.startswith("Expected `") and "got" in message else "invalid_value"
+        message = f"Invalid '{param}': {message[0].lower()}{message[1:]}." if param else message
+    return RealtimeError(message, code=code, param=param, event_id=event_id)
+
+
+def _join(path: str, field: str) -> str:
+    return f"{path}.{field}" if path and field else (path or field)
+
+
+def encode_server_event(event: msgspec.Struct, *, beta_names: bool = False) -> bytes | None:
+    """JSON for one server event; ``None`` when a beta client has no such event."""
+    if not beta_names:
+        return _encoder.encode(event)
+    translated = beta.translate(msgspec.to_builtins(event))
+    return None if translated is None else _encoder.encode(translated)

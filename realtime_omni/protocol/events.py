@@ -1,0 +1,687 @@
+"""Every wire type of the OpenAI Realtime API (GA), defined once.
+
+Client events are decoded straight from JSON into these Structs (validation at the edge); beta
+spellings that clients still send are accepted as extra fields and folded into the GA meaning by
+the session (see ``realtime_omni.session_config``). Server events are encoded from these Structs;
+a beta connection gets them renamed by ``protocol.beta``.
+
+``UNSET`` marks "the client did not send this field", which is different from ``null``: session
+updates merge, and ``null`` clears.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared value types
+# ---------------------------------------------------------------------------------------------
+
+
+class Wire(Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """Base for nested wire objects: unknown fields are an error, unset fields are not sent."""
+
+
+class PcmFormat(Wire, tag="audio/pcm", tag_field="type"):
+    rate: int | UnsetType = UNSET
+
+
+class PcmuFormat(Wire, tag="audio/pcmu", tag_field="type"):
+    pass
+
+
+class PcmaFormat(Wire, tag="audio/pcma", tag_field="type"):
+    pass
+
+
+AudioFormat = Union[PcmFormat, PcmuFormat, PcmaFormat]
+BetaAudioFormat = Literal["pcm16", "g711_ulaw", "g711_alaw"]
+
+Probability = Annotated[float, Meta(ge=0.0, le=1.0)]
+Millis = Annotated[int, Meta(ge=0, le=60_000)]
+
+
+class ServerVad(Wire, tag="server_vad", tag_field="type"):
+    threshold: Probability | UnsetType = UNSET
+    prefix_padding_ms: Millis | UnsetType = UNSET
+    silence_duration_ms: Millis | UnsetType = UNSET
+    create_response: bool | UnsetType = UNSET
+    interrupt_response: bool | UnsetType = UNSET
+    idle_timeout_ms: Annotated[int, Meta(ge=0, le=600_000)] | None | UnsetType = UNSET
+
+
+class SemanticVad(Wire, tag="semantic_vad", tag_field="type"):
+    eagerness: Literal["low", "medium", "high", "auto"] | UnsetType = UNSET
+    create_response: bool | UnsetType = UNSET
+    interrupt_response: bool | UnsetType = UNSET
+
+
+TurnDetection = Union[ServerVad, SemanticVad]
+
+
+class BetaTurnDetection(Wire):
+    """Beta ``turn_detection``: flat, ``type`` optional (defaults to server_vad)."""
+
+    type: Literal["server_vad", "semantic_vad"] | UnsetType = UNSET
+    threshold: Probability | UnsetType = UNSET
+    prefix_padding_ms: Millis | UnsetType = UNSET
+    silence_duration_ms: Millis | UnsetType = UNSET
+    create_response: bool | UnsetType = UNSET
+    interrupt_response: bool | UnsetType = UNSET
+    eagerness: Literal["low", "medium", "high", "auto"] | UnsetType = UNSET
+    idle_timeout_ms: Annotated[int, Meta(ge=0, le=600_000)] | None | UnsetType = UNSET
+
+
+class Transcription(Wire):
+    model: str | None | UnsetType = UNSET
+    language: str | None | UnsetType = UNSET
+    prompt: str | None | UnsetType = UNSET
+    # Newer SDK fields: accepted, passed to the pipeline as hints.
+    delay: Literal["minimal", "low", "medium", "high", "xhigh"] | UnsetType = UNSET
+    keywords: list[str] | UnsetType = UNSET
+    languages: list[str] | UnsetType = UNSET
+
+
+class NoiseReduction(Wire):
+    type: Literal["near_field", "far_field"] | UnsetType = UNSET
+    strength: Probability | UnsetType = UNSET
+
+
+class AudioInput(Wire):
+    format: AudioFormat | UnsetType = UNSET
+    transcription: Transcription | None | UnsetType = UNSET
+    noise_reduction: NoiseReduction | None | UnsetType = UNSET
+    turn_detection: TurnDetection | None | UnsetType = UNSET
+
+
+class VoiceId(Wire):
+    id: str
+
+
+Voice = Union[str, VoiceId]
+
+
+class AudioOutput(Wire):
+    format: AudioFormat | UnsetType = UNSET
+    voice: Voice | UnsetType = UNSET
+    speed: Annotated[float, Meta(ge=0.25, le=1.5)] | UnsetType = UNSET
+
+
+class SessionAudio(Wire):
+    input: AudioInput | UnsetType = UNSET
+    output: AudioOutput | UnsetType = UNSET
+
+
+class FunctionTool(Wire, tag="function", tag_field="type"):
+    name: Annotated[str, Meta(min_length=1, max_length=64)]
+    description: str | UnsetType = UNSET
+    parameters: dict[str, Any] | UnsetType = UNSET
+
+
+class McpTool(Struct, tag="mcp", tag_field="type", kw_only=True):
+    """Accepted by the decoder so the session can answer "not supported" with a clear param."""
+
+    server_label: str = ""
+
+
+Tool = Union[FunctionTool, McpTool]
+
+
+class ToolChoiceFunction(Wire, tag="function", tag_field="type"):
+    name: str
+
+
+class ToolChoiceMcp(Wire, tag="mcp", tag_field="type"):
+    server_label: str
+    name: str | None | UnsetType = UNSET
+
+
+ToolChoice = Union[Literal["auto", "none", "required"], ToolChoiceFunction, ToolChoiceMcp]
+
+
+class TracingConfig(Wire):
+    workflow_name: str | UnsetType = UNSET
+    group_id: str | UnsetType = UNSET
+    metadata: dict[str, Any] | UnsetType = UNSET
+
+
+class TokenLimits(Wire):
+    post_instructions: int | UnsetType = UNSET
+
+
+class RetentionRatio(Wire, tag="retention_ratio", tag_field="type"):
+    retention_ratio: Probability
+    token_limits: TokenLimits | UnsetType = UNSET
+
+
+class Reasoning(Wire):
+    effort: Literal["minimal", "low", "medium", "high", "xhigh"] | None | UnsetType = UNSET
+
+
+MaxTokens = Union[Annotated[int, Meta(ge=1, le=4096)], Literal["inf"]]
+
+
+class ClientSecretConfig(Struct, kw_only=True):
+    expires_after: dict[str, Any] | UnsetType = UNSET
+
+
+class Session(Wire):
+    """The session object: the full effective session in ``session.created|updated`` and a
+    partial update in ``session.update``. Beta (flat) fields are accepted on input only."""
+
+    type: Literal["realtime", "transcription"] | UnsetType = UNSET
+    model: str | UnsetType = UNSET
+    instructions: str | UnsetType = UNSET
+    output_modalities: list[Literal["text", "audio"]] | UnsetType = UNSET
+    audio: SessionAudio | UnsetType = UNSET
+    tools: list[Tool] | UnsetType = UNSET
+    tool_choice: ToolChoice | UnsetType = UNSET
+    max_output_tokens: MaxTokens | UnsetType = UNSET
+    tracing: Literal["auto"] | TracingConfig | None | UnsetType = UNSET
+    truncation: Literal["auto", "disabled"] | RetentionRatio | UnsetType = UNSET
+    prompt: dict[str, Any] | None | UnsetType = UNSET
+    include: list[Literal["item.input_audio_transcription.logprobs"]] | None | UnsetType = UNSET
+    parallel_tool_calls: bool | UnsetType = UNSET
+    reasoning: Reasoning | None | UnsetType = UNSET
+    # --- beta spellings (input only) ---
+    modalities: list[Literal["text", "audio"]] | UnsetType = UNSET
+    voice: Voice | UnsetType = UNSET
+    input_audio_format: BetaAudioFormat | UnsetType = UNSET
+    output_audio_format: BetaAudioFormat | UnsetType = UNSET
+    input_audio_transcription: Transcription | None | UnsetType = UNSET
+    input_audio_noise_reduction: NoiseReduction | None | UnsetType = UNSET
+    turn_detection: BetaTurnDetection | None | UnsetType = UNSET
+    temperature: Annotated[float, Meta(ge=0.0, le=2.0)] | UnsetType = UNSET
+    max_response_output_tokens: MaxTokens | UnsetType = UNSET
+    speed: Annotated[float, Meta(ge=0.25, le=1.5)] | UnsetType = UNSET
+    client_secret: ClientSecretConfig | UnsetType = UNSET
+    id: str | UnsetType = UNSET
+    object: str | UnsetType = UNSET
+    expires_at: int | UnsetType = UNSET
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversation items
+# ---------------------------------------------------------------------------------------------
+
+
+class InputText(Wire, tag="input_text", tag_field="type"):
+    text: str
+
+
+class InputAudio(Wire, tag="input_audio", tag_field="type"):
+    audio: str | None | UnsetType = UNSET
+    transcript: str | None | UnsetType = UNSET
+
+
+class InputImage(Wire, tag="input_image", tag_field="type"):
+    image_url: str
+    detail: Literal["auto", "low", "high"] | UnsetType = UNSET
+
+
+class OutputText(Wire, tag="output_text", tag_field="type"):
+    text: str
+
+
+class OutputAudio(Wire, tag="output_audio", tag_field="type"):
+    audio: str | None | UnsetType = UNSET
+    transcript: str | None | UnsetType = UNSET
+
+
+class BetaText(Wire, tag="text", tag_field="type"):
+    text: str
+
+
+class BetaAudio(Wire, tag="audio", tag_field="type"):
+    audio: str | None | UnsetType = UNSET
+    transcript: str | None | UnsetType = UNSET
+
+
+class ContentReference(Wire, tag="item_reference", tag_field="type"):
+    id: str
+
+
+Content = Union[InputText, InputAudio, InputImage, OutputText, OutputAudio, BetaText, BetaAudio, ContentReference]
+
+ItemStatus = Literal["completed", "incomplete", "in_progress"]
+
+
+class MessageItem(Wire, tag="message", tag_field="type"):
+    role: Literal["user", "assistant", "system"]
+    content: list[Content]
+    id: str | UnsetType = UNSET
+    object: Literal["realtime.item"] | UnsetType = UNSET
+    status: ItemStatus | UnsetType = UNSET
+
+
+class FunctionCallItem(Wire, tag="function_call", tag_field="type"):
+    name: str
+    arguments: str
+    call_id: str | UnsetType = UNSET
+    id: str | UnsetType = UNSET
+    object: Literal["realtime.item"] | UnsetType = UNSET
+    status: ItemStatus | UnsetType = UNSET
+
+
+class FunctionCallOutputItem(Wire, tag="function_call_output", tag_field="type"):
+    call_id: str
+    output: str
+    id: str | UnsetType = UNSET
+    object: Literal["realtime.item"] | UnsetType = UNSET
+    status: ItemStatus | UnsetType = UNSET
+
+
+class ItemReference(Wire, tag="item_reference", tag_field="type"):
+    id: str
+
+
+Item = Union[MessageItem, FunctionCallItem, FunctionCallOutputItem]
+InputItem = Union[MessageItem, FunctionCallItem, FunctionCallOutputItem, ItemReference]
+
+
+# ---------------------------------------------------------------------------------------------
+# Responses
+# ---------------------------------------------------------------------------------------------
+
+
+class ResponseAudioOutput(Wire):
+    format: AudioFormat | UnsetType = UNSET
+    voice: Voice | UnsetType = UNSET
+
+
+class ResponseAudio(Wire):
+    output: ResponseAudioOutput | UnsetType = UNSET
+
+
+Metadata = Annotated[dict[Annotated[str, Meta(max_length=64)], Annotated[str, Meta(max_length=512)]], Meta(max_length=16)]
+
+
+class ResponseParams(Wire):
+    conversation: str | UnsetType = UNSET
+    input: list[InputItem] | UnsetType = UNSET
+    instructions: str | UnsetType = UNSET
+    max_output_tokens: MaxTokens | UnsetType = UNSET
+    metadata: Metadata | None | UnsetType = UNSET
+    output_modalities: list[Literal["text", "audio"]] | UnsetType = UNSET
+    audio: ResponseAudio | UnsetType = UNSET
+    tools: list[Tool] | UnsetType = UNSET
+    tool_choice: ToolChoice | UnsetType = UNSET
+    prompt: dict[str, Any] | None | UnsetType = UNSET
+    parallel_tool_calls: bool | UnsetType = UNSET
+    reasoning: Reasoning | None | UnsetType = UNSET
+    # --- beta spellings ---
+    modalities: list[Literal["text", "audio"]] | UnsetType = UNSET
+    voice: Voice | UnsetType = UNSET
+    output_audio_format: BetaAudioFormat | UnsetType = UNSET
+    max_response_output_tokens: MaxTokens | UnsetType = UNSET
+    temperature: Annotated[float, Meta(ge=0.0, le=2.0)] | UnsetType = UNSET
+
+
+# ---------------------------------------------------------------------------------------------
+# Client events
+# ---------------------------------------------------------------------------------------------
+
+
+class ClientEvent(Struct, tag_field="type", forbid_unknown_fields=True, kw_only=True):
+    event_id: str | None = None
+
+
+class SessionUpdate(ClientEvent, tag="session.update"):
+    session: Session
+
+
+class InputAudioBufferAppend(ClientEvent, tag="input_audio_buffer.append"):
+    audio: str
+
+
+class InputAudioBufferCommit(ClientEvent, tag="input_audio_buffer.commit"):
+    pass
+
+
+class InputAudioBufferClear(ClientEvent, tag="input_audio_buffer.clear"):
+    pass
+
+
+class OutputAudioBufferClear(ClientEvent, tag="output_audio_buffer.clear"):
+    response_id: str | None = None
+
+
+class ConversationItemCreate(ClientEvent, tag="conversation.item.create"):
+    item: Item
+    previous_item_id: str | None = None
+
+
+class ConversationItemRetrieve(ClientEvent, tag="conversation.item.retrieve"):
+    item_id: str
+
+
+class ConversationItemDelete(ClientEvent, tag="conversation.item.delete"):
+    item_id: str
+
+
+class ConversationItemTruncate(ClientEvent, tag="conversation.item.truncate"):
+    item_id: str
+    content_index: Annotated[int, Meta(ge=0)]
+    audio_end_ms: Annotated[int, Meta(ge=0)]
+
+
+class ResponseCreate(ClientEvent, tag="response.create"):
+    response: ResponseParams | None = None
+
+
+class ResponseCancel(ClientEvent, tag="response.cancel"):
+    response_id: str | None = None
+
+
+AnyClientEvent = Union[
+    SessionUpdate,
+    InputAudioBufferAppend,
+    InputAudioBufferCommit,
+    InputAudioBufferClear,
+    OutputAudioBufferClear,
+    ConversationItemCreate,
+    ConversationItemRetrieve,
+    ConversationItemDelete,
+    ConversationItemTruncate,
+    ResponseCreate,
+    ResponseCancel,
+]
+
+CLIENT_EVENT_TYPES = frozenset(t.__struct_config__.tag for t in AnyClientEvent.__args__)
+
+
+# ---------------------------------------------------------------------------------------------
+# Server events (GA names)
+# ---------------------------------------------------------------------------------------------
+
+
+class ServerEvent(Struct, tag_field="type", kw_only=True):
+    event_id: str = ""
+
+
+class ErrorDetail(Struct, kw_only=True):
+    type: str
+    code: str | None
+    message: str
+    param: str | None
+    event_id: str | None
+
+
+class Error(ServerEvent, tag="error"):
+    error: ErrorDetail
+
+
+class SessionCreated(ServerEvent, tag="session.created"):
+    session: Session
+
+
+class SessionUpdated(ServerEvent, tag="session.updated"):
+    session: Session
+
+
+class Conversation(Struct, kw_only=True):
+    id: str
+    object: str = "realtime.conversation"
+
+
+class ConversationCreated(ServerEvent, tag="conversation.created"):
+    conversation: Conversation
+
+
+class InputAudioBufferCommitted(ServerEvent, tag="input_audio_buffer.committed"):
+    previous_item_id: str | None
+    item_id: str
+
+
+class InputAudioBufferCleared(ServerEvent, tag="input_audio_buffer.cleared"):
+    pass
+
+
+class InputAudioBufferSpeechStarted(ServerEvent, tag="input_audio_buffer.speech_started"):
+    audio_start_ms: int
+    item_id: str
+
+
+class InputAudioBufferSpeechStopped(ServerEvent, tag="input_audio_buffer.speech_stopped"):
+    audio_end_ms: int
+    item_id: str
+
+
+class InputAudioBufferTimeoutTriggered(ServerEvent, tag="input_audio_buffer.timeout_triggered"):
+    audio_start_ms: int
+    audio_end_ms: int
+    item_id: str
+
+
+class InputAudioBufferDtmfEventReceived(Struct, tag="input_audio_buffer.dtmf_event_received", tag_field="type", kw_only=True):
+    # The SDK's model of this event has no event_id.
+    event: str
+    received_at: int
+
+
+class ConversationItemAdded(ServerEvent, tag="conversation.item.added"):
+    previous_item_id: str | None
+    item: Item
+
+
+class ConversationItemDone(ServerEvent, tag="conversation.item.done"):
+    previous_item_id: str | None
+    item: Item
+
+
+class ConversationItemRetrieved(ServerEvent, tag="conversation.item.retrieved"):
+    item: Item
+
+
+class ConversationItemTruncated(ServerEvent, tag="conversation.item.truncated"):
+    item_id: str
+    content_index: int
+    audio_end_ms: int
+
+
+class ConversationItemDeleted(ServerEvent, tag="conversation.item.deleted"):
+    item_id: str
+
+
+class TranscriptionDurationUsage(Struct, tag="duration", tag_field="type", kw_only=True):
+    seconds: float
+
+
+class InputTranscriptionDelta(ServerEvent, tag="conversation.item.input_audio_transcription.delta"):
+    item_id: str
+    content_index: int
+    delta: str
+
+
+class InputTranscriptionCompleted(ServerEvent, tag="conversation.item.input_audio_transcription.completed"):
+    item_id: str
+    content_index: int
+    transcript: str
+    usage: TranscriptionDurationUsage
+
+
+class InputTranscriptionError(Struct, kw_only=True):
+    type: str
+    code: str | None
+    message: str
+    param: str | None = None
+
+
+class InputTranscriptionFailed(ServerEvent, tag="conversation.item.input_audio_transcription.failed"):
+    item_id: str
+    content_index: int
+    error: InputTranscriptionError
+
+
+class ResponseStatusError(Struct, kw_only=True, omit_defaults=True):
+    type: str
+    code: str | None = None
+    message: str | None = None
+
+
+class ResponseStatusDetails(Struct, kw_only=True, omit_defaults=True):
+    type: Literal["completed", "cancelled", "incomplete", "failed"]
+    reason: Literal["turn_detected", "client_cancelled", "max_output_tokens", "content_filter"] | None = None
+    error: ResponseStatusError | None = None
+
+
+class CachedTokensDetails(Struct, kw_only=True):
+    text_tokens: int = 0
+    audio_tokens: int = 0
+    image_tokens: int = 0
+
+
+class InputTokenDetails(Struct, kw_only=True):
+    cached_tokens: int = 0
+    text_tokens: int = 0
+    audio_tokens: int = 0
+    image_tokens: int = 0
+    cached_tokens_details: CachedTokensDetails = msgspec.field(default_factory=CachedTokensDetails)
+
+
+class OutputTokenDetails(Struct, kw_only=True):
+    text_tokens: int = 0
+    audio_tokens: int = 0
+
+
+class Usage(Struct, kw_only=True):
+    total_tokens: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    input_token_details: InputTokenDetails = msgspec.field(default_factory=InputTokenDetails)
+    output_token_details: OutputTokenDetails = msgspec.field(default_factory=OutputTokenDetails)
+
+
+class Response(Struct, kw_only=True):
+    id: str
+    object: str = "realtime.response"
+    status: Literal["in_progress", "completed", "cancelled", "failed", "incomplete"]
+    status_details: ResponseStatusDetails | None = None
+    output: list[Item]
+    conversation_id: str | None
+    output_modalities: list[str]
+    max_output_tokens: int | Literal["inf"]
+    audio: ResponseAudio | None = None
+    usage: Usage | None = None
+    metadata: dict[str, str] | None = None
+
+
+class ResponseCreated(ServerEvent, tag="response.created"):
+    response: Response
+
+
+class ResponseDone(ServerEvent, tag="response.done"):
+    response: Response
+
+
+class ResponseOutputItemAdded(ServerEvent, tag="response.output_item.added"):
+    response_id: str
+    output_index: int
+    item: Item
+
+
+class ResponseOutputItemDone(ServerEvent, tag="response.output_item.done"):
+    response_id: str
+    output_index: int
+    item: Item
+
+
+class ContentPart(Struct, kw_only=True, omit_defaults=True):
+    type: Literal["text", "audio"]
+    text: str | UnsetType = UNSET
+    transcript: str | UnsetType = UNSET
+
+
+class ResponseContentPartAdded(ServerEvent, tag="response.content_part.added"):
+    response_id: str
+    item_id: str
+    output_index: int
+    content_index: int
+    part: ContentPart
+
+
+class ResponseContentPartDone(ServerEvent, tag="response.content_part.done"):
+    response_id: str
+    item_id: str
+    output_index: int
+    content_index: int
+    part: ContentPart
+
+
+class _ContentEvent(ServerEvent):
+    response_id: str
+    item_id: str
+    output_index: int
+    content_index: int
+
+
+class ResponseOutputTextDelta(_ContentEvent, tag="response.output_text.delta"):
+    delta: str
+
+
+class ResponseOutputTextDone(_ContentEvent, tag="response.output_text.done"):
+    text: str
+
+
+class ResponseOutputAudioDelta(_ContentEvent, tag="response.output_audio.delta"):
+    delta: str
+
+
+class ResponseOutputAudioDone(_ContentEvent, tag="response.output_audio.done"):
+    pass
+
+
+class ResponseOutputAudioTranscriptDelta(_ContentEvent, tag="response.output_audio_transcript.delta"):
+    delta: str
+
+
+class ResponseOutputAudioTranscriptDone(_ContentEvent, tag="response.output_audio_transcript.done"):
+    transcript: str
+
+
+class ResponseFunctionCallArgumentsDelta(ServerEvent, tag="response.function_call_arguments.delta"):
+    response_id: str
+    item_id: str
+    output_index: int
+    call_id: str
+    delta: str
+
+
+class ResponseFunctionCallArgumentsDone(ServerEvent, tag="response.function_call_arguments.done"):
+    response_id: str
+    item_id: str
+    output_index: int
+    call_id: str
+    name: str
+    arguments: str
+
+
+class RateLimit(Struct, kw_only=True):
+    name: Literal["requests", "tokens"]
+    limit: int
+    remaining: int
+    reset_seconds: float
+
+
+class RateLimitsUpdated(ServerEvent, tag="rate_limits.updated"):
+    rate_limits: list[RateLimit]
+
+
+class OutputAudioBufferStarted(ServerEvent, tag="output_audio_buffer.started"):
+    response_id: str
+
+
+class OutputAudioBufferStopped(ServerEvent, tag="output_audio_buffer.stopped"):
+    response_id: str
+
+
+class OutputAudioBufferCleared(ServerEvent, tag="output_audio_buffer.cleared"):
+    response_id: str
+
+
+def event_type(event: Struct) -> str:
+    return event.__struct_config__.tag  # type: ignore[return-value]

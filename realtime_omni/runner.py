@@ -1,0 +1,38 @@
+"""Running the app under uvicorn with realtime-aware graceful shutdown."""
+
+from __future__ import annotations
+
+import socket
+
+import uvicorn
+from starlette.applications import Starlette
+
+from .server import Server
+
+
+class RealtimeUvicorn(uvicorn.Server):
+    """Ends every session cleanly (an ``error`` event saying why, responses cancelled, close
+    1001) before uvicorn closes the connections."""
+
+    def __init__(self, config: uvicorn.Config, server: Server) -> None:
+        super().__init__(config)
+        self.realtime = server
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self.realtime.drain()
+        await super().shutdown(sockets)
+
+
+def uvicorn_config(app: Starlette, server: Server, log_level: str = "info") -> uvicorn.Config:
+    cfg = server.config
+    return uvicorn.Config(
+        app,
+        host=cfg.host,
+        port=cfg.port,
+        ws_max_size=cfg.limits.max_message_bytes,
+        ws_ping_interval=20.0,
+        ws_ping_timeout=20.0,
+        timeout_graceful_shutdown=int(cfg.shutdown_grace_s) + 1,
+        log_level=log_level,
+        lifespan="on",
+    )

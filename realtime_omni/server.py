@@ -1,0 +1,97 @@
+"""What every transport shares: the pipeline, the config, metrics, and the live sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+
+import pipelines
+from pipelines.base import Pipeline
+
+from .config import ServerConfig
+from .errors import RealtimeError
+from .metrics import Metrics
+from .protocol import events as ev
+from .session import Session
+from .session_config import SessionConfig
+
+log = logging.getLogger(__name__)
+
+
+class Server:
+    def __init__(self, config: ServerConfig, pipeline: Pipeline | None = None) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.pipeline = pipeline or pipelines.create(config.pipeline.kind, config.pipeline.options)
+        self.sessions: set[Session] = set()
+        self.defaults: SessionConfig | None = None
+        self.ready = False
+        self.draining = False
+        self.started_at = time.time()
+
+    @property
+    def healthy(self) -> bool:
+        return self.ready and not self.draining and self.pipeline.healthy
+
+    async def start(self) -> None:
+        caps = self.pipeline.capabilities
+        # Validate the configured session defaults before loading models: a typo fails fast.
+        try:
+            self.defaults = SessionConfig.default(caps, self.config.model).updated(self.config.session, caps)
+        except RealtimeError as err:
+            raise ValueError(f"invalid 'session' in the server config: {err.message}") from None
+        await self.pipeline.start()
+        self.ready = True
+        log.info("ready: pipeline %s", caps.name)
+
+    async def stop(self) -> None:
+        await self.drain()
+        self.ready = False
+        await self.pipeline.stop()
+
+    def authorized(self, key: str | None) -> bool:
+        expected = self.config.api_key
+        return not expected or (key is not None and hmac.compare_digest(key.encode(), expected.encode()))
+
+    def open_session(self, *, beta: bool, transport: str, model: str | None) -> Session:
+        """A new session, or a ``RealtimeError`` saying why not (not ready, full, draining)."""
+        limits = self.config.limits
+        if not self.ready or self.draining or self.defaults is None:
+            self.metrics.sessions_rejected.labels("unavailable").inc()
+            raise RealtimeError("The server is not accepting sessions right now.", code="server_unavailable", type="server_error")
+        if len(self.sessions) >= limits.max_sessions:
+            self.metrics.sessions_rejected.labels("max_sessions").inc()
+            raise RealtimeError(
+                f"The server is at its limit of {limits.max_sessions} concurrent sessions; try again later.",
+                code="max_sessions_reached",
+                type="rate_limit_error",
+            )
+        defaults = self.defaults
+        if model and model != defaults.wire.model:
+            defaults = defaults.updated(ev.Session(model=model), self.pipeline.capabilities)
+        session = Session(self.pipeline, defaults, limits, self.metrics, beta=beta, transport=transport)
+        self.sessions.add(session)
+        self.metrics.sessions_total.labels(transport).inc()
+        self.metrics.sessions_active.set(len(self.sessions))
+        return session
+
+    async def close_session(self, session: Session) -> None:
+        await session.close()
+        self.sessions.discard(session)
+        self.metrics.sessions_active.set(len(self.sessions))
+
+    async def drain(self) -> None:
+        """Stop admitting sessions, tell each live one the server is going away, and wait (up to
+        the grace period) for their transports to hang up."""
+        if self.draining:
+            return
+        self.draining = True
+        for session in list(self.sessions):
+            await session.end("The server is shutting down; this session is over.", code="server_shutting_down")
+        deadline = time.monotonic() + self.config.shutdown_grace_s
+        while self.sessions and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for session in list(self.sessions):
+            await self.close_session(session)

@@ -1,0 +1,294 @@
+"""The effective session configuration and ``session.update`` merge semantics.
+
+The effective session is kept as a fully populated GA ``Session`` (exactly what ``session.created``
+and ``session.updated`` report) plus the values derived from it that the engine reads often.
+Updates merge: a field that is absent keeps its value, ``null`` clears it, nested objects merge
+field by field (a turn detection of another ``type`` starts from that type's defaults), lists are
+replaced. Beta spellings (flat fields) are folded into their GA places. Every rejection names the
+offending ``param``; an update that fails changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+from msgspec import UNSET, structs
+
+from pipelines.base import Capabilities
+
+from .audio import WireFormat
+from .errors import RealtimeError, invalid_value
+from .protocol import beta as beta_names
+from .protocol import events as ev
+
+OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar"})
+
+SERVER_VAD_DEFAULTS = ev.ServerVad(
+    threshold=0.5,
+    prefix_padding_ms=300,
+    silence_duration_ms=500,
+    create_response=True,
+    interrupt_response=True,
+    idle_timeout_ms=None,
+)
+SEMANTIC_VAD_DEFAULTS = ev.SemanticVad(eagerness="auto", create_response=True, interrupt_response=True)
+# Without a semantic end-of-turn model, semantic_vad waits a fixed silence per eagerness.
+SEMANTIC_SILENCE_MS = {"low": 1500, "medium": 800, "auto": 800, "high": 400}
+
+
+@dataclass(frozen=True)
+class VadSettings:
+    """What the turn detector runs on, whichever VAD type the client chose."""
+
+    threshold: float
+    prefix_padding_ms: int
+    silence_duration_ms: int
+    create_response: bool
+    interrupt_response: bool
+    idle_timeout_ms: int | None
+
+
+class SessionConfig:
+    __slots__ = ("wire", "temperature", "input_format", "output_format", "vad", "voice", "audio_out", "max_output_tokens")
+
+    def __init__(self, wire: ev.Session, caps: Capabilities, temperature: float | None = None) -> None:
+        self.wire = wire
+        self.temperature = temperature
+        audio = wire.audio
+        self.input_format = wire_format(audio.input.format)
+        self.output_format = wire_format(audio.output.format)
+        self.vad = _vad_settings(audio.input.turn_detection)
+        voice = audio.output.voice
+        name = voice.id if isinstance(voice, ev.VoiceId) else voice
+        self.voice = name if name in caps.voices else caps.voices[0]
+        self.audio_out = wire.output_modalities == ["audio"]
+        self.max_output_tokens = None if wire.max_output_tokens == "inf" else wire.max_output_tokens
+
+    @property
+    def transcription(self) -> ev.Transcription | None:
+        return self.wire.audio.input.transcription
+
+    @classmethod
+    def default(cls, caps: Capabilities, model: str) -> "SessionConfig":
+        audio_out = "audio" in caps.output_modalities
+        wire = ev.Session(
+            type="realtime",
+            model=model,
+            instructions="",
+            output_modalities=["audio"] if audio_out else ["text"],
+            audio=ev.SessionAudio(
+                input=ev.AudioInput(
+                    format=ev.PcmFormat(rate=24000),
+                    transcription=None,
+                    noise_reduction=None,
+                    turn_detection=SERVER_VAD_DEFAULTS,
+                ),
+                output=ev.AudioOutput(format=ev.PcmFormat(rate=24000), voice=caps.voices[0], speed=1.0),
+            ),
+            tools=[],
+            tool_choice="auto",
+            max_output_tokens="inf",
+            tracing=None,
+            truncation="auto",
+        )
+        return cls(wire, caps)
+
+    def updated(self, update: ev.Session, caps: Capabilities, prefix: str = "session") -> "SessionConfig":
+        return _Merger(self, caps, prefix).apply(update)
+
+
+def wire_format(fmt: ev.AudioFormat) -> WireFormat:
+    return WireFormat.from_mime(fmt.__struct_config__.tag)  # type: ignore[arg-type]
+
+
+def format_struct(fmt: WireFormat) -> ev.AudioFormat:
+    if fmt is WireFormat.PCM16:
+        return ev.PcmFormat(rate=24000)
+    return ev.PcmuFormat() if fmt is WireFormat.PCMU else ev.PcmaFormat()
+
+
+def _vad_settings(td: ev.TurnDetection | None) -> VadSettings | None:
+    if td is None:
+        return None
+    if isinstance(td, ev.ServerVad):
+        return VadSettings(
+            td.threshold, td.prefix_padding_ms, td.silence_duration_ms, td.create_response, td.interrupt_response, td.idle_timeout_ms
+        )
+    return VadSettings(0.5, 300, SEMANTIC_SILENCE_MS[td.eagerness], td.create_response, td.interrupt_response, None)
+
+
+def merge(current: msgspec.Struct, update: msgspec.Struct) -> msgspec.Struct:
+    """Fields set in ``update`` replace those of ``current`` (same Struct type)."""
+    changes = {f: v for f in update.__struct_fields__ if (v := getattr(update, f)) is not UNSET}
+    return structs.replace(current, **changes)
+
+
+def parse_format(fmt: ev.AudioFormat, param: str) -> ev.AudioFormat:
+    if isinstance(fmt, ev.PcmFormat):
+        if fmt.rate not in (UNSET, 24000):
+            raise invalid_value(f"{param}.rate", f"Invalid '{param}.rate': only 24000 is supported for audio/pcm.")
+        return ev.PcmFormat(rate=24000)
+    return fmt
+
+
+def beta_format(name: str) -> ev.AudioFormat:
+    return format_struct(WireFormat.from_mime(beta_names.BETA_FORMATS[name]))
+
+
+def output_modalities(value: list[str], caps: Capabilities, param: str) -> list[str]:
+    if not value:
+        raise invalid_value(param, f"Invalid '{param}': at least one of 'text' or 'audio' is required.")
+    wanted = "audio" if "audio" in value else "text"
+    if wanted not in caps.output_modalities:
+        raise invalid_value(param, f"Invalid '{param}': the '{caps.name}' pipeline cannot produce {wanted} output.")
+    return [wanted]
+
+
+def check_voice(voice: ev.Voice, caps: Capabilities, param: str) -> ev.Voice:
+    name = voice.id if isinstance(voice, ev.VoiceId) else voice
+    if name not in caps.voices and name not in OPENAI_VOICES:
+        choices = ", ".join(sorted(caps.voices))
+        raise invalid_value(param, f"Invalid '{param}': unknown voice {name!r}. Voices of this server: {choices} (OpenAI voice names map to '{caps.voices[0]}').")
+    return voice
+
+
+def check_tools(tools: list[ev.Tool], param: str) -> list[ev.FunctionTool]:
+    seen: set[str] = set()
+    for i, tool in enumerate(tools):
+        if isinstance(tool, ev.McpTool):
+            raise RealtimeError(f"Invalid '{param}[{i}].type': MCP tools are not supported by this server.", code="unsupported_value", param=f"{param}[{i}].type")
+        if tool.name in seen:
+            raise invalid_value(f"{param}[{i}].name", f"Invalid '{param}[{i}].name': duplicate tool name {tool.name!r}.")
+        seen.add(tool.name)
+    return list(tools)  # type: ignore[arg-type]
+
+
+def check_tool_choice(choice: ev.ToolChoice, tools: list[ev.FunctionTool], param: str) -> ev.ToolChoice:
+    if isinstance(choice, ev.ToolChoiceMcp):
+        raise RealtimeError(f"Invalid '{param}': MCP tools are not supported by this server.", code="unsupported_value", param=param)
+    if isinstance(choice, ev.ToolChoiceFunction) and choice.name not in {t.name for t in tools}:
+        raise invalid_value(f"{param}.name", f"Invalid '{param}.name': no tool named {choice.name!r} is configured.")
+    return choice
+
+
+class _Merger:
+    """Applies one ``session.update`` to a copy of the effective session."""
+
+    def __init__(self, current: SessionConfig, caps: Capabilities, prefix: str) -> None:
+        self.current = current
+        self.caps = caps
+        self.p = prefix
+
+    def apply(self, u: ev.Session) -> SessionConfig:
+        p, caps = self.p, self.caps
+        wire = self.current.wire
+        audio_in, audio_out = wire.audio.input, wire.audio.output
+        temperature = self.current.temperature
+        top: dict[str, object] = {}
+
+        if u.type is not UNSET and u.type != "realtime":
+            raise RealtimeError(
+                f"Invalid '{p}.type': only 'realtime' sessions are served here.", code="unsupported_value", param=f"{p}.type"
+            )
+        if u.model is not UNSET:
+            top["model"] = u.model
+        if u.instructions is not UNSET:
+            top["instructions"] = u.instructions
+        if u.modalities is not UNSET:
+            top["output_modalities"] = output_modalities(u.modalities, caps, f"{p}.modalities")
+        if u.output_modalities is not UNSET:
+            top["output_modalities"] = output_modalities(u.output_modalities, caps, f"{p}.output_modalities")
+        if u.temperature is not UNSET:
+            temperature = u.temperature
+
+        # --- audio.input (beta flat fields first, GA nested fields win) ---
+        if u.input_audio_format is not UNSET:
+            audio_in = structs.replace(audio_in, format=beta_format(u.input_audio_format))
+        if u.input_audio_transcription is not UNSET:
+            audio_in = structs.replace(audio_in, transcription=self._transcription(u.input_audio_transcription, f"{p}.input_audio_transcription"))
+        if u.input_audio_noise_reduction is not UNSET:
+            audio_in = structs.replace(audio_in, noise_reduction=u.input_audio_noise_reduction)
+        if u.turn_detection is not UNSET:
+            audio_in = structs.replace(audio_in, turn_detection=self._turn_detection(audio_in.turn_detection, _from_beta_vad(u.turn_detection)))
+        # --- audio.output (beta) ---
+        if u.output_audio_format is not UNSET:
+            audio_out = structs.replace(audio_out, format=beta_format(u.output_audio_format))
+        if u.voice is not UNSET:
+            audio_out = structs.replace(audio_out, voice=check_voice(u.voice, caps, f"{p}.voice"))
+        if u.speed is not UNSET:
+            audio_out = structs.replace(audio_out, speed=u.speed)
+
+        if u.audio is not UNSET:
+            a = u.audio
+            if a.input is not UNSET:
+                i, ip = a.input, f"{p}.audio.input"
+                if i.format is not UNSET:
+                    audio_in = structs.replace(audio_in, format=parse_format(i.format, f"{ip}.format"))
+                if i.transcription is not UNSET:
+                    audio_in = structs.replace(audio_in, transcription=self._transcription(i.transcription, f"{ip}.transcription"))
+                if i.noise_reduction is not UNSET:
+                    audio_in = structs.replace(audio_in, noise_reduction=i.noise_reduction)
+                if i.turn_detection is not UNSET:
+                    audio_in = structs.replace(audio_in, turn_detection=self._turn_detection(audio_in.turn_detection, i.turn_detection))
+            if a.output is not UNSET:
+                o, op = a.output, f"{p}.audio.output"
+                if o.format is not UNSET:
+                    audio_out = structs.replace(audio_out, format=parse_format(o.format, f"{op}.format"))
+                if o.voice is not UNSET:
+                    audio_out = structs.replace(audio_out, voice=check_voice(o.voice, caps, f"{op}.voice"))
+                if o.speed is not UNSET:
+                    audio_out = structs.replace(audio_out, speed=o.speed)
+
+        tools = wire.tools
+        if u.tools is not UNSET:
+            tools = top["tools"] = check_tools(u.tools, f"{p}.tools")
+        if u.tool_choice is not UNSET:
+            top["tool_choice"] = check_tool_choice(u.tool_choice, tools, f"{p}.tool_choice")
+        elif isinstance(wire.tool_choice, ev.ToolChoiceFunction) and u.tools is not UNSET:
+            check_tool_choice(wire.tool_choice, tools, f"{p}.tool_choice")
+        if u.max_response_output_tokens is not UNSET:
+            top["max_output_tokens"] = u.max_response_output_tokens
+        if u.max_output_tokens is not UNSET:
+            top["max_output_tokens"] = u.max_output_tokens
+        for name in ("tracing", "truncation", "include", "parallel_tool_calls", "reasoning"):
+            value = getattr(u, name)
+            if value is not UNSET:
+                top[name] = value
+        if u.prompt is not UNSET and u.prompt is not None:
+            raise RealtimeError(f"Invalid '{p}.prompt': prompt templates are not supported by this server.", code="unsupported_value", param=f"{p}.prompt")
+
+        wire = structs.replace(wire, audio=ev.SessionAudio(input=audio_in, output=audio_out), **top)
+        return SessionConfig(wire, caps, temperature)
+
+    def _transcription(self, t: ev.Transcription | None, param: str) -> ev.Transcription | None:
+        if t is None:
+            return None
+        if not self.caps.transcribes_input:
+            raise RealtimeError(
+                f"Invalid '{param}': the '{self.caps.name}' pipeline does not transcribe input audio.", code="unsupported_value", param=param
+            )
+        if t.model in (UNSET, None):
+            t = structs.replace(t, model=self.caps.transcription_model)
+        return t
+
+    def _turn_detection(self, current: ev.TurnDetection | None, new: ev.TurnDetection | None) -> ev.TurnDetection | None:
+        if new is None:
+            return None
+        base = current if type(current) is type(new) else (SERVER_VAD_DEFAULTS if isinstance(new, ev.ServerVad) else SEMANTIC_VAD_DEFAULTS)
+        return merge(base, new)  # type: ignore[return-value]
+
+
+def _from_beta_vad(td: ev.BetaTurnDetection | None) -> ev.TurnDetection | None:
+    if td is None:
+        return None
+    if td.type == "semantic_vad":
+        return ev.SemanticVad(eagerness=td.eagerness, create_response=td.create_response, interrupt_response=td.interrupt_response)
+    return ev.ServerVad(
+        threshold=td.threshold,
+        prefix_padding_ms=td.prefix_padding_ms,
+        silence_duration_ms=td.silence_duration_ms,
+        create_response=td.create_response,
+        interrupt_response=td.interrupt_response,
+        idle_timeout_ms=td.idle_timeout_ms,
+    )

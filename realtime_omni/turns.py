@@ -1,0 +1,139 @@
+"""Turn detection (server VAD) on webrtcvad.
+
+Audio is judged in 20 ms frames. A frame is speech when webrtcvad says so *and* its level is above
+an energy floor; ``threshold`` (0..1) sets both the webrtcvad aggressiveness and that floor, so a
+higher threshold needs louder, clearer speech, as with OpenAI's VAD.
+
+* Speech starts after 3 speech frames within 5 (60 ms of speech: a click does not start a turn).
+  ``audio_start_ms`` is the first speech frame minus ``prefix_padding_ms`` (the audio the item keeps).
+* A silence of ``pause_ms`` (shorter than the end-of-turn silence) reports ``Paused``: the user may
+  be done, and a pipeline may start speculative work. Speech again reports ``Resumed``.
+* A silence of ``silence_duration_ms`` ends the turn; ``audio_end_ms`` includes that silence
+  (the item covers it), as OpenAI reports it. Two speech frames in a row break a silence; a lone
+  one does not.
+
+All positions are in samples of the audio the detector was given since the session began.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import webrtcvad
+
+from .audio import Resampler
+from .session_config import VadSettings
+
+FRAME_MS = 20
+START_FRAMES, START_WINDOW = 3, 5
+BREAK_FRAMES = 2
+VAD_RATES = (8000, 16000, 32000, 48000)
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStarted:
+    start: int  # first sample the turn keeps (speech onset minus prefix padding)
+    onset: int  # first speech sample
+
+
+@dataclass(frozen=True, slots=True)
+class Paused:
+    at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    at: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStopped:
+    end: int  # last sample the turn keeps (includes the end-of-turn silence)
+    speech_end: int  # end of the last speech frame
+
+
+TurnEvent = SpeechStarted | Paused | Resumed | SpeechStopped
+
+
+def floor_rms(threshold: float) -> float:
+    """Energy floor in int16 RMS: -70 dBFS at threshold 0, -50 at 0.5, -30 at 1."""
+    return 32768.0 * 10 ** ((-70.0 + 40.0 * threshold) / 20.0)
+
+
+class TurnDetector:
+    def __init__(self, settings: VadSettings, rate: int, pause_ms: int = 200) -> None:
+        self.settings = settings
+        self.rate = rate
+        self._vad_rate = rate if rate in VAD_RATES else 16000
+        self._to_vad = Resampler(rate, self._vad_rate)
+        self._vad = webrtcvad.Vad(min(3, int(settings.threshold * 4)))
+        self._frame = self._vad_rate * FRAME_MS // 1000
+        self._floor_sq = floor_rms(settings.threshold) ** 2 * self._frame
+        self._scale = rate / self._vad_rate  # vad samples -> input samples
+        self._pending = np.zeros(0, np.int16)
+        self._frames = 0  # frames judged since the start
+        self._recent: deque[bool] = deque(maxlen=START_WINDOW)
+        self.in_speech = False
+        self._silence = 0
+        self._streak = 0
+        self._paused = False
+        self._last_speech_end = 0
+        ms = lambda v: max(1, round(v / FRAME_MS))  # noqa: E731
+        self._pause_frames = ms(pause_ms)
+        self._stop_frames = ms(settings.silence_duration_ms)
+        self._padding = int(settings.prefix_padding_ms * rate / 1000)
+
+    def _pos(self, frames: int) -> int:
+        return int(frames * self._frame * self._scale)
+
+    def is_speech(self, frame: np.ndarray) -> bool:
+        f = frame.astype(np.float32)
+        if float(np.dot(f, f)) < self._floor_sq:
+            return False
+        return self._vad.is_speech(frame.tobytes(), self._vad_rate)
+
+    def process(self, pcm: np.ndarray) -> list[TurnEvent]:
+        pcm = self._to_vad(pcm)
+        if len(self._pending):
+            pcm = np.concatenate((self._pending, pcm))
+        n = len(pcm) // self._frame
+        self._pending = pcm[n * self._frame :]
+        out: list[TurnEvent] = []
+        for i in range(n):
+            speech = self.is_speech(pcm[i * self._frame : (i + 1) * self._frame])
+            self._frames += 1
+            event = self._step(speech)
+            if event is not None:
+                out.append(event)
+        return out
+
+    def _step(self, speech: bool) -> TurnEvent | None:
+        if not self.in_speech:
+            self._recent.append(speech)
+            if speech and sum(self._recent) >= START_FRAMES:
+                first = self._frames - len(self._recent) + next(i for i, s in enumerate(self._recent) if s)
+                self._recent.clear()
+                self.in_speech, self._silence, self._streak, self._paused = True, 0, 0, False
+                self._last_speech_end = self._pos(self._frames)
+                onset = self._pos(first)
+                return SpeechStarted(max(0, onset - self._padding), onset)
+            return None
+        self._streak = self._streak + 1 if speech else 0
+        if speech and (self._silence == 0 or self._streak >= BREAK_FRAMES):
+            self._silence = 0
+            self._last_speech_end = self._pos(self._frames)
+            if self._paused:
+                self._paused = False
+                return Resumed(self._last_speech_end)
+            return None
+        self._silence += 1
+        if self._silence >= self._stop_frames:
+            self.in_speech = False
+            self._recent.clear()
+            return SpeechStopped(self._pos(self._frames), self._last_speech_end)
+        if self._silence == self._pause_frames and self._pause_frames < self._stop_frames:
+            self._paused = True
+            return Paused(self._pos(self._frames))
+        return None

@@ -1,0 +1,132 @@
+"""``/v1/realtime``: the OpenAI Realtime API over WebSocket.
+
+One connection is one session. Auth is ``Authorization: Bearer <key>`` or, for browsers, the
+``openai-insecure-api-key.<key>`` subprotocol; ``OpenAI-Beta: realtime=v1`` (or the
+``openai-beta.realtime-v1`` subprotocol) selects beta event names. A reader task hands each
+message to the session; a writer task sends the session's outbox, and drops a client that does
+not take an event within the send timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from starlette.responses import JSONResponse
+from starlette.routing import WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from realtime_omni.errors import RealtimeError
+from realtime_omni.protocol import events as ev
+from realtime_omni.protocol.codec import encode_server_event
+from realtime_omni.server import Server
+from realtime_omni.session import Session
+
+log = logging.getLogger(__name__)
+
+KEY_PROTOCOL = "openai-insecure-api-key."
+BETA_PROTOCOL = "openai-beta.realtime-v1"
+CLOSE_GOING_AWAY = 1001
+CLOSE_TRY_AGAIN_LATER = 1013
+CLOSE_POLICY = 1008
+
+
+def routes() -> list[WebSocketRoute]:
+    return [WebSocketRoute("/v1/realtime", realtime)]
+
+
+def _credentials(ws: WebSocket) -> tuple[str | None, bool, str | None]:
+    """(api key, beta names wanted, subprotocol to accept)."""
+    key = None
+    auth = ws.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        key = auth[7:].strip()
+    offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+    for proto in offered:
+        if proto.startswith(KEY_PROTOCOL):
+            key = key or proto[len(KEY_PROTOCOL) :]
+    beta = "realtime=v1" in ws.headers.get("openai-beta", "") or BETA_PROTOCOL in offered
+    accept = "realtime" if "realtime" in offered else None
+    return key, beta, accept
+
+
+async def _deny(ws: WebSocket, status: int, err: RealtimeError) -> None:
+    body = {"error": {"type": err.type, "code": err.code, "message": err.message, "param": err.param}}
+    if "websocket.http.response" in ws.scope.get("extensions", {}):
+        await ws.send_denial_response(JSONResponse(body, status_code=status))
+    else:
+        await ws.close(CLOSE_POLICY, err.message[:120])
+
+
+async def realtime(ws: WebSocket) -> None:
+    server: Server = ws.app.state.server
+    key, beta, subprotocol = _credentials(ws)
+    if not server.authorized(key):
+        err = RealtimeError("Missing or invalid API key (send 'Authorization: Bearer <key>').", code="invalid_api_key")
+        await _deny(ws, 401, err)
+        return
+    if "call_id" in ws.query_params:
+        err = RealtimeError(f"No call with id {ws.query_params['call_id']!r}.", code="call_not_found", param="call_id")
+        await _deny(ws, 404, err)
+        return
+    try:
+        session = server.open_session(beta=beta, transport="websocket", model=ws.query_params.get("model"))
+    except RealtimeError as err:  # full or draining: say so in the protocol, then hang up
+        await ws.accept(subprotocol)
+        error = ev.Error(event_id="event_rejected", error=ev.ErrorDetail(type=err.type, code=err.code, message=err.message, param=None, event_id=None))
+        await ws.send_text(encode_server_event(error, beta_names=beta).decode())  # type: ignore[union-attr]
+        await ws.close(CLOSE_TRY_AGAIN_LATER, "try again later")
+        return
+    await ws.accept(subprotocol)
+    try:
+        await session.start()
+        await _serve(ws, server, session)
+    finally:
+        await server.close_session(session)
+
+
+async def _serve(ws: WebSocket, server: Server, session: Session) -> None:
+    reader = asyncio.create_task(_read(ws, session), name=f"ws-read:{session.id}")
+    writer = asyncio.create_task(_write(ws, server, session), name=f"ws-write:{session.id}")
+    try:
+        done, _ = await asyncio.wait((reader, writer), return_when=asyncio.FIRST_COMPLETED)
+        if writer in done and writer.exception() is None:
+            # The session ended from our side (shutdown) and everything queued was sent.
+            with contextlib.suppress(Exception):
+                await ws.close(CLOSE_GOING_AWAY, "server shutting down")
+    finally:
+        for task in (reader, writer):
+            task.cancel()
+        for result in await asyncio.gather(reader, writer, return_exceptions=True):
+            if isinstance(result, Exception) and not isinstance(result, (ConnectionError, asyncio.TimeoutError)):
+                log.error("session %s: connection task failed", session.id, exc_info=result)
+
+
+async def _read(ws: WebSocket, session: Session) -> None:
+    while True:
+        message = await ws.receive()
+        if message["type"] == "websocket.disconnect":
+            return
+        data = message.get("text")
+        if data is None:
+            data = message.get("bytes") or b""
+        await session.handle(data)
+
+
+async def _write(ws: WebSocket, server: Server, session: Session) -> None:
+    timeout = server.config.limits.send_timeout_s
+    metrics = server.metrics
+    beta = session.beta
+    while (event := await session.outbox.get()) is not None:
+        data = encode_server_event(event, beta_names=beta)
+        if data is None:
+            continue
+        try:
+            await asyncio.wait_for(ws.send_text(data.decode()), timeout)
+        except asyncio.TimeoutError:
+            log.warning("session %s: client took no event for %.0f s; dropping it", session.id, timeout)
+            raise
+        except (WebSocketDisconnect, RuntimeError, OSError) as exc:
+            raise ConnectionError("client gone") from exc
+        metrics.event_out(event.__struct_config__.tag)
