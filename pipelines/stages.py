@@ -1,11 +1,13 @@
 """Stage graphs: each stage runs in its own task and hands chunks to the next through a bounded queue.
 
-    async for chunk in chain(thinker(request), talker, code2wav, maxsize=4): ...
+    async with chain(thinker(request), talker, code2wav, maxsize=4) as stream:
+        async for chunk in stream: ...
 
 A stage is a function from an async iterator of its input to an async iterator of its output. A
 full queue makes the producing stage wait (backpressure, never unbounded buffering). When the
-consumer stops early or is cancelled, every stage task is cancelled and every stage generator is
-closed, so their ``finally`` blocks (engine aborts) run before ``chain`` returns.
+consumer leaves the ``async with`` (done, stopped early or cancelled), every stage task is cancelled
+and every stage generator is closed, so their ``finally`` blocks (engine aborts) run before it
+returns.
 """
 
 from __future__ import annotations
@@ -70,17 +72,36 @@ class Handoff(AsyncIterator[T]):
         await asyncio.gather(self._task, return_exceptions=True)
 
 
-async def chain(
-    source: AsyncIterable[Any],
-    *stages: Callable[[AsyncIterator[Any]], AsyncIterator[Any]],
-    maxsize: int = 4,
-) -> AsyncIterator[Any]:
-    handoffs: list[Handoff[Any]] = [Handoff(source, maxsize, name="stage-0")]
-    for i, stage in enumerate(stages, 1):
-        handoffs.append(Handoff(stage(handoffs[-1]), maxsize, name=f"stage-{i}"))
-    try:
-        async for item in handoffs[-1]:
-            yield item
-    finally:
-        for h in reversed(handoffs):
+class chain(AsyncIterator[Any]):
+    """Stages joined by bounded queues. Use it as ``async with chain(...) as stream`` (or call
+    ``aclose``): leaving the block cancels every stage, even when the consumer stopped mid-way.
+
+    ``async for`` alone does not close an iterator it leaves early (that is left to the garbage
+    collector), which would let stage tasks run on; the context manager makes the end explicit.
+    """
+
+    def __init__(
+        self,
+        source: AsyncIterable[Any],
+        *stages: Callable[[AsyncIterator[Any]], AsyncIterator[Any]],
+        maxsize: int = 4,
+    ) -> None:
+        self._handoffs: list[Handoff[Any]] = [Handoff(source, maxsize, name="stage-0")]
+        for i, stage in enumerate(stages, 1):
+            self._handoffs.append(Handoff(stage(self._handoffs[-1]), maxsize, name=f"stage-{i}"))
+
+    def __aiter__(self) -> "chain":
+        return self
+
+    async def __anext__(self) -> Any:
+        return await self._handoffs[-1].__anext__()
+
+    async def aclose(self) -> None:
+        for h in reversed(self._handoffs):
             await h.aclose()
+
+    async def __aenter__(self) -> "chain":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -152,8 +152,9 @@ class SyntheticSession(PipelineSession):
                 words = words[: request.max_output_tokens]
             audio = "audio" in request.output_modalities
             talker = self._talk(request, t0) if audio else self._type_out(t0)
-            async for chunk in chain(self._think(words), talker, maxsize=4):
-                yield chunk
+            async with chain(self._think(words), talker, maxsize=4) as stream:
+                async for chunk in stream:
+                    yield chunk
             yield self._usage(request, words=len(words))
         finally:
             self.pipeline.active_responses -= 1

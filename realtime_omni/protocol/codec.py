@@ -33,13 +33,13 @@ _SUPPORTED = ", ".join(f"'{t}'" for t in sorted(events.CLIENT_EVENT_TYPES))
 def decode_client_event(data: bytes | str) -> events.ClientEvent:
     try:
         return _decoder.decode(data)
+    except msgspec.ValidationError as exc:  # (a subclass of DecodeError: catch it first)
+        raise _validation_error(data, str(exc)) from None
     except msgspec.DecodeError as exc:
         raise RealtimeError(
             f"The message is not valid JSON ({exc}). Every client event is a JSON object with a `type`.",
             code="invalid_json",
         ) from None
-    except msgspec.ValidationError as exc:
-        raise _validation_error(data, str(exc)) from None
 
 
 def _validation_error(data: bytes | str, text: str) -> RealtimeError:
@@ -53,7 +53,7 @@ def _validation_error(data: bytes | str, text: str) -> RealtimeError:
     if isinstance(envelope.event_id, str):
         event_id = envelope.event_id
     m = _PATH.search(text)
-    path = m.group(1) if m else ""
+    path = m.group(1).replace("[...]", "") if m else ""  # msgspec's "[...]": a value in a map
     message = text[: m.start()] if m else text
     field = _FIELD.search(message)
     if message.startswith("Object missing required field"):
