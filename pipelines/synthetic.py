@@ -20,6 +20,7 @@ Input transcripts are synthetic too: ``transcript`` formatted with the audio's `
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 import zlib
@@ -249,6 +250,7 @@ class SyntheticSession(PipelineSession):
         )
 
 
+@functools.lru_cache(maxsize=256)
 def tone(word: str, ms: int, rate: int) -> np.ndarray:
     """A short tone with a pitch derived from the word, faded in and out (no clicks)."""
     n = ms * rate // 1000

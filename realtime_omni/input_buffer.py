@@ -36,15 +36,16 @@ class InputBuffer:
         a, b = max(a, self.start), min(b, self.end)
         if b <= a:
             return np.zeros(0, np.int16)
-        out, pos = [], self.start
-        for chunk in self._chunks:
-            lo, hi = pos, pos + len(chunk)
-            if hi > a and lo < b:
+        # Walk from the newest chunk: slices are almost always of the most recent audio.
+        out, hi = [], self.end
+        for chunk in reversed(self._chunks):
+            lo = hi - len(chunk)
+            if lo < b:
                 out.append(chunk[max(a - lo, 0) : min(b, hi) - lo])
-            if hi >= b:
+            if lo <= a:
                 break
-            pos = hi
-        return out[0] if len(out) == 1 else np.concatenate(out)
+            hi = lo
+        return out[0] if len(out) == 1 else np.concatenate(out[::-1])
 
     def drop_before(self, pos: int) -> None:
         pos = min(pos, self.end)

@@ -30,6 +30,8 @@ def uvicorn_config(app: Starlette, server: Server, log_level: str = "info") -> u
         host=cfg.host,
         port=cfg.port,
         ws_max_size=cfg.limits.max_message_bytes,
+        # Audio in base64 hardly compresses, and deflate costs CPU and latency on every event.
+        ws_per_message_deflate=False,
         ws_ping_interval=20.0,
         ws_ping_timeout=20.0,
         timeout_graceful_shutdown=int(cfg.shutdown_grace_s) + 1,

@@ -8,7 +8,6 @@ become ``error`` events; the session always survives them.
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
 import logging
 import time
@@ -168,7 +167,7 @@ class Session:
                 param="audio",
             )
         try:
-            data = base64.b64decode(e.audio, validate=True)
+            data = binascii.a2b_base64(e.audio, strict_mode=True)
         except (binascii.Error, ValueError):
             raise invalid_value("audio", "Invalid 'audio': not valid base64.") from None
         if len(data) % fmt.sample_bytes:

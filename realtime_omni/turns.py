@@ -88,21 +88,21 @@ class TurnDetector:
     def _pos(self, frames: int) -> int:
         return int(frames * self._frame * self._scale)
 
-    def is_speech(self, frame: np.ndarray) -> bool:
-        f = frame.astype(np.float32)
-        if float(np.dot(f, f)) < self._floor_sq:
-            return False
-        return self._vad.is_speech(frame.tobytes(), self._vad_rate)
-
     def process(self, pcm: np.ndarray) -> list[TurnEvent]:
         pcm = self._to_vad(pcm)
         if len(self._pending):
             pcm = np.concatenate((self._pending, pcm))
-        n = len(pcm) // self._frame
-        self._pending = pcm[n * self._frame :]
+        size = self._frame
+        n = len(pcm) // size
+        self._pending = pcm[n * size :]
+        if not n:
+            return []
+        frames = pcm[: n * size].reshape(n, size)
+        f = frames.astype(np.float32)
+        loud = np.einsum("ij,ij->i", f, f) >= self._floor_sq  # the energy floor, all frames at once
         out: list[TurnEvent] = []
         for i in range(n):
-            speech = self.is_speech(pcm[i * self._frame : (i + 1) * self._frame])
+            speech = bool(loud[i]) and self._vad.is_speech(frames[i].tobytes(), self._vad_rate)
             self._frames += 1
             event = self._step(speech)
             if event is not None:

@@ -99,7 +99,7 @@ async def _serve(ws: WebSocket, server: Server, session: Session) -> None:
         for task in (reader, writer):
             task.cancel()
         for result in await asyncio.gather(reader, writer, return_exceptions=True):
-            if isinstance(result, Exception) and not isinstance(result, (ConnectionError, asyncio.TimeoutError)):
+            if isinstance(result, Exception) and not isinstance(result, (ConnectionError, TimeoutError)):
                 log.error("session %s: connection task failed", session.id, exc_info=result)
 
 
@@ -123,8 +123,9 @@ async def _write(ws: WebSocket, server: Server, session: Session) -> None:
         if data is None:
             continue
         try:
-            await asyncio.wait_for(ws.send_text(data.decode()), timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout):
+                await ws.send_text(data.decode())
+        except TimeoutError:
             log.warning("session %s: client took no event for %.0f s; dropping it", session.id, timeout)
             raise
         except (WebSocketDisconnect, RuntimeError, OSError) as exc:

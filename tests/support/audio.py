@@ -1,55 +1,12 @@
-"""Spoken test fixtures from espeak-ng (a real speech synthesizer), and audio measurements."""
+"""Spoken test fixtures (espeak-ng, a real speech synthesizer) and audio measurements."""
 
 from __future__ import annotations
 
-import functools
-import subprocess
-import tempfile
-import wave
-from pathlib import Path
-
 import numpy as np
 
-from realtime_omni.audio import resample
+from bench.audio import espeak, read_wav, silence, speech_bounds_ms, utterance, write_wav
 
-
-def read_wav(path: Path) -> tuple[np.ndarray, int]:
-    with wave.open(str(path), "rb") as w:
-        assert w.getsampwidth() == 2 and w.getnchannels() == 1
-        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.int16), w.getframerate()
-
-
-def write_wav(path: Path, pcm: np.ndarray, rate: int) -> None:
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.astype("<i2").tobytes())
-
-
-@functools.lru_cache(maxsize=32)
-def espeak(text: str, rate: int = 24000, voice: str = "en-us") -> np.ndarray:
-    """``text`` spoken by espeak-ng, as int16 at ``rate``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "speech.wav"
-        subprocess.run(["espeak-ng", "-v", voice, "-s", "160", "-w", str(out), text], check=True, capture_output=True)
-        pcm, native = read_wav(out)
-    return resample(pcm, native, rate)
-
-
-def silence(ms: int, rate: int = 24000) -> np.ndarray:
-    return np.zeros(rate * ms // 1000, np.int16)
-
-
-def utterance(text: str, lead_ms: int = 1000, tail_ms: int = 1500, rate: int = 24000) -> np.ndarray:
-    """Digital silence, speech, digital silence (a clean fixture for VAD timing)."""
-    return np.concatenate([silence(lead_ms, rate), espeak(text, rate), silence(tail_ms, rate)])
-
-
-def speech_bounds_ms(pcm: np.ndarray, rate: int = 24000) -> tuple[int, int]:
-    """First and last non-silent sample of a fixture, in ms."""
-    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > 64)
-    return int(loud[0] * 1000 // rate), int(loud[-1] * 1000 // rate)
+__all__ = ["espeak", "read_wav", "rms", "silence", "speech_bounds_ms", "utterance", "write_wav"]
 
 
 def rms(pcm: np.ndarray) -> float:

@@ -1,0 +1,94 @@
+"""Shared by the benchmarks: a server in its own process, percentiles, result files."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def server_process(config: dict[str, Any], startup_s: float = 600.0) -> Iterator[str]:
+    """``realtime-omni serve`` in a child process with ``config``; yields its ws base URL."""
+    port = free_port()
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump({**config, "port": port}, f)
+        path = f.name
+    log = open(Path(tempfile.gettempdir()) / f"realtime-omni-bench-{port}.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "realtime_omni", "serve", "--config", path, "--log-level", "warning"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        deadline = time.monotonic() + startup_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited during startup; see {log.name}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not become ready")
+            time.sleep(0.1)
+        yield f"ws://127.0.0.1:{port}/v1"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        os.unlink(path)
+
+
+def dist(values: list[float]) -> dict[str, float]:
+    """mean / p50 / p90 / p99 / max of a sample (ms in, ms out)."""
+    if not values:
+        return {"n": 0}
+    a = np.asarray(values, dtype=float)
+    return {
+        "n": int(a.size),
+        "mean": round(float(a.mean()), 3),
+        "p50": round(float(np.percentile(a, 50)), 3),
+        "p90": round(float(np.percentile(a, 90)), 3),
+        "p99": round(float(np.percentile(a, 99)), 3),
+        "max": round(float(a.max()), 3),
+    }
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(), "load_avg": os.getloadavg()}
+
+
+def save(name: str, result: dict[str, Any]) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(result, indent=2))
+    return path

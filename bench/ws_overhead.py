@@ -1,0 +1,80 @@
+"""Server overhead at one session: ``input_audio_buffer.commit`` -> first ``response.output_audio.delta``.
+
+The synthetic pipeline runs at zero model latency, so what is measured is the server itself
+(decode, commit, response envelope, first chunk, encode, send) plus loopback, as a client sees it.
+The client is a bare ``websockets`` connection that does as little as possible per event.
+
+    python -m bench.ws_overhead --turns 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import time
+
+import websockets
+
+from bench.audio import espeak
+from bench.common import dist, machine, save, server_process
+
+CONFIG = {
+    "pipeline": {"kind": "synthetic", "options": {"reply": "One two three.", "first_chunk_ms": 0, "chunk_ms": 40}},
+    "session": {"audio": {"input": {"turn_detection": None}}},
+    "limits": {"max_sessions": 10},
+}
+
+
+async def run(url: str, turns: int) -> list[float]:
+    speech = espeak("What time is it?")[: 24000 // 2]  # 500 ms of speech
+    appends = [
+        json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(speech[i : i + 480].tobytes()).decode()})
+        for i in range(0, len(speech), 480)
+    ]
+    commit = json.dumps({"type": "input_audio_buffer.commit"})
+    create = json.dumps({"type": "response.create"})
+    out = []
+    async with websockets.connect(f"{url}/realtime?model=bench", max_size=None) as ws:
+        while not (await ws.recv()).startswith('{"type":"conversation.created"'):
+            pass
+        for turn in range(turns + 20):
+            for msg in appends:
+                await ws.send(msg)
+            t0 = time.perf_counter()
+            await ws.send(commit)
+            await ws.send(create)
+            first = None
+            while True:
+                msg = await ws.recv()
+                if first is None and msg.startswith('{"type":"response.output_audio.delta"'):
+                    first = time.perf_counter()
+                elif msg.startswith('{"type":"response.done"'):
+                    break
+                elif msg.startswith('{"type":"error"'):
+                    raise RuntimeError(msg)
+            if turn >= 20:  # warm-up turns are not counted
+                out.append((first - t0) * 1000)
+            # keep the conversation short: the history is not what is measured here
+            if turn % 10 == 9:
+                await ws.close()
+                ws = await websockets.connect(f"{url}/realtime?model=bench", max_size=None)
+                while not (await ws.recv()).startswith('{"type":"conversation.created"'):
+                    pass
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=1000)
+    args = parser.parse_args()
+    with server_process(CONFIG) as url:
+        samples = asyncio.run(run(url, args.turns))
+    result = {"metric": "commit_to_first_audio_delta_ms", "sessions": 1, **dist(samples), "machine": machine()}
+    print(json.dumps(result, indent=2))
+    print("saved", save("ws_overhead", result))
+
+
+if __name__ == "__main__":
+    main()
