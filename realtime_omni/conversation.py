@@ -189,14 +189,17 @@ def from_wire(
         if not isinstance(c, allowed):
             kind = c.__struct_config__.tag
             raise invalid_value(f"{cp}.type", f"Invalid '{cp}.type': {kind!r} content is not allowed in a {item.role} message.")
-        if isinstance(c, (ev.InputText, ev.OutputText, ev.BetaText)):
-            parts.append(Part("text", text=c.text))
-        elif isinstance(c, ev.InputImage):
+        kind = "text" if isinstance(c, (ev.InputText, ev.OutputText, ev.BetaText)) else "audio"
+        if item.role == "user" and not isinstance(c, ev.InputImage) and kind not in caps.input_modalities:
+            raise RealtimeError(f"Invalid '{cp}': the '{caps.name}' pipeline does not take {kind} input.", code="unsupported_value", param=cp)
+        if isinstance(c, ev.InputImage):
             if not caps.images:
                 raise RealtimeError(
                     f"Invalid '{cp}': the '{caps.name}' pipeline does not take image input.", code="unsupported_value", param=cp
                 )
             parts.append(Part("image", image_url=c.image_url))
+        elif kind == "text":
+            parts.append(Part("text", text=c.text))  # type: ignore[union-attr]
         else:
             transcript = c.transcript if isinstance(c.transcript, str) else None
             audio = None

@@ -159,6 +159,8 @@ class Session:
 
     async def _on_append(self, e: ev.InputAudioBufferAppend) -> None:
         fmt = self.config.input_format
+        if "audio" not in self.caps.input_modalities:
+            raise RealtimeError(f"The '{self.caps.name}' pipeline does not take audio input.", code="unsupported_value", param="audio")
         if len(e.audio) * 3 // 4 > self.limits.max_append_bytes:
             limit = self.limits.max_append_bytes / (1024 * 1024)
             raise RealtimeError(

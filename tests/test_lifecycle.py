@@ -192,3 +192,31 @@ async def test_cli_serves_and_shuts_down_gracefully(tmp_path: Path):
             proc.kill()
         out = proc.stdout.read().decode() if proc.stdout else ""
     assert "Traceback" not in out, out
+
+
+async def test_healthz_is_ready_only_between_start_and_drain():
+    from realtime_omni.app import create_app
+    from realtime_omni.config import from_dict
+    from realtime_omni.server import Server
+
+    server = Server(from_dict(synthetic_config()))
+    transport = httpx.ASGITransport(app=create_app(server))  # the app itself, lifespan driven by hand
+    async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
+        r = await http.get("/healthz")
+        assert r.status_code == 503 and r.json()["status"] == "starting"
+        await server.start()
+        r = await http.get("/healthz")
+        assert r.status_code == 200 and r.json()["status"] == "ok"
+        await server.drain()
+        r = await http.get("/healthz")
+        assert r.status_code == 503 and r.json()["status"] == "draining"
+        await server.stop()
+
+
+async def test_invalid_session_defaults_fail_at_startup():
+    from realtime_omni.config import from_dict
+    from realtime_omni.server import Server
+
+    server = Server(from_dict(synthetic_config(session={"audio": {"output": {"voice": "nobody"}}})))
+    with pytest.raises(ValueError, match="voice"):
+        await server.start()
