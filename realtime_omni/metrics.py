@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 
 from .protocol.events import CLIENT_EVENT_TYPES
 
@@ -34,6 +37,16 @@ class Metrics:
         self._in = {t: self.events_in.labels(t) for t in CLIENT_EVENT_TYPES}
         self._in_unknown = self.events_in.labels("invalid")
         self._out: dict[str, object] = {}
+
+    def watch_pipeline(self, stats: Callable[[], dict[str, float]]) -> None:
+        """Publish the pipeline's own accounting (``Pipeline.stats``) as ``realtime_pipeline_<name>``."""
+
+        class PipelineCollector:
+            def collect(self):  # type: ignore[no-untyped-def]
+                for name, value in stats().items():
+                    yield GaugeMetricFamily(f"realtime_pipeline_{name}", f"Pipeline statistic {name}", value=value)
+
+        self.registry.register(PipelineCollector())
 
     def event_in(self, kind: str | None) -> None:
         self._in.get(kind or "", self._in_unknown).inc()

@@ -25,6 +25,7 @@ class Server:
         self.config = config
         self.metrics = Metrics()
         self.pipeline = pipeline or pipelines.create(config.pipeline.kind, config.pipeline.options)
+        self.metrics.watch_pipeline(self.pipeline.stats)
         self.sessions: set[Session] = set()
         self.defaults: SessionConfig | None = None
         self.ready = False

@@ -437,7 +437,7 @@ class Session:
                 fmt = sc.parse_format(audio.format, f"{p}.audio.output.format")
         tools = wire.tools
         if params.tools is not UNSET:
-            tools = sc.check_tools(params.tools, f"{p}.tools")
+            tools = sc.check_tools(params.tools, caps, f"{p}.tools")
         choice = wire.tool_choice
         if params.tool_choice is not UNSET:
             choice = params.tool_choice

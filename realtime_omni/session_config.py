@@ -153,7 +153,9 @@ def check_voice(voice: ev.Voice, caps: Capabilities, param: str) -> ev.Voice:
     return voice
 
 
-def check_tools(tools: list[ev.Tool], param: str) -> list[ev.FunctionTool]:
+def check_tools(tools: list[ev.Tool], caps: Capabilities, param: str) -> list[ev.FunctionTool]:
+    if tools and not caps.tools:
+        raise RealtimeError(f"Invalid '{param}': the '{caps.name}' pipeline cannot call tools.", code="unsupported_value", param=param)
     seen: set[str] = set()
     for i, tool in enumerate(tools):
         if isinstance(tool, ev.McpTool):
@@ -242,7 +244,7 @@ class _Merger:
 
         tools = wire.tools
         if u.tools is not UNSET:
-            tools = top["tools"] = check_tools(u.tools, f"{p}.tools")
+            tools = top["tools"] = check_tools(u.tools, caps, f"{p}.tools")
         if u.tool_choice is not UNSET:
             top["tool_choice"] = check_tool_choice(u.tool_choice, tools, f"{p}.tool_choice")
         elif isinstance(wire.tool_choice, ev.ToolChoiceFunction) and u.tools is not UNSET:

@@ -141,6 +141,7 @@ async def test_healthz_and_metrics(server):
     assert 'realtime_errors_total{code="invalid_value"}' in text
     assert 'realtime_server_events_total{type="session.created"}' in text
     assert "realtime_response_first_audio_seconds_bucket" in text
+    assert "realtime_pipeline_open_sessions" in text and "realtime_pipeline_active_responses 0.0" in text
 
 
 def _free_port() -> int:
