@@ -60,8 +60,8 @@ class ServerThread:
         self.uvicorn.should_exit = True
         self._thread.join(timeout=30)
 
-    def call(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` on the server's loop (a coroutine function is awaited) and return its result."""
+    def _submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        """Run ``fn`` on the server's loop (a coroutine function is awaited there)."""
         assert self.loop is not None
 
         async def run() -> Any:
@@ -70,19 +70,15 @@ class ServerThread:
                 result = await result
             return result
 
-        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout=30)
+        return asyncio.run_coroutine_threadsafe(run(), self.loop)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """``fn``'s result, computed on the server's loop (from a thread that is not that loop)."""
+        return self._submit(fn).result(timeout=30)
 
     async def acall(self, fn: Callable[[], T]) -> T:
-        assert self.loop is not None
-
-        async def run() -> Any:
-            result = fn()
-            if asyncio.iscoroutine(result):
-                result = await result
-            return result
-
-        future: concurrent.futures.Future[Any] = asyncio.run_coroutine_threadsafe(run(), self.loop)
-        return await asyncio.wrap_future(future)
+        """The same, awaited from another event loop (the tests')."""
+        return await asyncio.wrap_future(self._submit(fn))
 
     def session_tasks(self) -> list[str]:
         """Names of the server loop's tasks that belong to a realtime session."""
