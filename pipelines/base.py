@@ -151,16 +151,7 @@ class Usage:
     hit_max_tokens: bool = False  # generation stopped at max_output_tokens
 
 
-@dataclass(slots=True)
-class StageMark:
-    """A pipeline-internal moment worth reporting (e.g. ``asr_done``, ``first_token``): the session
-    turns these into per-stage timings in ``response.done``."""
-
-    name: str
-    at: float  # time.perf_counter()
-
-
-OutputChunk = Union[TextDelta, AudioChunk, ToolCall, Usage, StageMark]
+OutputChunk = Union[TextDelta, AudioChunk, ToolCall, Usage]
 
 
 @dataclass

@@ -41,7 +41,6 @@ from .base import (
     Pipeline,
     PipelineSession,
     ResponseRequest,
-    StageMark,
     TextDelta,
     ToolCall,
     Transcript,
@@ -203,8 +202,6 @@ class SyntheticSession(PipelineSession):
                 yield TextDelta(text)
                 for start in range(0, len(pcm), chunk):
                     await self._wait_until(t0, index)
-                    if index == 0:
-                        yield StageMark("first_audio", time.perf_counter())
                     index += 1
                     yield AudioChunk(pcm[start : start + chunk])
 

@@ -93,9 +93,6 @@ class Conversation:
         i = self.items.index(item)
         return self.items[i - 1].id if i > 0 else None
 
-    def last_id(self) -> str | None:
-        return self.items[-1].id if self.items else None
-
     def add(self, item: ContextItem, previous_item_id: str | None = None) -> tuple[str | None, list[str]]:
         """Insert after ``previous_item_id`` (``"root"``: at the start; None: at the end).
         Returns the id of the item before it and the ids evicted to stay within bounds."""

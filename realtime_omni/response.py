@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from pipelines.base import AudioChunk, FunctionCall, Message, Part, ResponseRequest, StageMark, TextDelta, ToolCall, Usage
+from pipelines.base import AudioChunk, FunctionCall, Message, Part, ResponseRequest, TextDelta, ToolCall, Usage
 
 from .audio import OutputConverter, WireFormat
 from .conversation import Alignment, to_wire
@@ -67,7 +67,6 @@ class ResponseRun:
         self.started_at = started_at  # when the user's turn ended / response.create arrived
         self.output: list[Message | FunctionCall] = []
         self.usage = Usage()
-        self.marks: dict[str, float] = {}
         self.status: str = "in_progress"
         self.cancel_reason: CancelReason | None = None
         self.cancel_requested_at = 0.0
@@ -159,8 +158,6 @@ class ResponseRun:
                         await self._on_tool_call(chunk)
                     elif isinstance(chunk, Usage):
                         self.usage = chunk
-                    elif isinstance(chunk, StageMark):
-                        self.marks[chunk.name] = chunk.at
             self._finishing = True
             self.status = "completed"
             if self.usage.hit_max_tokens:

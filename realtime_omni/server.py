@@ -72,7 +72,7 @@ class Server:
         defaults = self.defaults
         if model and model != defaults.wire.model:
             defaults = defaults.updated(ev.Session(model=model), self.pipeline.capabilities)
-        session = Session(self.pipeline, defaults, limits, self.metrics, beta=beta, transport=transport)
+        session = Session(self.pipeline, defaults, limits, self.metrics, beta=beta)
         self.sessions.add(session)
         self.metrics.sessions_total.labels(transport).inc()
         self.metrics.sessions_active.set(len(self.sessions))

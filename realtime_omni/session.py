@@ -57,14 +57,12 @@ class Session:
         metrics: Metrics,
         *,
         beta: bool = False,
-        transport: str = "websocket",
     ) -> None:
         self.id = new_id("sess")
         self.caps = pipeline.capabilities
         self.limits = limits
         self.metrics = metrics
         self.beta = beta
-        self.transport = transport
         self.config = defaults
         self.pipe = pipeline.open(self.id)
         self.outbox = Outbox(limits.outbox_events)
@@ -541,7 +539,10 @@ class Session:
         start, end = max(self.buffer.start, idle_from or 0), self.buffer.end
         await self.emit(ev.InputAudioBufferTimeoutTriggered(audio_start_ms=self.ms(start), audio_end_ms=self.ms(end), item_id=item_id))
         await self._commit(item_id, start, end)
-        await self._start_response(ev.ResponseParams(), started_at=time.perf_counter())
+        try:
+            await self._start_response(ev.ResponseParams(), started_at=time.perf_counter())
+        except RealtimeError as err:  # e.g. the session's tool_choice no longer fits its tools
+            await self._send(err)
 
     # ================================================================== ending
 
