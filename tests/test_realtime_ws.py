@@ -445,3 +445,18 @@ async def test_idle_timeout_prompts_the_user(server):
             assert (await c.expect("response.created")).response.id != done.response.id
         finally:
             streamer.cancel()
+
+
+async def test_output_audio_buffer_clear_cuts_the_response(make_server):
+    srv = make_server(chunk_interval_ms=40, reply=" ".join(["word"] * 40))
+    async with connect(srv.ws_base) as c:
+        await c.expect("session.created")
+        await c.send({"type": "response.create"})
+        created = await c.expect("response.created")
+        await c.expect("response.output_audio.delta")
+        await c.send({"type": "output_audio_buffer.clear"})
+        events = await c.until("output_audio_buffer.cleared")
+        done = next(e for e in events if e.type == "response.done")
+        assert done.response.id == created.response.id and done.response.status == "cancelled"
+        assert events[-1].response_id == created.response.id
+        assert not [e for e in events[events.index(done):] if e.type == "response.output_audio.delta"]
