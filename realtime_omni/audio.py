@@ -7,10 +7,13 @@ in, and the pipeline's output rate to the wire once on the way out; nothing else
 
 from __future__ import annotations
 
+import binascii
 import enum
 
 import numpy as np
 import soxr
+
+from .errors import invalid_value
 
 # ---------------------------------------------------------------------------------------------
 # G.711 (ITU-T G.711, as in the classic reference implementation and the old stdlib ``audioop``)
@@ -115,6 +118,19 @@ class WireFormat(enum.Enum):
 
     def duration_ms(self, nbytes: int) -> float:
         return nbytes / self.sample_bytes * 1000.0 / self.rate
+
+
+def wire_bytes(b64: str, fmt: WireFormat, param: str) -> bytes:
+    """Base64 audio from a client event, checked: valid base64 and whole samples of ``fmt``."""
+    try:
+        data = binascii.a2b_base64(b64, strict_mode=True)
+    except (binascii.Error, ValueError):
+        raise invalid_value(param, f"Invalid '{param}': not valid base64.") from None
+    if len(data) % fmt.sample_bytes:
+        raise invalid_value(
+            param, f"Invalid '{param}': {fmt.mime} audio is {fmt.sample_bytes}-byte samples, got {len(data)} bytes."
+        )
+    return data
 
 
 # ---------------------------------------------------------------------------------------------

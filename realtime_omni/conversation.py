@@ -12,7 +12,6 @@ transcripts, which is all a pipeline needs for history).
 from __future__ import annotations
 
 import base64
-import binascii
 import re
 from collections.abc import Iterator
 
@@ -21,7 +20,7 @@ from msgspec import UNSET
 
 from pipelines.base import Capabilities, ContextItem, FunctionCall, FunctionResult, Message, Part
 
-from .audio import WireFormat, resample
+from .audio import WireFormat, resample, wire_bytes
 from .errors import RealtimeError, invalid_value
 from .ids import new_id
 from .protocol import events as ev
@@ -151,13 +150,7 @@ class Conversation:
 
 
 def decode_audio(b64: str, fmt: WireFormat, rate: int, param: str) -> np.ndarray:
-    try:
-        data = base64.b64decode(b64, validate=True)
-    except (binascii.Error, ValueError):
-        raise invalid_value(param, f"Invalid '{param}': not valid base64.") from None
-    if len(data) % fmt.sample_bytes:
-        raise invalid_value(param, f"Invalid '{param}': {fmt.mime} audio must be a whole number of {fmt.sample_bytes}-byte samples.")
-    return resample(fmt.decode(data), fmt.rate, rate)
+    return resample(fmt.decode(wire_bytes(b64, fmt, param)), fmt.rate, rate)
 
 
 def encode_audio(pcm: np.ndarray, rate: int, fmt: WireFormat) -> str:
@@ -186,14 +179,14 @@ def from_wire(
         if not isinstance(c, allowed):
             kind = c.__struct_config__.tag
             raise invalid_value(f"{cp}.type", f"Invalid '{cp}.type': {kind!r} content is not allowed in a {item.role} message.")
-        kind = "text" if isinstance(c, (ev.InputText, ev.OutputText, ev.BetaText)) else "audio"
-        if item.role == "user" and not isinstance(c, ev.InputImage) and kind not in caps.input_modalities:
+        if isinstance(c, ev.InputImage):
+            kind, accepted = "image", caps.images
+        else:
+            kind = "text" if isinstance(c, (ev.InputText, ev.OutputText, ev.BetaText)) else "audio"
+            accepted = item.role != "user" or kind in caps.input_modalities
+        if not accepted:
             raise RealtimeError(f"Invalid '{cp}': the '{caps.name}' pipeline does not take {kind} input.", code="unsupported_value", param=cp)
         if isinstance(c, ev.InputImage):
-            if not caps.images:
-                raise RealtimeError(
-                    f"Invalid '{cp}': the '{caps.name}' pipeline does not take image input.", code="unsupported_value", param=cp
-                )
             parts.append(Part("image", image_url=c.image_url))
         elif kind == "text":
             parts.append(Part("text", text=c.text))  # type: ignore[union-attr]

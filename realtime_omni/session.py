@@ -8,7 +8,6 @@ become ``error`` events; the session always survives them.
 from __future__ import annotations
 
 import asyncio
-import binascii
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -21,7 +20,7 @@ from msgspec import UNSET
 from pipelines.base import FunctionCall, Message, Part, Pipeline, ResponseRequest, Tool
 
 from . import session_config as sc
-from .audio import InputConverter, ms_to_samples, samples_to_ms
+from .audio import InputConverter, ms_to_samples, samples_to_ms, wire_bytes
 from .config import Limits
 from .conversation import Conversation, from_wire, to_wire
 from .errors import RealtimeError, invalid_value
@@ -166,15 +165,7 @@ class Session:
                 code="string_above_max_length",
                 param="audio",
             )
-        try:
-            data = binascii.a2b_base64(e.audio, strict_mode=True)
-        except (binascii.Error, ValueError):
-            raise invalid_value("audio", "Invalid 'audio': not valid base64.") from None
-        if len(data) % fmt.sample_bytes:
-            raise invalid_value(
-                "audio", f"Invalid 'audio': {fmt.mime} audio is {fmt.sample_bytes}-byte samples, got {len(data)} bytes."
-            )
-        await self.push_audio(self._input(data))
+        await self.push_audio(self._input(wire_bytes(e.audio, fmt, "audio")))
 
     async def push_audio(self, pcm: np.ndarray) -> None:
         """Audio at the pipeline's input rate, from an append or a media transport."""

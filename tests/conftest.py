@@ -47,6 +47,13 @@ def server(make_server: Any) -> ServerThread:
     return make_server()
 
 
+@pytest.fixture(scope="session")
+def slow_server(make_server: Any) -> ServerThread:
+    """Answers with 40 words (9.6 s of audio) paced in real time: a response still running when a
+    test interrupts, cancels or abandons it."""
+    return make_server(chunk_interval_ms=40, reply=" ".join(["word"] * 40))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _need_espeak() -> None:
     if shutil.which("espeak-ng") is None:

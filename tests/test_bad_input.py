@@ -142,8 +142,8 @@ async def test_buffer_cap_in_manual_mode(make_server):
         await c.expect("input_audio_buffer.committed")
 
 
-async def test_response_while_one_is_active(make_server):
-    srv = make_server(chunk_interval_ms=40, reply=" ".join(["word"] * 40))
+async def test_response_while_one_is_active(slow_server):
+    srv = slow_server
     async with connect(srv.ws_base) as c:
         await c.expect("session.created")
         await c.send({"type": "response.create"})

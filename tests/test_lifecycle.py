@@ -23,9 +23,6 @@ from tests.support.client import connect
 from tests.support.server import ServerThread
 from tests.conftest import synthetic_config
 
-LONG = {"chunk_interval_ms": 40, "reply": " ".join(["word"] * 60)}
-
-
 async def wait_until(predicate, timeout=10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -35,8 +32,8 @@ async def wait_until(predicate, timeout=10.0):
     return False
 
 
-async def test_vanished_client_leaves_nothing_behind(make_server):
-    srv = make_server(**LONG)
+async def test_vanished_client_leaves_nothing_behind(slow_server):
+    srv = slow_server
     pipeline = srv.server.pipeline
     async with connect(srv.ws_base) as c:
         await c.expect("session.created")

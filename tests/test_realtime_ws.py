@@ -130,8 +130,8 @@ async def test_server_vad_turn_timing_and_incremental_feed(server):
     assert pauses >= 1  # the short silence before the end of the turn was reported
 
 
-async def test_barge_in_cancels_at_once_and_keeps_only_sent_audio(make_server):
-    srv = make_server(chunk_interval_ms=40, reply=" ".join(["word"] * 40))
+async def test_barge_in_cancels_at_once_and_keeps_only_sent_audio(slow_server):
+    srv = slow_server
     async with connect(srv.ws_base) as c:
         await c.expect("session.created")
         await c.send({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Tell me a long story."}]}})
@@ -165,8 +165,8 @@ async def test_barge_in_cancels_at_once_and_keeps_only_sent_audio(make_server):
         assert (await c.expect("response.done")).response.status == "cancelled"
 
 
-async def test_response_cancel(make_server):
-    srv = make_server(chunk_interval_ms=40, reply=" ".join(["word"] * 40))
+async def test_response_cancel(slow_server):
+    srv = slow_server
     async with connect(srv.ws_base) as c:
         await c.expect("session.created")
         await c.send({"type": "response.create"})
@@ -281,8 +281,8 @@ async def test_out_of_band_response_stays_out_of_the_conversation(server):
         assert (await c.expect("error")).error.code == "item_retrieve_invalid_item_id"
 
 
-async def test_out_of_band_runs_beside_an_in_band_response(make_server):
-    srv = make_server(chunk_interval_ms=40, reply=" ".join(["word"] * 20))
+async def test_out_of_band_runs_beside_an_in_band_response(slow_server):
+    srv = slow_server
     async with connect(srv.ws_base) as c:
         await c.expect("session.created")
         await c.send({"type": "response.create"})
@@ -447,8 +447,8 @@ async def test_idle_timeout_prompts_the_user(server):
             streamer.cancel()
 
 
-async def test_output_audio_buffer_clear_cuts_the_response(make_server):
-    srv = make_server(chunk_interval_ms=40, reply=" ".join(["word"] * 40))
+async def test_output_audio_buffer_clear_cuts_the_response(slow_server):
+    srv = slow_server
     async with connect(srv.ws_base) as c:
         await c.expect("session.created")
         await c.send({"type": "response.create"})
