@@ -10,6 +10,7 @@ from .base import Pipeline
 
 KINDS = {
     "synthetic": "pipelines.synthetic",
+    "cascade": "pipelines.cascade",
 }
 
 

@@ -151,7 +151,17 @@ class Usage:
     hit_max_tokens: bool = False  # generation stopped at max_output_tokens
 
 
-OutputChunk = Union[TextDelta, AudioChunk, ToolCall, Usage]
+@dataclass(slots=True)
+class StageTimes:
+    """When each stage of this response produced its first output, in ms from the moment the
+    response was requested (``respond`` called). Negative: done ahead, speculatively, while the user
+    was still in their turn. Names are the pipeline's own (e.g. ``asr``, ``thinker_first_token``,
+    ``first_clause``, ``first_audio``). Yielded once, at the end; optional."""
+
+    stages: dict[str, float]
+
+
+OutputChunk = Union[TextDelta, AudioChunk, ToolCall, Usage, StageTimes]
 
 
 @dataclass
@@ -171,9 +181,11 @@ class PipelineSession(abc.ABC):
     def feed(self, pcm: np.ndarray) -> None:
         """Audio of the open input buffer, as it arrives."""
 
-    def pause(self) -> None:
+    def pause(self, request: ResponseRequest | None) -> None:
         """A short silence: the user may be done. Speculative work may start; none of it may
-        reach the client unless the turn is then committed."""
+        reach the client unless the turn is then committed. ``request`` is the response the
+        session would request if the turn ended now, its ``items`` being the conversation *before*
+        the open turn (the audio fed so far is the turn); None when no response would follow."""
 
     def resume(self) -> None:
         """Speech resumed after ``pause``: speculative work is void."""

@@ -112,7 +112,7 @@ class SyntheticSession(PipelineSession):
         self.fed_samples += len(pcm)
         self._open_samples += len(pcm)
 
-    def pause(self) -> None:
+    def pause(self, request: ResponseRequest | None) -> None:
         self.pauses += 1
 
     def resume(self) -> None:

@@ -43,6 +43,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     limits: Limits = msgspec.field(default_factory=Limits)
     session: ev.Session = msgspec.field(default_factory=ev.Session)  # defaults for new sessions (GA shape)
     shutdown_grace_s: float = 5.0
+    timings_log: str | None = None  # append one JSON line per finished response (stage timings)
 
 
 def resolve(name_or_path: str) -> Path:

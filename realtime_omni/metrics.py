@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -12,8 +16,12 @@ from .protocol.events import CLIENT_EVENT_TYPES
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 
+log = logging.getLogger(__name__)
+
+
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, timings_log: str | None = None) -> None:
+        self.timings_log = Path(timings_log) if timings_log else None
         self.registry = r = CollectorRegistry()
         self.sessions_active = Gauge("realtime_sessions_active", "Sessions open now", registry=r)
         self.sessions_total = Counter("realtime_sessions", "Sessions opened", ["transport"], registry=r)
@@ -33,6 +41,13 @@ class Metrics:
         )
         self.cancel_latency = Histogram(
             "realtime_cancel_seconds", "From a cancel request (barge-in, response.cancel) to response.done", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.stage_seconds = Histogram(
+            "realtime_stage_seconds",
+            "From the response trigger to each pipeline stage's first output (stages done ahead, speculatively, count as 0)",
+            ["stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self._in = {t: self.events_in.labels(t) for t in CLIENT_EVENT_TYPES}
         self._in_unknown = self.events_in.labels("invalid")
@@ -56,6 +71,18 @@ class Metrics:
         if counter is None:
             counter = self._out[kind] = self.events_out.labels(kind)
         counter.inc()  # type: ignore[attr-defined]
+
+    def response_timings(self, record: dict[str, Any]) -> None:
+        """One finished response's timings: per-stage histograms, and a JSON line in the timings
+        log when one is configured (``timings_log``; the benchmarks read it)."""
+        for stage, ms in record.get("stages", {}).items():
+            self.stage_seconds.labels(stage).observe(max(0.0, ms / 1000.0))
+        if self.timings_log is not None:
+            try:
+                with open(self.timings_log, "a") as f:
+                    f.write(json.dumps(record) + "\n")
+            except OSError as exc:
+                log.warning("cannot write the timings log %s: %s", self.timings_log, exc)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

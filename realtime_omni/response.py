@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from pipelines.base import AudioChunk, FunctionCall, Message, Part, ResponseRequest, TextDelta, ToolCall, Usage
+from pipelines.base import AudioChunk, FunctionCall, Message, Part, ResponseRequest, StageTimes, TextDelta, ToolCall, Usage
 
 from .audio import OutputConverter, WireFormat
 from .conversation import Alignment, to_wire
@@ -73,6 +73,7 @@ class ResponseRun:
         self.first_audio_at = 0.0
         self.done_at = 0.0
         self.audio_seconds_sent = 0.0
+        self.stage_times: dict[str, float] = {}  # the pipeline's own per-stage timings (StageTimes)
         self.task: asyncio.Task[None] | None = None
         self._finishing = False
         self.muted = False
@@ -158,6 +159,8 @@ class ResponseRun:
                         await self._on_tool_call(chunk)
                     elif isinstance(chunk, Usage):
                         self.usage = chunk
+                    elif isinstance(chunk, StageTimes):
+                        self.stage_times = chunk.stages
             self._finishing = True
             self.status = "completed"
             if self.usage.hit_max_tokens:

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 class Server:
     def __init__(self, config: ServerConfig, pipeline: Pipeline | None = None) -> None:
         self.config = config
-        self.metrics = Metrics()
+        self.metrics = Metrics(config.timings_log)
         self.pipeline = pipeline or pipelines.create(config.pipeline.kind, config.pipeline.options)
         self.metrics.watch_pipeline(self.pipeline.stats)
         self.sessions: set[Session] = set()

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from msgspec import UNSET
@@ -187,7 +187,7 @@ class Session:
                 await self._speech_started(event)
             elif isinstance(event, Paused):
                 self._feed_to(event.at)
-                self.pipe.pause()
+                self.pipe.pause(self._speculative_request())
             elif isinstance(event, Resumed):
                 self._feed_to(event.at)
                 self.pipe.resume()
@@ -230,6 +230,17 @@ class Session:
         vad = self.config.vad
         if vad is not None and vad.create_response and self.active is None:
             await self._start_response(ev.ResponseParams(), started_at=time.perf_counter())
+
+    def _speculative_request(self) -> ResponseRequest | None:
+        """The request a response would get if the open turn ended now (its items: the conversation
+        before the turn), or None when none would follow automatically."""
+        vad = self.config.vad
+        if vad is None or not vad.create_response or self.active is not None or self.ending:
+            return None
+        try:
+            return self._build_request(ev.ResponseParams())[0]
+        except RealtimeError:
+            return None  # the response itself will report it
 
     async def _end_turn_now(self) -> None:
         self._reset_detector()
@@ -406,6 +417,21 @@ class Session:
         return run
 
     def _build_run(self, params: ev.ResponseParams, in_band: bool, started_at: float) -> ResponseRun:
+        request, voice, fmt, max_tokens = self._build_request(params)
+        return ResponseRun(
+            self,
+            request,
+            in_band=in_band,
+            output_format=sc.wire_format(fmt),
+            voice=voice,
+            max_output_tokens=max_tokens,
+            metadata=params.metadata if params.metadata is not UNSET else None,
+            started_at=started_at,
+        )
+
+    def _build_request(self, params: ev.ResponseParams) -> tuple[ResponseRequest, ev.Voice, Any, int | Literal["inf"]]:
+        """The pipeline request for ``params`` over this session's settings, and the wire settings
+        (voice, audio format, max tokens) the response reports."""
         cfg, caps, wire = self.config, self.caps, self.config.wire
         p = "response"
         modalities = wire.output_modalities
@@ -451,16 +477,7 @@ class Session:
             tools=[Tool(t.name, t.description or "", t.parameters or {}) for t in tools],  # type: ignore[union-attr]
             tool_choice=choice.name if isinstance(choice, ev.ToolChoiceFunction) else choice,  # type: ignore[arg-type]
         )
-        return ResponseRun(
-            self,
-            request,
-            in_band=in_band,
-            output_format=sc.wire_format(fmt),
-            voice=voice,
-            max_output_tokens=max_tokens,
-            metadata=params.metadata if params.metadata is not UNSET else None,
-            started_at=started_at,
-        )
+        return request, voice, fmt, max_tokens
 
     def _response_input(self, params: ev.ResponseParams) -> list[Any]:
         items: list[Any] = []
@@ -496,6 +513,10 @@ class Session:
         self.metrics.response_duration.observe(run.done_at - run.started_at)
         if run.cancel_requested_at:
             self.metrics.cancel_latency.observe(run.done_at - run.cancel_requested_at)
+        first_audio = round((run.first_audio_at - run.started_at) * 1000, 1) if run.first_audio_at else None
+        self.metrics.response_timings(
+            {"response_id": run.id, "session_id": self.id, "status": run.status, "first_audio_ms": first_audio, "stages": run.stage_times}
+        )
         u = run.usage
         if run.in_band:
             self._context_tokens = u.input_tokens + u.output_tokens

