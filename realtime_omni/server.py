@@ -6,6 +6,7 @@ import asyncio
 import hmac
 import logging
 import time
+from collections.abc import Callable
 
 import pipelines
 from pipelines.base import Pipeline
@@ -31,6 +32,9 @@ class Server:
         self.ready = False
         self.draining = False
         self.started_at = time.time()
+        self.startup_error: str | None = None
+        self.on_fatal: Callable[[], None] | None = None  # set by the runner: stop serving
+        self._starting: asyncio.Task[None] | None = None
 
     @property
     def healthy(self) -> bool:
@@ -47,7 +51,27 @@ class Server:
         self.ready = True
         log.info("ready: pipeline %s", caps.name)
 
+    def start_in_background(self) -> None:
+        """Load the pipeline while HTTP already answers (``/healthz``: 503 "starting" until ready).
+        A failure is logged, reported by ``/healthz`` and stops the server."""
+
+        async def run() -> None:
+            try:
+                await self.start()
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                log.exception("startup failed")
+                self.startup_error = f"{type(exc).__name__}: {exc}"
+                if self.on_fatal is not None:
+                    self.on_fatal()
+
+        self._starting = asyncio.create_task(run(), name="server-start")
+
     async def stop(self) -> None:
+        if self._starting is not None and not self._starting.done():
+            self._starting.cancel()
+            await asyncio.gather(self._starting, return_exceptions=True)
         await self.drain()
         self.ready = False
         await self.pipeline.stop()

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import yaml
 
 from tests.support.server import ServerThread
 
@@ -58,3 +62,41 @@ def slow_server(make_server: Any) -> ServerThread:
 def _need_espeak() -> None:
     if shutil.which("espeak-ng") is None:
         pytest.fail("espeak-ng is required for the spoken fixtures (apt-get install espeak-ng)")
+
+
+class CpuServer:
+    """``realtime-omni serve`` with the embedded CPU cascade (configs/cpu.yaml), in its own process
+    (vLLM starts its engine in a child process), shared by every test that needs it."""
+
+    def __init__(self, ws_base: str, timings_log: Path) -> None:
+        self.ws_base = ws_base
+        self.http = ws_base.replace("ws://", "http://").removesuffix("/v1")
+        self.timings_log = timings_log
+
+    def stats(self) -> dict[str, float]:
+        """The pipeline's own accounting and vLLM's counters, as /metrics publishes them."""
+        text = httpx.get(f"{self.http}/metrics", timeout=10).text
+        prefix = "realtime_pipeline_"
+        return {
+            line.split()[0][len(prefix) :]: float(line.split()[1]) for line in text.splitlines() if line.startswith(prefix)
+        }
+
+    def timings(self) -> list[dict[str, Any]]:
+        lines = self.timings_log.read_text().splitlines() if self.timings_log.exists() else []
+        return [json.loads(line) for line in lines]
+
+
+def cpu_config(**thinker: Any) -> dict[str, Any]:
+    config = yaml.safe_load((Path(__file__).parent.parent / "configs" / "cpu.yaml").read_text())
+    config["pipeline"]["options"]["thinker"].update(thinker)
+    return config
+
+
+@pytest.fixture(scope="session")
+def cpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CpuServer]:
+    from bench.common import server_process
+
+    log = tmp_path_factory.mktemp("cpu") / "timings.jsonl"
+    # three sentences at most: answers long enough to interrupt while the thinker still writes
+    with server_process({**cpu_config(max_sentences=3), "timings_log": str(log)}, startup_s=900) as ws_base:
+        yield CpuServer(ws_base, log)

