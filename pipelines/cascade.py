@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import msgspec
 import numpy as np
@@ -55,12 +56,14 @@ class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     asr_model: str = "whisper-tiny.en"  # or whisper-base
     asr_threads: int = 2
     asr_beam_size: int = 1
+    asr_window: Literal["fit", "full"] = "fit"  # fit: encode the clip + 1 s, not Whisper's whole 30 s window
     thinker: ThinkerOptions = msgspec.field(default_factory=ThinkerOptions)
     voice: str = "piper-joe"
     tts_threads: int = 1
     speculate: bool = True  # incremental prefill: work ahead at pauses (off: only after the turn ends)
     async_chunk: bool = True  # speak clause by clause (off: the whole answer, then audio)
-    first_clause_words: int = 2
+    first_clause_words: int = 1  # the first clause may be one word ("Sure,"): it sets the first audio
+    first_clause_max_words: int = 10  # failing punctuation, cut the first clause before a joining word or here
     clause_words: int = 5
     chunk_ms: int = 100  # audio per chunk sent on
     buffer_chunks: int = 256  # output buffered ahead of the consumer, per response
@@ -174,7 +177,7 @@ class CascadePipeline(Pipeline):
         from .listener import WhisperListener
 
         t0 = time.monotonic()
-        self.listener = await loop.run_in_executor(self.asr_pool, lambda: WhisperListener(asr_dir, o.asr_threads, o.asr_beam_size))
+        self.listener = await loop.run_in_executor(self.asr_pool, lambda: WhisperListener(asr_dir, o.asr_threads, o.asr_beam_size, window=o.asr_window))
         onnx = next(voice_dir.glob("*.onnx"))
         self.talker = await loop.run_in_executor(self.tts_pool, lambda: PiperTalker(str(onnx), str(onnx) + ".json", o.tts_threads))
         if self.talker.rate != self.capabilities.output_rate:
@@ -354,7 +357,7 @@ class CascadeSession(PipelineSession):
 
         async def split(deltas: AsyncIterator[str]) -> AsyncIterator[str]:
             if o.async_chunk:
-                async for clause in clauses(deltas, o.first_clause_words, o.clause_words):
+                async for clause in clauses(deltas, o.first_clause_words, o.clause_words, o.first_clause_max_words):
                     times.setdefault("first_clause", time.perf_counter())
                     yield clause
             else:  # the ablation: the whole answer first

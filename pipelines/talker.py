@@ -14,29 +14,37 @@ import numpy as np
 
 # a boundary: clause punctuation, optional closing quotes/brackets, then whitespace
 BOUNDARY = re.compile(r"[.!?;:,]+[\"')\]]*\s")
+# words a clause can start with: a phrase break before them sounds natural
+JOINERS = frozenset("and but or so because that which who when while if then to for with as than".split())
 MAX_CLAUSE_WORDS = 24
 
 
-def cut(text: str, min_words: int) -> int:
+def cut(text: str, min_words: int, max_words: int = MAX_CLAUSE_WORDS) -> int:
     """Where the first clause of ``text`` ends (an index), or 0 when no clause is complete yet: at
-    the first boundary with at least ``min_words`` words before it, or after MAX_CLAUSE_WORDS words."""
+    the first punctuation boundary with at least ``min_words`` words before it; failing that, before
+    a joining word ("and", "because", ...) once ``max_words // 2`` words are in, or after
+    ``max_words`` words. Only complete words count (a word is complete once whitespace follows)."""
     for m in BOUNDARY.finditer(text):
         if len(text[: m.end()].split()) >= min_words:
             return m.end()
     words = list(re.finditer(r"\S+\s", text))
-    if len(words) >= MAX_CLAUSE_WORDS:
-        return words[MAX_CLAUSE_WORDS - 1].end()
+    for i in range(max(1, max_words // 2), min(len(words), max_words)):
+        if words[i].group().strip().lower() in JOINERS:
+            return words[i - 1].end()
+    if len(words) >= max_words:
+        return words[max_words - 1].end()
     return 0
 
 
-async def clauses(deltas: AsyncIterator[str], first_words: int = 2, words: int = 5) -> AsyncIterator[str]:
+async def clauses(deltas: AsyncIterator[str], first_words: int = 1, words: int = 5, first_max: int = 10) -> AsyncIterator[str]:
     """Regroup text deltas into clauses (whitespace kept, so the clauses concatenate to the text).
-    The first clause may be short: it decides when the first audio exists."""
+    The first clause is kept short (at most ``first_max`` words): it decides when the first audio
+    exists; later ones are longer, since the talker is ahead of playback by then."""
     pending = ""
     first = True
     async for delta in deltas:
         pending += delta
-        while end := cut(pending, first_words if first else words):
+        while end := (cut(pending, first_words, first_max) if first else cut(pending, words)):
             yield pending[:end]
             pending = pending[end:]
             first = False

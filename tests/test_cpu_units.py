@@ -1,0 +1,161 @@
+"""The CPU cascade's parts without an engine: model preparation, clause cutting, prompt rendering."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.talker import MAX_CLAUSE_WORDS, clauses, cut
+from pipelines.thinker import ThinkerOptions, Turn, VllmThinker
+from realtime_omni import models
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("REALTIME_OMNI_HOME", str(tmp_path))
+    return tmp_path
+
+
+def test_prepare_is_idempotent_and_checksummed(home: Path):
+    lines: list[str] = []
+    folder = models.ensure("whisper-base", progress=lines.append)
+    assert folder == home / "models" / "whisper-base"
+    record = json.loads((folder / "prepared.json").read_text())
+    assert set(record["outputs"]) == {"model.bin", "config.json", "tokenizer.json", "vocabulary.txt"}
+    parts = models.MODELS["whisper-base"].sources()[:2]
+    assert (folder / "model.bin").stat().st_size == sum(p.stat().st_size for p in parts)
+    assert any("preparing whisper-base" in line for line in lines)  # visible progress
+
+    stamp = (folder / "prepared.json").stat().st_mtime_ns
+    lines.clear()
+    assert models.ensure("whisper-base", progress=lines.append, verify=True) == folder
+    assert lines == [] and (folder / "prepared.json").stat().st_mtime_ns == stamp  # nothing redone
+
+    # a damaged output (same size, other bytes) fails verification and is prepared again
+    with open(folder / "vocabulary.txt", "r+b") as f:
+        first = f.read(1)
+        f.seek(0)
+        f.write(b"#" if first != b"#" else b"$")
+    assert models.is_ready("whisper-base") and not models.is_ready("whisper-base", verify=True)
+    models.ensure("whisper-base", progress=lines.append, verify=True)
+    assert models.is_ready("whisper-base", verify=True)
+    # a truncated one is caught even without hashing
+    with open(folder / "model.bin", "r+b") as f:
+        f.truncate(1000)
+    assert not models.is_ready("whisper-base")
+    assert not list((home / "models").glob(".whisper-base.*"))  # no half-built directories left
+
+
+def test_packaged_models_are_used_in_place(home: Path):
+    assert (models.path("whisper-tiny.en") / "model.bin").exists()
+    assert list(models.path("piper-joe").glob("*.onnx"))
+    assert not (home / "models").exists()  # nothing copied
+
+
+def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch):
+    with pytest.raises(models.ModelUnavailable, match=r"'no-such-models' is not installed; install the CPU extra"):
+        models.package_dir("no_such_models_pkg", "no-such-models")
+    with pytest.raises(models.ModelUnavailable, match="unknown model"):
+        models.ensure("gpt-5")
+
+
+def test_models_cli_lists_and_prepares(home: Path):
+    env = {**os.environ, "REALTIME_OMNI_HOME": str(home)}
+    out = subprocess.run([sys.executable, "-m", "realtime_omni", "models", "list"], env=env, capture_output=True, text=True, check=True).stdout
+    assert "whisper-tiny.en" in out and "ready" in out and "whisper-base" in out and "not prepared" in out
+    run = subprocess.run([sys.executable, "-m", "realtime_omni", "models", "prepare", "whisper-base", "nope"], env=env, capture_output=True, text=True)
+    assert run.returncode == 1 and "whisper-base: ready" in run.stdout and "unknown model" in run.stderr
+
+
+# ------------------------------------------------------------------------------ listener
+
+
+def test_unloop_cuts_a_repeating_decoder():
+    from pipelines.listener import unloop
+
+    assert unloop("How far is the moon? How far is the moon? How far is the") == "How far is the moon?"
+    assert unloop("No, no. I said no.") == "No, no. I said no."
+    assert unloop("Hello there") == "Hello there"
+
+
+def test_fitted_window_transcribes_like_the_full_one():
+    from bench.audio import espeak
+    from pipelines.listener import WhisperListener
+
+    fit = WhisperListener(str(models.path("whisper-tiny.en")), threads=1)
+    pcm = espeak("What is the weather like today?", 16000)
+    assert fit.transcribe(pcm).lower().strip(" .?") == "what is the weather like today"
+    assert fit.transcribe(pcm[:800]) == ""  # too short to be speech
+
+
+# ------------------------------------------------------------------------------ clauses
+
+
+def test_cut_at_clause_boundaries():
+    assert cut("Sure, I can", 2) == 0  # one word before the comma: too short a first clause
+    assert cut("Of course, I can help", 2) == len("Of course, ")
+    assert cut("Paris is the capital. It is", 5) == 0  # "Paris is the capital." has 4 words
+    assert cut("Hello there! How", 2) == len("Hello there! ")
+    assert cut("Version 3.5 is out", 1) == 0  # no space after the dot: not a boundary
+    many = "word " * (MAX_CLAUSE_WORDS + 3)
+    assert cut(many, 2) == len("word " * MAX_CLAUSE_WORDS)
+    # no punctuation: a break before a joining word once half the limit is in, else at the limit
+    assert cut("My favourite colours are blue and green because", 1, 10) == len("My favourite colours are blue ")
+    assert cut("I like it and so", 1, 10) == 0  # "and" comes too early to break at
+    assert cut("one two three four five six seven eight nine ten eleven", 1, 10) == len("one two three four five six seven eight nine ten ")
+
+
+async def test_clauses_regroup_a_stream_without_losing_text():
+    text = "Of course! The capital of France is Paris, a city on the Seine, and it is lovely in spring."
+    deltas = [text[i : i + 3] for i in range(0, len(text), 3)]
+
+    async def stream():
+        for d in deltas:
+            yield d
+
+    got = [c async for c in clauses(stream(), first_words=2, words=5)]
+    assert "".join(got) == text
+    assert got[0] == "Of course! "
+    assert got[1] == "The capital of France is Paris, "
+
+
+# ------------------------------------------------------------------------------ prompts
+
+
+@pytest.fixture(scope="module")
+def thinker() -> VllmThinker:
+    from transformers import AutoTokenizer
+
+    t = VllmThinker(ThinkerOptions(max_model_len=400, max_tokens=64))
+    t.tokenizer = AutoTokenizer.from_pretrained(models.ensure("smollm2-135m-instruct", progress=lambda _: None))
+    return t
+
+
+def test_each_prompt_extends_the_previous_one(thinker: VllmThinker):
+    """What prefix caching needs: turn N+1's prompt starts with turn N's prompt, token for token
+    (minus the assistant header that the answer follows)."""
+    turns = [Turn("user", "What is the capital of France?")]
+    one = thinker.render("Be brief.", turns)
+    turns += [Turn("assistant", "Paris."), Turn("user", "And of Italy?")]
+    two = thinker.render("Be brief.", turns)
+    assert two[: len(one)] == one
+    assert thinker.render("Be brief.", turns) == two  # deterministic
+
+
+def test_long_history_drops_oldest_turns_keeping_instructions(thinker: VllmThinker):
+    turns = []
+    for i in range(40):
+        turns += [Turn("user", f"Question number {i} about something."), Turn("assistant", f"Answer number {i}.")]
+    turns.append(Turn("user", "The last question."))
+    ids = thinker.render("Be brief.", turns)
+    budget = 400 - 64
+    assert len(ids) <= budget * 3 // 4
+    text = thinker.tokenizer.decode(ids)
+    assert "Be brief." in text and "The last question." in text
+    assert "Question number 0 " not in text and "Question number 39 " in text
+    assert text.split("<|im_start|>")[2].startswith("user")  # history resumes at a user turn
