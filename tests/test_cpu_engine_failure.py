@@ -1,0 +1,46 @@
+"""An engine that dies under a live server: clients get errors, health goes red, nothing hangs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import psutil
+import pytest
+
+from bench.common import server_process
+from tests.conftest import cpu_config
+from tests.support.client import connect
+
+pytestmark = pytest.mark.timeout(600)
+
+
+async def test_dead_engine_fails_responses_and_health():
+    with server_process(cpu_config(), startup_s=900) as url:
+        http = url.replace("ws://", "http://").removesuffix("/v1")
+        assert httpx.get(f"{http}/healthz").status_code == 200
+        engine = [p for p in psutil.Process(url.process.pid).children(recursive=True) if "EngineCore" in " ".join(p.cmdline()) + p.name()]
+        assert engine, "no vLLM engine-core process found"
+        async with connect(url) as c:
+            await c.expect("session.created")
+            await c.send({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"]}})
+            for p in engine:
+                p.kill()
+            item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello there."}]}
+            await c.send({"type": "conversation.item.create", "item": item})
+            t0 = time.monotonic()
+            await c.send({"type": "response.create"})
+            done = await c.expect("response.done", timeout=60)
+            assert done.response.status == "failed"
+            assert any(e.type == "error" and e.error.code == "pipeline_error" for e in c.events)
+            assert time.monotonic() - t0 < 30  # an error, not a hang
+            # the session itself survives and still answers protocol requests
+            await c.send({"type": "conversation.item.retrieve", "item_id": c.of("conversation.item.added")[0].item.id})
+            await c.expect("conversation.item.retrieved")
+        for _ in range(100):
+            health = httpx.get(f"{http}/healthz")
+            if health.status_code == 503:
+                break
+            await asyncio.sleep(0.1)
+        assert health.status_code == 503 and health.json()["status"] == "unhealthy"
