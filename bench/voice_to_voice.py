@@ -166,6 +166,7 @@ async def conversation(url: str, turns: int, gap_s: float, log: Path) -> list[di
         rec = records.get(row.get("response_id", ""))
         if rec:
             row["stages_ms"] = rec["stages"]
+            row["speculated"] = rec.get("speculated", False)
     return out
 
 
@@ -176,7 +177,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "voice_to_voice_ms": dist([r["voice_to_voice_ms"] for r in ok]),
         "turn_end_detected_ms": dist([r["turn_end_detected_ms"] for r in ok if "turn_end_detected_ms" in r]),
         "errors": sum(len(r.get("errors", [])) for r in rows),
-        "speculated": sum(1 for r in ok if r.get("stages_ms", {}).get("speculated")),
+        "speculated": sum(1 for r in ok if r.get("speculated")),
         "cached_fraction": round(
             sum(r.get("cached_tokens") or 0 for r in ok) / max(1, sum(r.get("input_tokens") or 0 for r in ok)), 3
         ),

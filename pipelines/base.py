@@ -156,9 +156,11 @@ class StageTimes:
     """When each stage of this response produced its first output, in ms from the moment the
     response was requested (``respond`` called). Negative: done ahead, speculatively, while the user
     was still in their turn. Names are the pipeline's own (e.g. ``asr``, ``thinker_first_token``,
-    ``first_clause``, ``first_audio``). Yielded once, at the end; optional."""
+    ``first_clause``, ``first_audio``). ``info`` carries facts about the response that are not
+    times (e.g. whether speculative work was used). Yielded once, at the end; optional."""
 
     stages: dict[str, float]
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 OutputChunk = Union[TextDelta, AudioChunk, ToolCall, Usage, StageTimes]

@@ -124,7 +124,7 @@ class Production:
 @dataclass(eq=False)
 class Speculation:
     request: ResponseRequest
-    transcript: asyncio.Future[str]
+    transcript: asyncio.Future[str]  # the ASR task: the turn's item keeps it if the turn is committed
     task: asyncio.Task[None] | None = None
     prompt: list[int] | None = None
     production: Production | None = None
@@ -132,6 +132,7 @@ class Speculation:
     started_at: float = 0.0
 
     async def cancel(self) -> None:
+        """Stop the thinker/talker work (the transcript task is the caller's business)."""
         if self.task is not None and not self.task.done():
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -241,9 +242,8 @@ class CascadeSession(PipelineSession):
             return
         self._drop_speculation()
         audio = np.concatenate(self.turn)
-        loop = asyncio.get_running_loop()
-        spec = Speculation(request, loop.create_future(), started_at=time.perf_counter())
-        spec.task = asyncio.create_task(self._speculate(spec, audio), name=f"speculate:{self.session_id}")
+        spec = Speculation(request, asyncio.ensure_future(self.pipeline.transcribe(audio)), started_at=time.perf_counter())
+        spec.task = asyncio.create_task(self._speculate(spec), name=f"speculate:{self.session_id}")
         self.speculation = spec
         self.pipeline.counts["speculations_started"] += 1
 
@@ -265,7 +265,7 @@ class CascadeSession(PipelineSession):
         spec, self.speculation = self.speculation, None
         if spec is not None:
             self.pipeline.counts["speculations_discarded"] += 1
-            if not spec.transcript.done():
+            if spec.item_id is None:  # nobody else needs its transcript
                 spec.transcript.cancel()
             self._background(spec.cancel())
 
@@ -274,16 +274,8 @@ class CascadeSession(PipelineSession):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _speculate(self, spec: Speculation, audio: np.ndarray) -> None:
-        try:
-            text = await self.pipeline.transcribe(audio)
-        except Exception as exc:
-            if not spec.transcript.done():
-                spec.transcript.set_exception(exc)
-            raise
-        if spec.transcript.done():  # cancelled meanwhile
-            return
-        spec.transcript.set_result(text)
+    async def _speculate(self, spec: Speculation) -> None:
+        text = await asyncio.shield(spec.transcript)
         spec.prompt = self._prompt(spec.request, pending=text)
         times = {"asr": time.perf_counter()}
         spec.production = Production(self, spec.request, spec.prompt, times)
@@ -401,8 +393,7 @@ class CascadeSession(PipelineSession):
             async for chunk in production.chunks():
                 yield chunk
             stages = {name: round((at - t0) * 1000, 1) for name, at in production.times.items()}
-            stages["speculated"] = 1.0 if production.request is not request else 0.0
-            yield StageTimes(stages)
+            yield StageTimes(stages, {"speculated": production.request is not request})
         finally:
             if production is not None:
                 await production.cancel()
@@ -430,9 +421,9 @@ class CascadeSession(PipelineSession):
         self.pipeline.sessions.discard(self)
         spec, self.speculation = self.speculation, None
         if spec is not None:
-            if not spec.transcript.done():
-                spec.transcript.cancel()
             await spec.cancel()
+        for future in self.transcripts.values():
+            future.cancel()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     model: str = "smollm2-135m-instruct"  # a model name from `realtime-omni models`, or a path / HF id
     prompt_format: Literal["chat", "transcript"] = "chat"  # transcript: for base models (Gemma 270M)
+    # example exchanges put before the conversation (a base model answers well only after a few)
+    examples: list[tuple[str, str]] = []
     dtype: str = "float32"
     max_model_len: int = 2048
     block_size: int | None = 32  # KV block; prefix-cache hits come in whole blocks
@@ -120,7 +122,7 @@ class VllmThinker:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.stop_strings = ["\nUser:", "\n\n"] if o.prompt_format == "transcript" else []
+        self.stop_strings = ["\n"] if o.prompt_format == "transcript" else []  # one line is one turn
         args: dict[str, Any] = dict(
             model=self.model_path,
             dtype=o.dtype,
@@ -171,6 +173,8 @@ class VllmThinker:
 
     def _encode(self, instructions: str, turns: list[Turn]) -> list[int]:
         tok = self.tokenizer
+        examples = [Turn(role, text) for user, answer in self.options.examples for role, text in (("user", user), ("assistant", answer))]
+        turns = examples + turns
         if self.options.prompt_format == "chat":
             messages = [{"role": "system", "content": instructions}] if instructions else []
             messages += [{"role": t.role, "content": t.text} for t in turns]

@@ -74,6 +74,7 @@ class ResponseRun:
         self.done_at = 0.0
         self.audio_seconds_sent = 0.0
         self.stage_times: dict[str, float] = {}  # the pipeline's own per-stage timings (StageTimes)
+        self.stage_info: dict[str, Any] = {}
         self.task: asyncio.Task[None] | None = None
         self._finishing = False
         self.muted = False
@@ -160,7 +161,7 @@ class ResponseRun:
                     elif isinstance(chunk, Usage):
                         self.usage = chunk
                     elif isinstance(chunk, StageTimes):
-                        self.stage_times = chunk.stages
+                        self.stage_times, self.stage_info = chunk.stages, chunk.info
             self._finishing = True
             self.status = "completed"
             if self.usage.hit_max_tokens:

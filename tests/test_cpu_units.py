@@ -159,3 +159,13 @@ def test_long_history_drops_oldest_turns_keeping_instructions(thinker: VllmThink
     assert "Be brief." in text and "The last question." in text
     assert "Question number 0 " not in text and "Question number 39 " in text
     assert text.split("<|im_start|>")[2].startswith("user")  # history resumes at a user turn
+
+
+def test_transcript_format_for_base_models(thinker: VllmThinker):
+    base = VllmThinker(ThinkerOptions(prompt_format="transcript", examples=[("Hi!", "Hello, how can I help?")]))
+    base.tokenizer = thinker.tokenizer
+    ids = base.render("A friendly assistant.", [Turn("user", "What is  two plus two?"), Turn("assistant", "Four."), Turn("user", "Thanks")])
+    assert base.tokenizer.decode(ids) == (
+        "A friendly assistant.\n\nUser: Hi!\nAssistant: Hello, how can I help?\n"
+        "User: What is two plus two?\nAssistant: Four.\nUser: Thanks\nAssistant:"
+    )
