@@ -1,0 +1,30 @@
+"""The selectable base-model thinker: Gemma 3 270M (prepared from its GGUF package) with the
+transcript prompt format answers a question in one line, on the real engine."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.common import server_process
+from tests.support.client import connect
+
+pytestmark = pytest.mark.timeout(900)
+
+
+async def test_gemma_answers_in_one_line():
+    config = yaml.safe_load((Path(__file__).parent.parent / "configs" / "cpu-gemma.yaml").read_text())
+    with server_process(config, startup_s=900) as url:
+        async with connect(url) as c:
+            await c.expect("session.created")
+            await c.send({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"]}})
+            item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "What is the capital of France?"}]}
+            await c.send({"type": "conversation.item.create", "item": item})
+            await c.send({"type": "response.create"})
+            done = await c.expect("response.done", timeout=120)
+    assert done.response.status == "completed"
+    text = c.of("response.output_text.done")[0].text
+    assert re.search(r"[A-Za-z]{2,}", text) and "\n" not in text and "User:" not in text, text
