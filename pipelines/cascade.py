@@ -63,7 +63,7 @@ class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     speculate: bool = True  # incremental prefill: work ahead at pauses (off: only after the turn ends)
     async_chunk: bool = True  # speak clause by clause (off: the whole answer, then audio)
     first_clause_words: int = 1  # the first clause may be one word ("Sure,"): it sets the first audio
-    first_clause_max_words: int = 10  # failing punctuation, cut the first clause before a joining word or here
+    first_clause_max_words: int = 6  # failing punctuation, cut the first clause before a joining word or here
     clause_words: int = 5
     chunk_ms: int = 100  # audio per chunk sent on
     buffer_chunks: int = 256  # output buffered ahead of the consumer, per response
