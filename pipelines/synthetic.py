@@ -41,6 +41,7 @@ from .base import (
     Pipeline,
     PipelineSession,
     ResponseRequest,
+    StageTimes,
     TextDelta,
     ToolCall,
     Transcript,
@@ -152,10 +153,14 @@ class SyntheticSession(PipelineSession):
                 words = words[: request.max_output_tokens]
             audio = "audio" in request.output_modalities
             talker = self._talk(request, t0) if audio else self._type_out(t0)
+            first = 0.0
             async with chain(self._think(words), talker, maxsize=4) as stream:
                 async for chunk in stream:
+                    first = first or time.perf_counter()
                     yield chunk
             yield self._usage(request, words=len(words))
+            if first:
+                yield StageTimes({"first_output": round((first - t0) * 1000, 1)})
         finally:
             self.pipeline.active_responses -= 1
 

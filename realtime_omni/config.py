@@ -44,6 +44,9 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     session: ev.Session = msgspec.field(default_factory=ev.Session)  # defaults for new sessions (GA shape)
     shutdown_grace_s: float = 5.0
     timings_log: str | None = None  # append one JSON line per finished response (stage timings)
+    # add the pipeline's stage timings to response.done's metadata ("timing.<stage>_ms"); the
+    # client's own metadata keys are kept and win
+    timing_metadata: bool = True
 
 
 def resolve(name_or_path: str) -> Path:

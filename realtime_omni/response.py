@@ -360,6 +360,21 @@ class ResponseRun:
             max_output_tokens=self.max_output_tokens,
             audio=audio,
             usage=usage,
-            metadata=self.metadata,
+            metadata=self._metadata(),
         )
+
+    def _metadata(self) -> dict[str, str] | None:
+        """The client's metadata, plus (when the server reports timings) the pipeline's stage
+        timings of a finished response as ``timing.<stage>_ms``, in ms from the response trigger
+        (the end of the user's turn, or response.create). Client keys win."""
+        if self.status == "in_progress" or not self.session.timing_metadata:
+            return self.metadata
+        timings: dict[str, str] = {}
+        if self.first_audio_at:
+            timings["timing.first_audio_delta_ms"] = f"{(self.first_audio_at - self.started_at) * 1000:.1f}"
+        for stage, ms in self.stage_times.items():
+            timings[f"timing.{stage}_ms"] = f"{ms:.1f}"
+        if not timings:
+            return self.metadata
+        return {**timings, **(self.metadata or {})}
 

@@ -96,7 +96,7 @@ class Server:
         defaults = self.defaults
         if model and model != defaults.wire.model:
             defaults = defaults.updated(ev.Session(model=model), self.pipeline.capabilities)
-        session = Session(self.pipeline, defaults, limits, self.metrics, beta=beta)
+        session = Session(self.pipeline, defaults, limits, self.metrics, beta=beta, timing_metadata=self.config.timing_metadata)
         self.sessions.add(session)
         self.metrics.sessions_total.labels(transport).inc()
         self.metrics.sessions_active.set(len(self.sessions))

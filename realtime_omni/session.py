@@ -56,12 +56,14 @@ class Session:
         metrics: Metrics,
         *,
         beta: bool = False,
+        timing_metadata: bool = False,
     ) -> None:
         self.id = new_id("sess")
         self.caps = pipeline.capabilities
         self.limits = limits
         self.metrics = metrics
         self.beta = beta
+        self.timing_metadata = timing_metadata
         self.config = defaults
         self.pipe = pipeline.open(self.id)
         self.outbox = Outbox(limits.outbox_events)

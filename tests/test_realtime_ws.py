@@ -273,7 +273,10 @@ async def test_out_of_band_response_stays_out_of_the_conversation(server):
         events = await c.until("response.done")
         created, done = c.of("response.created")[0], events[-1]
         assert created.response.conversation_id is None and done.response.conversation_id is None
-        assert done.response.metadata == {"purpose": "classify"}
+        metadata = done.response.metadata
+        assert metadata["purpose"] == "classify"  # the client's keys, and the server's timings beside them
+        assert set(metadata) - {"purpose"} == {"timing.first_output_ms"}  # text only: no audio delta
+        assert 0 <= float(metadata["timing.first_output_ms"]) < 1000
         assert "conversation.item.added" not in [e.type for e in events]
         assert done.response.output[0].content[0].text == "You said out of band."
         item_id = done.response.output[0].id
