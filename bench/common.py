@@ -76,19 +76,13 @@ def server_process(config: dict[str, Any], startup_s: float = 600.0) -> Iterator
         os.unlink(path)
 
 
-def dist(values: list[float]) -> dict[str, float]:
+def dist(values: list[float], digits: int = 3) -> dict[str, float]:
     """mean / p50 / p90 / p99 / max of a sample (ms in, ms out)."""
     if not values:
         return {"n": 0}
     a = np.asarray(values, dtype=float)
-    return {
-        "n": int(a.size),
-        "mean": round(float(a.mean()), 3),
-        "p50": round(float(np.percentile(a, 50)), 3),
-        "p90": round(float(np.percentile(a, 90)), 3),
-        "p99": round(float(np.percentile(a, 99)), 3),
-        "max": round(float(a.max()), 3),
-    }
+    stats = {"mean": a.mean(), "p50": np.percentile(a, 50), "p90": np.percentile(a, 90), "p99": np.percentile(a, 99), "max": a.max()}
+    return {"n": int(a.size), **{k: round(float(v), digits) for k, v in stats.items()}}
 
 
 def machine() -> dict[str, Any]:

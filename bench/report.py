@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from . import common
+
 DISTRIBUTIONS = [
     ("voice_to_voice_ms", "Voice to voice", "ms"),
     ("ttft_ms", "Time to first text", "ms"),
@@ -20,17 +22,7 @@ DISTRIBUTIONS = [
 
 
 def dist(values: list[float]) -> dict[str, float] | None:
-    if not values:
-        return None
-    a = np.asarray(values, dtype=float)
-    return {
-        "n": int(a.size),
-        "mean": round(float(a.mean()), 4),
-        "p50": round(float(np.percentile(a, 50)), 4),
-        "p90": round(float(np.percentile(a, 90)), 4),
-        "p99": round(float(np.percentile(a, 99)), 4),
-        "max": round(float(a.max()), 4),
-    }
+    return common.dist(values, digits=4) if values else None
 
 
 def summarize(result: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:

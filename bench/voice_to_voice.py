@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import copy
 import json
 import tempfile
@@ -34,8 +33,9 @@ import numpy as np
 import websockets
 import yaml
 
-from bench.audio import espeak, speech_bounds_ms
+from bench.audio import espeak
 from bench.common import dist, machine, save, server_process
+from bench.replay import Mic, WebSocketTransport
 
 QUESTIONS = [
     "Hi there, how are you today?",
@@ -58,7 +58,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 RATE = 24000
-CHUNK = RATE // 50  # 20 ms
 
 
 def config(variant: str, silence_ms: int, timings: Path) -> dict[str, Any]:
@@ -75,54 +74,14 @@ def config(variant: str, silence_ms: int, timings: Path) -> dict[str, Any]:
     return cfg
 
 
-class Mic:
-    """Streams audio to the socket in real time; what it plays is queued, silence otherwise."""
-
-    def __init__(self, ws: Any) -> None:
-        self.ws = ws
-        self.queue: list[np.ndarray] = []
-        self.sent_samples = 0
-        self.t0 = 0.0
-        self.clips: list[tuple[int, int]] = []  # (first, last speech sample) of each clip, in stream samples
-
-    def play(self, pcm: np.ndarray) -> tuple[int, int]:
-        start = self.sent_samples + sum(len(p) for p in self.queue)
-        first, last = speech_bounds_ms(pcm, RATE)
-        self.queue.append(pcm)
-        return start + first * RATE // 1000, start + last * RATE // 1000
-
-    def time_of(self, sample: int) -> float:
-        """Wall time at which ``sample`` had been sent (its 20 ms chunk left when fully 'recorded')."""
-        return self.t0 + (sample // CHUNK + 1) * CHUNK / RATE
-
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        silence = np.zeros(CHUNK, np.int16)
-        pending = np.zeros(0, np.int16)
-        self.t0 = loop.time()
-        n = 0
-        while True:
-            n += 1
-            due = self.t0 + n * CHUNK / RATE
-            delay = due - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            while len(pending) < CHUNK and self.queue:
-                pending = np.concatenate([pending, self.queue.pop(0)])
-            chunk, pending = (pending[:CHUNK], pending[CHUNK:]) if len(pending) >= CHUNK else (np.concatenate([pending, silence[len(pending) :]]), pending[:0])
-            await self.ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk.astype("<i2").tobytes()).decode()}))
-            self.sent_samples += CHUNK
-
-
 async def conversation(url: str, turns: int, gap_s: float, log: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     clips = [np.concatenate([np.zeros(RATE // 5, np.int16), espeak(q, RATE)]) for q in QUESTIONS]
     async with websockets.connect(f"{url}/realtime?model=bench", max_size=None) as ws:
         while json.loads(await ws.recv())["type"] != "conversation.created":
             pass
-        mic = Mic(ws)
+        mic = Mic(WebSocketTransport(ws))
         mic_task = asyncio.create_task(mic.run())
-        loop = asyncio.get_running_loop()
         try:
             for turn in range(turns):
                 question = QUESTIONS[turn % len(QUESTIONS)]
@@ -132,7 +91,7 @@ async def conversation(url: str, turns: int, gap_s: float, log: Path) -> list[di
                 while True:
                     msg = json.loads(await asyncio.wait_for(ws.recv(), 120))
                     kind = msg["type"]
-                    now = loop.time()
+                    now = time.perf_counter()
                     if kind == "input_audio_buffer.speech_stopped":
                         row["turn_end_detected_ms"] = round((now - mic.time_of(last)) * 1000, 1)
                     elif kind == "response.output_audio.delta" and first_audio is None:

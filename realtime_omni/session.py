@@ -30,7 +30,7 @@ from .metrics import Metrics
 from .outbox import Outbox, Owner
 from .protocol import events as ev
 from .protocol.codec import decode_client_event
-from .response import CancelReason, ResponseRun
+from .response import ResponseRun
 from .turns import Paused, Resumed, SpeechStarted, SpeechStopped, TurnDetector
 
 log = logging.getLogger(__name__)

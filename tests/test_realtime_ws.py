@@ -12,7 +12,7 @@ import base64
 import numpy as np
 import pytest
 
-from realtime_omni.audio import WireFormat, resample
+from realtime_omni.audio import WireFormat
 from tests.support.audio import espeak, rms, silence, speech_bounds_ms, utterance
 from tests.support.client import audio_of, connect
 

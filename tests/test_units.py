@@ -14,7 +14,7 @@ from realtime_omni.conversation import Alignment
 from realtime_omni.input_buffer import InputBuffer
 from realtime_omni.outbox import Outbox
 from realtime_omni.session_config import SERVER_VAD_DEFAULTS, _vad_settings
-from realtime_omni.turns import Paused, Resumed, SpeechStarted, SpeechStopped, TurnDetector
+from realtime_omni.turns import Paused, SpeechStarted, SpeechStopped, TurnDetector
 from tests.support.audio import espeak, silence, speech_bounds_ms
 
 # ------------------------------------------------------------------ G.711 and resampling
