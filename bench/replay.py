@@ -18,8 +18,11 @@ Per turn (all client-side, times on the harness's clock):
   than real time);
 * ``gaps_over_100ms``: stalls longer than 100 ms when the received audio is played back in real time
   from its first packet (each delta plays at ``max(arrival, end of the previous one)``);
-* ``barge_in_ms``: on a barge-in turn, from the onset of the user's speech in the replayed audio to
-  the interrupted response's ``response.done`` (cancelled);
+* ``barge_in_ms``: on a barge-in turn whose answer was still playing, from the onset of the user's
+  speech in the replayed audio to the moment the answer's audio stops at the client, which is when
+  the server's ``input_audio_buffer.speech_started`` arrives (a client stops playback there, as
+  OpenAI's clients do; the harness then truncates the answer to what was played). When the answer
+  was still being generated, ``barge_in_cancel_ms`` is the time to its ``response.done`` (cancelled);
 * ``input_wer``: word error rate of the server's input transcript against the known text;
 * ``server_timings_ms``: the per-stage timings the server reports in ``response.done``
   (``metadata["timing.<stage>_ms"]``; this server does, peers may not);
@@ -161,7 +164,9 @@ class TurnRecord:
     server_timings_ms: dict[str, float] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     interrupted_by_t: float | None = None  # onset of the user speech that barged in on this answer
-    barge_in_ms: float | None = None  # set on the interrupting turn
+    assistant_item: str | None = None
+    barge_in_ms: float | None = None  # set on the interrupting turn: onset -> playback stopped
+    barge_in_cancel_ms: float | None = None  # onset -> the interrupted response's response.done
 
     def __post_init__(self) -> None:
         self.done = asyncio.Event()
@@ -173,6 +178,17 @@ class TurnRecord:
         for arrival, seconds in self.deliveries:
             end = max(end, arrival) + seconds
         return end
+
+    def played_s(self, at: float) -> float:
+        """Seconds of the received audio played by ``at``."""
+        played, end = 0.0, 0.0
+        for arrival, seconds in self.deliveries:
+            start = max(end, arrival)
+            if start >= at:
+                break
+            played += min(seconds, at - start)
+            end = start + seconds
+        return played
 
     def gaps(self) -> list[float]:
         out, end = [], 0.0
@@ -199,6 +215,7 @@ class TurnRecord:
             "gaps_over_100ms": sum(1 for g in self.gaps() if g > 0.1),
             "max_gap_ms": round(max(self.gaps(), default=0.0) * 1000, 1),
             "barge_in_ms": self.barge_in_ms,
+            "barge_in_cancel_ms": self.barge_in_cancel_ms,
             "heard": self.heard,
             "input_wer": round(wer(self.text, self.heard), 4) if self.heard is not None and self.text else None,
             "server_timings_ms": self.server_timings_ms,
@@ -322,8 +339,8 @@ class Replay:
             rec = TurnRecord(self.conversation.name, k, turn.text, turn.barge_in)
             first, last = mic.play(turn.audio)
             rec.onset_t, rec.speech_end_t = mic.time_of(first), mic.time_of(last)
-            if turn.barge_in and prev is not None and prev.done_t is None:
-                prev.interrupted_by_t = rec.onset_t
+            if turn.barge_in and prev is not None and (prev.done_t is None or prev.playback_end() > rec.onset_t):
+                prev.interrupted_by_t = rec.onset_t  # the answer is still being generated or played
             self.records.append(rec)
         if self.records:
             last_rec = self.records[-1]
@@ -344,6 +361,22 @@ class Replay:
             rec.errors.append(f"no response within {TURN_TIMEOUT_S:.0f} s")
             raise TimeoutError(f"turn {rec.turn} of {rec.conversation}: no response within {TURN_TIMEOUT_S:.0f} s")
 
+    async def _barge_in(self, transport: Transport, now: float) -> None:
+        """Speech started: if it interrupts an answer still playing, playback stops now; tell the
+        server how much of the answer was heard."""
+        prev = next((r for r in reversed(self.records) if r.interrupted_by_t is not None and r.interrupted_by_t <= now + 0.05), None)
+        if prev is None:
+            return
+        nxt = next((x for x in self.records if x.turn == prev.turn + 1), None)
+        if nxt is None or nxt.barge_in_ms is not None:
+            return
+        nxt.barge_in_ms = round((now - prev.interrupted_by_t) * 1000, 1)
+        if prev.assistant_item and prev.deliveries:
+            heard_ms = int(min(prev.played_s(now), prev.audio_s) * 1000)
+            await transport.send_event(
+                {"type": "conversation.item.truncate", "item_id": prev.assistant_item, "content_index": 0, "audio_end_ms": heard_ms}
+            )
+
     def _pending(self) -> TurnRecord | None:
         """The turn the server's next turn/response belongs to: the oldest without one."""
         return next((r for r in self.records if r.response_id is None), None)
@@ -353,7 +386,9 @@ class Replay:
             now = time.perf_counter()
             kind = e.get("type", "")
             rid = e.get("response_id")
-            if kind == "input_audio_buffer.speech_stopped":
+            if kind == "input_audio_buffer.speech_started":
+                await self._barge_in(transport, now)
+            elif kind == "input_audio_buffer.speech_stopped":
                 rec = next((r for r in self.records if r.turn_end_t is None), None)
                 if rec is not None:
                     rec.turn_end_t, rec.item_id = now, e.get("item_id")
@@ -366,6 +401,7 @@ class Replay:
             elif kind in ("response.output_audio.delta", "response.audio.delta"):
                 rec = self._by_response.get(rid or "")
                 if rec is not None:
+                    rec.assistant_item = e.get("item_id")
                     seconds = len(base64.b64decode(e["delta"])) / 2 / RATE
                     rec.deliveries.append((now, seconds))
                     rec.audio_s += seconds
@@ -396,7 +432,7 @@ class Replay:
                 if rec.interrupted_by_t is not None and rec.status == "cancelled":
                     nxt = next((x for x in self.records if x.turn == rec.turn + 1), None)
                     if nxt is not None:
-                        nxt.barge_in_ms = round((now - rec.interrupted_by_t) * 1000, 1)
+                        nxt.barge_in_cancel_ms = round((now - rec.interrupted_by_t) * 1000, 1)
                 rec.first_audio.set()  # a response without audio still releases a barge-in wait
                 rec.done.set()
                 self.on_turn()

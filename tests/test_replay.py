@@ -60,11 +60,23 @@ async def test_barge_in_turn_reports_its_latency(known_server, conversations):
     result = await replay.replay(barging, replay.Options(url=known_server.ws_base, turns=2), progress=False)
     first, second = result["turns"]
     assert first["status"] == "cancelled" and second["barge_in"]
-    # onset of speech -> response.done(cancelled): the VAD needs some speech to be sure, then the
-    # cancel is immediate; far less than the 4 s of answer still to come
-    assert 0 < second["barge_in_ms"] < 600, second
+    # onset of speech -> playback stopped (speech_started) and -> response.done(cancelled): the VAD
+    # needs some speech to be sure, then the cancel is immediate; far less than the 4 s still to come
+    assert 0 < second["barge_in_ms"] <= second["barge_in_cancel_ms"] < 600, second
     assert second["status"] == "completed"
     assert first["audio_s"] < 4.8  # the answer was cut
+    assert not first["errors"] and not second["errors"]  # the truncate to what was heard was accepted
+
+
+async def test_barge_in_on_an_answer_still_playing(make_server):
+    """The server is done generating (all audio arrives at once) but the user is still
+    hearing it: the barge-in stops playback at speech_started; there is nothing left to cancel."""
+    fast = make_server(**{**KNOWN, "chunk_interval_ms": 0, "stall_ms": 0, "stall_after_chunks": 0})
+    barging = dataset.builtin(1, barge_in_every=1, piper=False)
+    result = await replay.replay(barging, replay.Options(url=fast.ws_base, turns=2), progress=False)
+    first, second = result["turns"]
+    assert first["status"] == "completed" and second["barge_in_cancel_ms"] is None
+    assert 0 < second["barge_in_ms"] < 600 and not first["errors"] and not second["errors"], (first, second)
 
 
 async def test_a_server_that_drops_the_connection_is_counted_not_fatal(conversations):
