@@ -169,3 +169,16 @@ def test_transcript_format_for_base_models(thinker: VllmThinker):
         "A friendly assistant.\n\nUser: Hi!\nAssistant: Hello, how can I help?\n"
         "User: What is two plus two?\nAssistant: Four.\nUser: Thanks\nAssistant:"
     )
+
+
+def test_serve_with_a_missing_model_fails_clearly(tmp_path: Path):
+    import yaml
+
+    config = yaml.safe_load((Path(__file__).parent.parent / "configs" / "cpu.yaml").read_text())
+    config["pipeline"]["options"]["asr_model"] = "whisper-huge"
+    config["port"] = 0
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run = subprocess.run([sys.executable, "-m", "realtime_omni", "serve", "--config", str(path)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    assert "startup failed" in run.stderr and "unknown model 'whisper-huge'" in run.stderr
