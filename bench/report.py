@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import common
+from .replay import _words, wer
 
 DISTRIBUTIONS = [
     ("voice_to_voice_ms", "Voice to voice", "ms"),
@@ -36,8 +37,6 @@ def summarize(result: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     summary["gaps_over_100ms"] = {"total": int(sum(gaps)), "turns_with_gaps": sum(1 for g in gaps if g), **(dist(gaps) or {})}
     heard = [t for t in turns if t["heard"] is not None and t["text"]]
     if heard:  # corpus-level WER as well as per turn
-        from .replay import _words, wer
-
         words = sum(len(_words(t["text"])) for t in heard)
         summary["input_wer_overall"] = round(sum(wer(t["text"], t["heard"]) * len(_words(t["text"])) for t in heard) / max(1, words), 4)
     errors = [e for t in turns for e in t["errors"]] + result["connection_errors"]

@@ -45,7 +45,7 @@ from .base import (
     Transcript,
     Usage,
 )
-from .stages import chain
+from .stages import Handoff, chain
 from .talker import PiperTalker, clauses
 from .thinker import Generation, ThinkerOptions, Turn, VllmThinker
 
@@ -69,16 +69,9 @@ class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     buffer_chunks: int = 256  # output buffered ahead of the consumer, per response
 
 
-class _Done:
-    pass
-
-
-DONE = _Done()
-
-
 class Production:
-    """One answer being produced, pumped by its own task into a bounded queue, so it can start
-    before anyone reads it (speculation) and be handed over to ``respond`` as it is."""
+    """One answer being produced by its own task into a bounded buffer (a ``Handoff``), so it can
+    start before anyone reads it (speculation) and be handed over to ``respond`` as it is."""
 
     def __init__(self, session: "CascadeSession", request: ResponseRequest, prompt: list[int], times: dict[str, float]) -> None:
         self.session = session
@@ -86,39 +79,17 @@ class Production:
         self.prompt = prompt
         self.times = times  # perf_counter stamps of stage firsts
         self.generation = Generation()
-        self.queue: asyncio.Queue[OutputChunk | _Done | BaseException] = asyncio.Queue(session.options.buffer_chunks)
-        self.task = asyncio.create_task(self._pump(), name=f"produce:{session.session_id}")
+        self.output: Handoff[OutputChunk] = Handoff(self._produce(), session.options.buffer_chunks, name=f"produce:{session.session_id}")
 
-    async def _pump(self) -> None:
-        try:
-            async with chain(*self.session.stages(self)) as stream:
-                async for chunk in stream:
-                    await self.queue.put(chunk)
-            g = self.generation
-            await self.queue.put(
-                Usage(input_tokens=g.prompt_tokens, cached_tokens=g.cached_tokens, output_tokens=g.output_tokens, hit_max_tokens=g.hit_max_tokens)
-            )
-            await self.queue.put(DONE)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("producing a response failed")
-            await self.queue.put(exc)
-
-    async def chunks(self) -> AsyncIterator[OutputChunk]:
-        while True:
-            item = await self.queue.get()
-            if item is DONE:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item  # type: ignore[misc]
+    async def _produce(self) -> AsyncIterator[OutputChunk]:
+        async with chain(*self.session.stages(self)) as stream:
+            async for chunk in stream:
+                yield chunk
+        g = self.generation
+        yield Usage(input_tokens=g.prompt_tokens, cached_tokens=g.cached_tokens, output_tokens=g.output_tokens, hit_max_tokens=g.hit_max_tokens)
 
     async def cancel(self) -> None:
-        if not self.task.done():
-            self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self.task
+        await self.output.aclose()
 
 
 @dataclass(eq=False)
@@ -126,10 +97,8 @@ class Speculation:
     request: ResponseRequest
     transcript: asyncio.Future[str]  # the ASR task: the turn's item keeps it if the turn is committed
     task: asyncio.Task[None] | None = None
-    prompt: list[int] | None = None
-    production: Production | None = None
+    production: Production | None = None  # once the transcript is in
     item_id: str | None = None  # bound at commit
-    started_at: float = 0.0
 
     async def cancel(self) -> None:
         """Stop the thinker/talker work (the transcript task is the caller's business)."""
@@ -165,7 +134,6 @@ class CascadePipeline(Pipeline):
         self.tts_pool = ThreadPoolExecutor(1, thread_name_prefix="tts")
         self.sessions: set[CascadeSession] = set()
         self.counts = {"speculations_started": 0, "speculations_adopted": 0, "speculations_discarded": 0, "responses": 0}
-        self._failed: BaseException | None = None
 
     async def start(self) -> None:
         from realtime_omni import models
@@ -242,7 +210,7 @@ class CascadeSession(PipelineSession):
             return
         self._drop_speculation()
         audio = np.concatenate(self.turn)
-        spec = Speculation(request, asyncio.ensure_future(self.pipeline.transcribe(audio)), started_at=time.perf_counter())
+        spec = Speculation(request, asyncio.ensure_future(self.pipeline.transcribe(audio)))
         spec.task = asyncio.create_task(self._speculate(spec), name=f"speculate:{self.session_id}")
         self.speculation = spec
         self.pipeline.counts["speculations_started"] += 1
@@ -276,9 +244,8 @@ class CascadeSession(PipelineSession):
 
     async def _speculate(self, spec: Speculation) -> None:
         text = await asyncio.shield(spec.transcript)
-        spec.prompt = self._prompt(spec.request, pending=text)
-        times = {"asr": time.perf_counter()}
-        spec.production = Production(self, spec.request, spec.prompt, times)
+        prompt = self._prompt(spec.request, pending=text)
+        spec.production = Production(self, spec.request, prompt, {"asr": time.perf_counter()})
 
     # ------------------------------------------------------------------ transcripts
 
@@ -390,7 +357,7 @@ class CascadeSession(PipelineSession):
             if production is None:
                 times = {"asr": asr_done} if asr_done else {}
                 production = Production(self, request, prompt, times)
-            async for chunk in production.chunks():
+            async for chunk in production.output:
                 yield chunk
             stages = {name: round((at - t0) * 1000, 1) for name, at in production.times.items()}
             yield StageTimes(stages, {"speculated": production.request is not request})
@@ -410,7 +377,7 @@ class CascadeSession(PipelineSession):
         if spec.task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await spec.task  # the transcript is in hand (we just used it): only the prompt is left
-        if spec.production is not None and spec.prompt == prompt and _settings(spec.request) == _settings(request):
+        if spec.production is not None and spec.production.prompt == prompt and _settings(spec.request) == _settings(request):
             self.pipeline.counts["speculations_adopted"] += 1
             return spec.production
         self.pipeline.counts["speculations_discarded"] += 1

@@ -7,6 +7,7 @@ into int16 audio at the voice's rate (synchronous: run it on a dedicated thread)
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator
 
@@ -62,8 +63,6 @@ class PiperTalker:
         so.inter_op_num_threads = 1
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")  # share the cores politely
         session = ort.InferenceSession(model_path, sess_options=so, providers=["CPUExecutionProvider"])
-        import json
-
         with open(config_path, encoding="utf-8") as f:
             config = PiperConfig.from_dict(json.load(f))
         self.voice = PiperVoice(session=session, config=config)

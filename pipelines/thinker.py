@@ -234,15 +234,14 @@ class VllmThinker:
                 if not delta:
                     continue
                 # stop at the end of the last allowed sentence
-                for m in SENTENCE_END.finditer(text + delta, len(text)):
+                full = text + delta
+                for m in SENTENCE_END.finditer(full, len(text)):
                     sentences += 1
                     if sentences >= o.max_sentences:
-                        delta = (text + delta)[len(text) : m.end()]
-                        text += delta
-                        yield delta
                         g.finish_reason = "stop"
+                        yield full[len(text) : m.end()]
                         return
-                text += delta
+                text = full
                 yield delta
         finally:
             if not finished and self.engine is not None:
