@@ -161,6 +161,9 @@ class TurnRecord:
     audio_s: float = 0.0
     deliveries: list[tuple[float, float]] = field(default_factory=list)  # (arrival, seconds)
     heard: str | None = None
+    answer: str | None = None
+    input_tokens: int | None = None
+    cached_tokens: int | None = None
     server_timings_ms: dict[str, float] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     interrupted_by_t: float | None = None  # onset of the user speech that barged in on this answer
@@ -217,6 +220,9 @@ class TurnRecord:
             "barge_in_ms": self.barge_in_ms,
             "barge_in_cancel_ms": self.barge_in_cancel_ms,
             "heard": self.heard,
+            "answer": self.answer,
+            "input_tokens": self.input_tokens,
+            "cached_tokens": self.cached_tokens,
             "input_wer": round(wer(self.text, self.heard), 4) if self.heard is not None and self.text else None,
             "server_timings_ms": self.server_timings_ms,
             "errors": self.errors,
@@ -423,6 +429,12 @@ class Replay:
                 if rec is None:
                     continue
                 rec.done_t, rec.status = now, r.get("status")
+                usage = r.get("usage") or {}
+                rec.input_tokens = usage.get("input_tokens")
+                rec.cached_tokens = (usage.get("input_token_details") or {}).get("cached_tokens")
+                for output in r.get("output") or []:
+                    for part in output.get("content") or []:
+                        rec.answer = part.get("transcript") or part.get("text") or rec.answer
                 for key, value in (r.get("metadata") or {}).items():
                     if key.startswith("timing.") and key.endswith("_ms"):
                         try:
