@@ -18,10 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from bench import dataset, replay, report
 from bench.common import server_process
+from realtime_omni import config
 
 SYNTHETIC: dict[str, Any] = {
     "pipeline": {
@@ -36,7 +35,7 @@ SYNTHETIC: dict[str, Any] = {
 def server_config(name: str) -> dict[str, Any]:
     if name == "synthetic":
         return copy.deepcopy(SYNTHETIC)
-    return yaml.safe_load((Path(__file__).parent.parent / "configs" / f"{name}.yaml").read_text())
+    return config.raw(name)
 
 
 def main() -> None:

@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from bench import replay
 from bench.audio import espeak
 from bench.common import dist, machine, save, server_process
 from bench.dataset import RATE, Conversation, Turn
+from realtime_omni import config as config_file
 
 QUESTIONS = [
     "Hi there, how are you today?",
@@ -56,7 +53,7 @@ STAGES = ("asr", "thinker_first_token", "first_clause", "first_audio")
 
 
 def config(variant: str, silence_ms: int) -> dict[str, Any]:
-    cfg = copy.deepcopy(yaml.safe_load((Path(__file__).parent.parent / "configs" / "cpu.yaml").read_text()))
+    cfg = config_file.raw("cpu")
     opts = cfg["pipeline"]["options"]
     for key, value in VARIANTS[variant].items():
         if isinstance(value, dict):

@@ -51,7 +51,11 @@ def _bench(args: argparse.Namespace) -> int:
     if args.action == "compare":
         print(report.compare(Path(args.a), Path(args.b)))
         return 0
-    conversations = dataset.load(args.dataset, args.conversations or max(args.concurrency, 1), args.barge_in_every)
+    try:
+        conversations = dataset.load(args.dataset, args.conversations or max(args.concurrency, 1), args.barge_in_every)
+    except (OSError, ValueError) as exc:
+        print(f"realtime-omni bench replay: {exc}", file=sys.stderr)
+        return 2
     options = replay.Options(
         url=args.url,
         model=args.model,

@@ -62,13 +62,18 @@ def resolve(name_or_path: str) -> Path:
     raise FileNotFoundError(f"no config named {name_or_path!r} (looked in {SOURCE_CONFIGS} and {PACKAGE_CONFIGS})")
 
 
+def raw(name_or_path: str) -> dict[str, Any]:
+    """A config file as plain data (to adjust before use, as tests and benchmarks do)."""
+    return yaml.safe_load(resolve(name_or_path).read_text()) or {}
+
+
 def load(name_or_path: str = DEFAULT_CONFIG, **overrides: Any) -> ServerConfig:
-    raw = yaml.safe_load(resolve(name_or_path).read_text()) or {}
-    raw.update({k: v for k, v in overrides.items() if v is not None})
-    if raw.get("api_key") is None and os.environ.get("REALTIME_OMNI_API_KEY"):
-        raw["api_key"] = os.environ["REALTIME_OMNI_API_KEY"]
+    data = raw(name_or_path)
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    if data.get("api_key") is None and os.environ.get("REALTIME_OMNI_API_KEY"):
+        data["api_key"] = os.environ["REALTIME_OMNI_API_KEY"]
     try:
-        return msgspec.convert(raw, ServerConfig)
+        return msgspec.convert(data, ServerConfig)
     except msgspec.ValidationError as exc:
         raise ValueError(f"invalid config {name_or_path}: {exc}") from None
 

@@ -74,7 +74,7 @@ class Metrics:
 
     def response_timings(self, record: dict[str, Any]) -> None:
         """One finished response's timings: per-stage histograms, and a JSON line in the timings
-        log when one is configured (``timings_log``; the benchmarks read it)."""
+        log when one is configured (``timings_log``), for offline analysis."""
         for stage, ms in record.get("stages", {}).items():
             self.stage_seconds.labels(stage).observe(max(0.0, ms / 1000.0))
         if self.timings_log is not None:

@@ -98,6 +98,11 @@ class ResponseRun:
         self.task = asyncio.create_task(self._run(), name=f"response:{self.id}")
 
     @property
+    def first_audio_ms(self) -> float | None:
+        """From the response trigger to its first audio delta."""
+        return round((self.first_audio_at - self.started_at) * 1000, 1) if self.first_audio_at else None
+
+    @property
     def done(self) -> bool:
         return self.task is None or self.task.done()
 
@@ -370,8 +375,8 @@ class ResponseRun:
         if self.status == "in_progress" or not self.session.timing_metadata:
             return self.metadata
         timings: dict[str, str] = {}
-        if self.first_audio_at:
-            timings["timing.first_audio_delta_ms"] = f"{(self.first_audio_at - self.started_at) * 1000:.1f}"
+        if self.first_audio_ms is not None:
+            timings["timing.first_audio_delta_ms"] = f"{self.first_audio_ms:.1f}"
         for stage, ms in self.stage_times.items():
             timings[f"timing.{stage}_ms"] = f"{ms:.1f}"
         if not timings:

@@ -515,9 +515,8 @@ class Session:
         self.metrics.response_duration.observe(run.done_at - run.started_at)
         if run.cancel_requested_at:
             self.metrics.cancel_latency.observe(run.done_at - run.cancel_requested_at)
-        first_audio = round((run.first_audio_at - run.started_at) * 1000, 1) if run.first_audio_at else None
         self.metrics.response_timings(
-            {"response_id": run.id, "session_id": self.id, "status": run.status, "first_audio_ms": first_audio, "stages": run.stage_times, **run.stage_info}
+            {"response_id": run.id, "session_id": self.id, "status": run.status, "first_audio_ms": run.first_audio_ms, "stages": run.stage_times, **run.stage_info}
         )
         u = run.usage
         if run.in_band:

@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
+from realtime_omni import config as config_file
 from tests.support.server import ServerThread
 
 
@@ -87,7 +87,7 @@ class CpuServer:
 
 
 def cpu_config(**thinker: Any) -> dict[str, Any]:
-    config = yaml.safe_load((Path(__file__).parent.parent / "configs" / "cpu.yaml").read_text())
+    config = config_file.raw("cpu")
     config["pipeline"]["options"]["thinker"].update(thinker)
     return config
 

@@ -4,19 +4,18 @@ transcript prompt format answers a question in one line, on the real engine."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
-import yaml
 
 from bench.common import server_process
+from realtime_omni import config as config_file
 from tests.support.client import connect
 
 pytestmark = pytest.mark.timeout(900)
 
 
 async def test_gemma_answers_in_one_line():
-    config = yaml.safe_load((Path(__file__).parent.parent / "configs" / "cpu-gemma.yaml").read_text())
+    config = config_file.raw("cpu-gemma")
     with server_process(config, startup_s=900) as url:
         async with connect(url) as c:
             await c.expect("session.created")

@@ -174,7 +174,9 @@ def test_transcript_format_for_base_models(thinker: VllmThinker):
 def test_serve_with_a_missing_model_fails_clearly(tmp_path: Path):
     import yaml
 
-    config = yaml.safe_load((Path(__file__).parent.parent / "configs" / "cpu.yaml").read_text())
+    from realtime_omni import config as config_file
+
+    config = config_file.raw("cpu")
     config["pipeline"]["options"]["asr_model"] = "whisper-huge"
     config["port"] = 0
     path = tmp_path / "bad.yaml"

@@ -120,6 +120,8 @@ def test_recorded_dataset_directory(tmp_path: Path):
     assert convs.turns[0].audio.dtype.name == "int16"
     with pytest.raises(ValueError):
         dataset.from_directory(tmp_path / "booking")  # no conversation folders inside
+    run = subprocess.run([sys.executable, "-m", "realtime_omni", "bench", "replay", "--url", "ws://127.0.0.1:9/v1", "--dataset", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert run.returncode == 2 and "dataset directory not found" in run.stderr and "Traceback" not in run.stderr
 
 
 async def test_cli_writes_summary_turns_plots_and_compares(known_server, tmp_path: Path):
