@@ -27,9 +27,10 @@ import numpy as np
 
 from pipelines.base import AudioChunk, FunctionCall, Message, Part, ResponseRequest, StageTimes, TextDelta, ToolCall, Usage
 
-from .audio import OutputConverter, WireFormat
+from .audio import OutputConverter, Resampler, WireFormat
 from .conversation import Alignment, to_wire
 from .ids import new_id
+from .playout import Cut
 from .protocol import events as ev
 from .session_config import format_struct
 
@@ -87,6 +88,7 @@ class ResponseRun:
         self._produced = 0  # samples produced (pipeline output rate)
         self._alignment = Alignment(session.caps.output_rate)
         self._converter: OutputConverter | None = None
+        self._resampler: Resampler | None = None  # to the playout's rate (media transports)
         # deltas queued in the outbox, oldest first: (message, samples, text chars) each carries
         self._inflight: deque[tuple[Message | None, int, int]] = deque()
         self._delivered_samples = 0
@@ -106,21 +108,26 @@ class ResponseRun:
     def done(self) -> bool:
         return self.task is None or self.task.done()
 
-    def mute(self) -> None:
-        """Stop output at once, synchronously: queued deltas are dropped and no new ones queued.
-        Called before announcing what interrupted the response (``speech_started``), so nothing
-        of this response reaches the client after that announcement."""
+    def mute(self) -> Cut | None:
+        """Stop output at once, synchronously: queued deltas (and, on a media transport, queued
+        audio) are dropped and no new ones queued. Called before announcing what interrupted the
+        response (``speech_started``), so nothing of this response reaches the client after that
+        announcement. Returns what was cut if its audio was playing."""
         if self._finishing or self.muted:
-            return
+            return None
         self.muted = True
         self.session.outbox.purge(self)
         self._inflight.clear()
+        playout = self.session.playout
+        return playout.drop(self) if playout is not None else None
 
     async def cancel(self, reason: CancelReason) -> None:
         task = self.task
         if task is None or task.done():
             return
-        self.mute()
+        cut = self.mute()
+        if cut is not None:
+            await self.session.emit(ev.OutputAudioBufferCleared(response_id=self.id))
         if not self._finishing:
             self.cancel_reason = reason
             self.cancel_requested_at = time.perf_counter()
@@ -140,6 +147,11 @@ class ResponseRun:
         if message is self._message:
             self._delivered_samples += samples
             self._delivered_chars += chars
+
+    def played(self, message: Any, samples: int) -> None:
+        """A media transport sent ``samples`` (pipeline output rate) of ``message``'s audio."""
+        if message is self._message:
+            self._delivered_samples += samples
 
     async def _delta(self, event: Any, samples: int = 0, chars: int = 0) -> None:
         if self.muted:
@@ -172,6 +184,8 @@ class ResponseRun:
             if self.usage.hit_max_tokens:
                 self.status = "incomplete"
             await self._flush_audio()
+            if session.playout is not None:
+                session.playout.end(self)
         except asyncio.CancelledError:
             if self.cancel_reason is None:
                 raise  # the session is closing
@@ -230,24 +244,38 @@ class ResponseRun:
         if not self.audio or not len(pcm):
             return
         msg = await self._open_message()
-        if self._converter is None:
-            self._converter = OutputConverter(self.session.caps.output_rate, self.output_format)
         self._audio.append(pcm)
         self._produced += len(pcm)
+        playout = self.session.playout
+        if playout is not None:
+            self._mark_first_audio()
+            if self._resampler is None:
+                self._resampler = Resampler(self.session.caps.output_rate, playout.rate)
+            await playout.write(self, msg, self._resampler(pcm), len(pcm))
+            return
+        if self._converter is None:
+            self._converter = OutputConverter(self.session.caps.output_rate, self.output_format)
         await self._send_audio(msg, self._converter(pcm), len(pcm))
+
+    def _mark_first_audio(self) -> None:
+        if not self.first_audio_at:
+            self.first_audio_at = time.perf_counter()
+            self.session.metrics.first_audio.observe(self.first_audio_at - self.started_at)
 
     async def _send_audio(self, msg: Message, data: bytes, samples: int) -> None:
         if not data and not samples:
             return
-        if not self.first_audio_at:
-            self.first_audio_at = time.perf_counter()
-            self.session.metrics.first_audio.observe(self.first_audio_at - self.started_at)
+        self._mark_first_audio()
         delta = ev.ResponseOutputAudioDelta(
             response_id=self.id, item_id=msg.id, output_index=self._index, content_index=0, delta=base64.b64encode(data).decode()
         )
         await self._delta(delta, samples=samples)
 
     async def _flush_audio(self) -> None:
+        playout = self.session.playout
+        if self._resampler is not None and self._message is not None and playout is not None:
+            await playout.write(self, self._message, self._resampler.flush(), 0)
+            self._resampler = None
         if self._converter is not None and self._message is not None:
             tail = self._converter.flush()
             if tail:

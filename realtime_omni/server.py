@@ -11,8 +11,10 @@ from collections.abc import Callable
 import pipelines
 from pipelines.base import Pipeline
 
+from .calls import Call
 from .config import ServerConfig
 from .errors import RealtimeError
+from .keys import EphemeralKeys, is_ephemeral
 from .metrics import Metrics
 from .protocol import events as ev
 from .session import Session
@@ -28,6 +30,8 @@ class Server:
         self.pipeline = pipeline or pipelines.create(config.pipeline.kind, config.pipeline.options)
         self.metrics.watch_pipeline(self.pipeline.stats)
         self.sessions: set[Session] = set()
+        self.calls: dict[str, Call] = {}  # live WebRTC / SIP calls by call_id
+        self.keys = EphemeralKeys()
         self.defaults: SessionConfig | None = None
         self.ready = False
         self.draining = False
@@ -77,11 +81,28 @@ class Server:
         await self.pipeline.stop()
 
     def authorized(self, key: str | None) -> bool:
+        """The server's own API key (or any key when it has none). Ephemeral keys: see ``admit``."""
         expected = self.config.api_key
+        if is_ephemeral(key):
+            return False
         return not expected or (key is not None and hmac.compare_digest(key.encode(), expected.encode()))
 
-    def open_session(self, *, beta: bool, transport: str, model: str | None) -> Session:
-        """A new session, or a ``RealtimeError`` saying why not (not ready, full, draining)."""
+    def admit(self, key: str | None) -> ev.Session | None:
+        """Check a client's key for opening a session: the API key, or an ephemeral key, which is
+        spent here; returns the session configuration an ephemeral key carries. Raises
+        ``RealtimeError`` (code ``invalid_api_key``) for anything else."""
+        if is_ephemeral(key):
+            grant = self.keys.redeem(key)  # type: ignore[arg-type]
+            if grant is None:
+                raise RealtimeError("This ephemeral key is unknown, expired or already used.", code="invalid_api_key", type="authentication_error")
+            return grant.session
+        if not self.authorized(key):
+            raise RealtimeError("Missing or invalid API key (send 'Authorization: Bearer <key>').", code="invalid_api_key", type="authentication_error")
+        return None
+
+    def open_session(self, *, beta: bool, transport: str, model: str | None, update: ev.Session | None = None) -> Session:
+        """A new session, or a ``RealtimeError`` saying why not (not ready, full, draining, or an
+        invalid ``update`` to the defaults)."""
         limits = self.config.limits
         if not self.ready or self.draining or self.defaults is None:
             self.metrics.sessions_rejected.labels("unavailable").inc()
@@ -96,6 +117,8 @@ class Server:
         defaults = self.defaults
         if model and model != defaults.wire.model:
             defaults = defaults.updated(ev.Session(model=model), self.pipeline.capabilities)
+        if update is not None:
+            defaults = defaults.updated(update, self.pipeline.capabilities)
         session = Session(self.pipeline, defaults, limits, self.metrics, beta=beta, timing_metadata=self.config.timing_metadata)
         self.sessions.add(session)
         self.metrics.sessions_total.labels(transport).inc()
@@ -113,6 +136,8 @@ class Server:
         if self.draining:
             return
         self.draining = True
+        for call in list(self.calls.values()):
+            await call.hangup("server_shutting_down")
         for session in list(self.sessions):
             await session.end("The server is shutting down; this session is over.", code="server_shutting_down")
         deadline = time.monotonic() + self.config.shutdown_grace_s

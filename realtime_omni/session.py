@@ -28,6 +28,7 @@ from .ids import EventIds, new_id
 from .input_buffer import InputBuffer
 from .metrics import Metrics
 from .outbox import Outbox, Owner
+from .playout import Cut, Playout
 from .protocol import events as ev
 from .protocol.codec import decode_client_event
 from .response import ResponseRun
@@ -73,6 +74,7 @@ class Session:
         self.detector: TurnDetector | None = None
         self._turn: _Turn | None = None
         self.active: ResponseRun | None = None  # the in-band response, if any
+        self.playout: Playout | None = None  # set by media transports: audio goes out paced, not as deltas
         self.out_of_band: set[ResponseRun] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._idle_timer: asyncio.Task[None] | None = None
@@ -122,6 +124,32 @@ class Session:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    def attach_playout(self, rate: int, *, max_buffer_ms: int = 200) -> Playout:
+        """For a media transport (WebRTC, SIP): responses' audio goes to a paced playout at
+        ``rate`` that the transport's clock drains, instead of ``response.output_audio.delta``."""
+        self.playout = Playout(rate, self._notify, max_buffer_ms=max_buffer_ms)
+        return self.playout
+
+    def _notify(self, event: Any) -> None:
+        if not self.closed:
+            self._spawn(self.emit(event), "notify")
+
+    async def _cut_playout(self) -> Cut | None:
+        """Silence the media stream now (barge-in, ``output_audio_buffer.clear``). An answer that
+        had finished generating but was still playing is truncated to what was heard."""
+        cut = self.playout.clear() if self.playout is not None else None
+        if cut is None:
+            return None
+        await self.emit(ev.OutputAudioBufferCleared(response_id=cut.owner.id))
+        message = cut.message
+        if cut.owner is not self.active and isinstance(message, Message) and self.conversation.get(message.id) is message:
+            part = message.parts[0]
+            if part.kind == "audio" and part.audio is not None and cut.played < len(part.audio):
+                self._truncate(message, 0, cut.played)
+                end_ms = samples_to_ms(cut.played, self.caps.output_rate)
+                await self.emit(ev.ConversationItemTruncated(item_id=message.id, content_index=0, audio_end_ms=end_ms))
+        return cut
 
     def ms(self, samples: int) -> int:
         return samples_to_ms(samples, self.caps.input_rate)
@@ -214,10 +242,13 @@ class Session:
         self._cancel_idle_timer()
         self._turn = _Turn(new_id("item"), e.start, e.start)
         vad = self.config.vad
-        barge_in = self.active if vad is not None and vad.interrupt_response else None
+        interrupt = vad is not None and vad.interrupt_response
+        barge_in = self.active if interrupt else None
         if barge_in is not None:
             barge_in.mute()  # not one more sample of it after speech_started
         await self.emit(ev.InputAudioBufferSpeechStarted(audio_start_ms=self.ms(e.start), item_id=self._turn.item_id))
+        if interrupt:
+            await self._cut_playout()
         if barge_in is not None:
             await barge_in.cancel("turn_detected")
 
@@ -381,13 +412,20 @@ class Session:
                 "audio_end_ms",
                 f"Invalid 'audio_end_ms': {e.audio_end_ms} ms is past the end of the item's audio ({total * 1000 // rate} ms).",
             )
+        self._truncate(item, e.content_index, end)
+        await self.emit(ev.ConversationItemTruncated(item_id=item.id, content_index=e.content_index, audio_end_ms=e.audio_end_ms))
+
+    def _truncate(self, item: Message, index: int, end: int) -> None:
+        """Keep the first ``end`` samples of an assistant audio part, and the words of them."""
+        part = item.parts[index]
+        assert part.audio is not None
+        total = len(part.audio)
         alignment = self.conversation.alignment.get(item.id)
         if part.text and alignment is not None:
             part.text = alignment.cut(part.text, end, total)
         elif part.text and end < total:
             part.text = ""  # no alignment known: keep no words the user may not have heard
         part.audio = part.audio[:end]
-        await self.emit(ev.ConversationItemTruncated(item_id=item.id, content_index=e.content_index, audio_end_ms=e.audio_end_ms))
 
     # ------------------------------------------------------------------ responses
 
@@ -504,10 +542,13 @@ class Session:
 
     async def _on_output_clear(self, e: ev.OutputAudioBufferClear) -> None:
         run = self.active
-        if run is None:
-            return
-        await run.cancel("client_cancelled")
-        await self.emit(ev.OutputAudioBufferCleared(response_id=run.id))
+        if run is not None:
+            run.mute()
+        cut = await self._cut_playout()
+        if run is not None:
+            await run.cancel("client_cancelled")
+            if cut is None:
+                await self.emit(ev.OutputAudioBufferCleared(response_id=run.id))
 
     def response_finished(self, run: ResponseRun) -> None:
         """Called by a run after its ``response.done``."""
@@ -578,6 +619,8 @@ class Session:
             return
         self.closed = True
         self.outbox.close()
+        if self.playout is not None:
+            self.playout.close()
         runs = [r for r in (self.active, *self.out_of_band) if r is not None]
         for run in runs:
             run.abandon()

@@ -62,16 +62,16 @@ async def _deny(ws: WebSocket, status: int, err: RealtimeError) -> None:
 async def realtime(ws: WebSocket) -> None:
     server: Server = ws.app.state.server
     key, beta, subprotocol = _credentials(ws)
-    if not server.authorized(key):
-        err = RealtimeError("Missing or invalid API key (send 'Authorization: Bearer <key>').", code="invalid_api_key")
+    try:
+        grant = server.admit(key)
+    except RealtimeError as err:
         await _deny(ws, 401, err)
         return
     if "call_id" in ws.query_params:
-        err = RealtimeError(f"No call with id {ws.query_params['call_id']!r}.", code="call_not_found", param="call_id")
-        await _deny(ws, 404, err)
+        await _sideband(ws, server, ws.query_params["call_id"], beta, subprotocol)
         return
     try:
-        session = server.open_session(beta=beta, transport="websocket", model=ws.query_params.get("model"))
+        session = server.open_session(beta=beta, transport="websocket", model=ws.query_params.get("model"), update=grant)
     except RealtimeError as err:  # full or draining: say so in the protocol, then hang up
         await ws.accept(subprotocol)
         error = ev.Error(event_id="event_rejected", error=ev.ErrorDetail(type=err.type, code=err.code, message=err.message, param=None, event_id=None))
@@ -84,6 +84,46 @@ async def realtime(ws: WebSocket) -> None:
         await _serve(ws, server, session)
     finally:
         await server.close_session(session)
+
+
+async def _sideband(ws: WebSocket, server: Server, call_id: str, beta: bool, subprotocol: str | None) -> None:
+    """``?call_id=``: watch and steer a live WebRTC or SIP call. The socket gets every event of
+    the call's session from now on, and what it sends goes to that session."""
+    call = server.calls.get(call_id)
+    try:
+        if call is None:
+            raise RealtimeError(f"No live call with id {call_id!r}.", code="call_not_found", param="call_id")
+        queue = call.attach_sideband(beta=beta)
+    except RealtimeError as err:
+        await _deny(ws, 404, err)
+        return
+    session = call.session
+    assert session is not None
+    await ws.accept(subprotocol)
+
+    async def read() -> None:
+        while True:
+            message = await ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            await session.handle(message.get("text") or message.get("bytes") or b"")
+
+    async def write() -> None:
+        timeout = server.config.limits.send_timeout_s
+        while (data := await queue.queue.get()) is not None:
+            async with asyncio.timeout(timeout):
+                await ws.send_text(data)
+        with contextlib.suppress(Exception):
+            await ws.close(CLOSE_GOING_AWAY, "call ended")
+
+    tasks = [asyncio.create_task(read(), name=f"sideband-read:{call_id}"), asyncio.create_task(write(), name=f"sideband-write:{call_id}")]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        call.detach_sideband(queue)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _serve(ws: WebSocket, server: Server, session: Session) -> None:

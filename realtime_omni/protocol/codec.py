@@ -87,3 +87,25 @@ def encode_server_event(event: msgspec.Struct, *, beta_names: bool = False) -> b
         return _encoder.encode(event)
     translated = beta.translate(msgspec.to_builtins(event))
     return None if translated is None else _encoder.encode(translated)
+
+
+_session_decoder = msgspec.json.Decoder(events.Session)
+
+
+def decode_session(data: bytes | str, param: str = "session") -> events.Session:
+    """A session object sent outside an event (a call's multipart ``session`` part, a call's
+    accept body, an ephemeral key's grant), checked like ``session.update``'s."""
+    try:
+        return _session_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        m = _PATH.search(str(exc))
+        path = _join(param, m.group(1).replace("[...]", "")) if m else param
+        message = str(exc)[: m.start()] if m else str(exc)
+        return_err = RealtimeError(f"Invalid '{path}': {message}.", code="invalid_value", param=path)
+        if message.startswith("Object contains unknown field"):
+            field = _FIELD.search(message)
+            path = _join(path, field.group(1)) if field else path
+            return_err = RealtimeError(f"Unknown parameter: '{path}'.", code="unknown_parameter", param=path)
+        raise return_err from None
+    except msgspec.DecodeError as exc:
+        raise RealtimeError(f"Invalid '{param}': not valid JSON ({exc}).", code="invalid_json", param=param) from None

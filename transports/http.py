@@ -1,0 +1,183 @@
+"""Plain HTTP endpoints beside the realtime transports: ephemeral keys and call control.
+
+    POST   /v1/realtime/client_secrets            mint an ephemeral key (needs the API key)
+    POST   /v1/realtime/sessions                  the same, beta shape
+    POST   /v1/realtime/calls/{call_id}/accept    SIP: answer a ringing call with a session config
+    POST   /v1/realtime/calls/{call_id}/reject    SIP: refuse it (status_code, default 603)
+    POST   /v1/realtime/calls/{call_id}/refer     SIP: transfer it (target_uri)
+    POST   /v1/realtime/calls/{call_id}/hangup    end any call
+    DELETE /v1/realtime/calls/{call_id}           the same
+
+Errors are OpenAI-shaped: ``{"error": {"type", "code", "message", "param"}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from realtime_omni import keys
+from realtime_omni.calls import Call
+from realtime_omni.errors import RealtimeError
+from realtime_omni.protocol import events as ev
+from realtime_omni.protocol.codec import decode_session
+from realtime_omni.server import Server
+
+MAX_BODY = 1024 * 1024
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/v1/realtime/client_secrets", client_secrets, methods=["POST"]),
+        Route("/v1/realtime/sessions", beta_sessions, methods=["POST"]),
+        Route("/v1/realtime/calls/{call_id}/{action}", call_action, methods=["POST"]),
+        Route("/v1/realtime/calls/{call_id}", delete_call, methods=["DELETE"]),
+    ]
+
+
+def error_response(status: int, err: RealtimeError) -> JSONResponse:
+    body = {"error": {"type": err.type, "code": err.code, "message": err.message, "param": err.param}}
+    return JSONResponse(body, status_code=status)
+
+
+def bearer(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else None
+
+
+def require_api_key(request: Request) -> None:
+    server: Server = request.app.state.server
+    if not server.authorized(bearer(request)):
+        raise RealtimeError("This endpoint needs the server's API key (not an ephemeral key).", code="invalid_api_key", type="authentication_error")
+
+
+async def json_body(request: Request) -> dict[str, Any]:
+    data = await request.body()
+    if len(data) > MAX_BODY:
+        raise RealtimeError("The request body is too large.", code="request_too_large")
+    if not data.strip():
+        return {}
+    try:
+        body = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise RealtimeError(f"The request body is not valid JSON ({exc}).", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise RealtimeError("The request body must be a JSON object.", code="invalid_json")
+    return body
+
+
+# ---------------------------------------------------------------------------------- keys
+
+
+def _ttl(body: dict[str, Any]) -> int:
+    after = body.get("expires_after") or {}
+    if not isinstance(after, dict):
+        raise RealtimeError("Invalid 'expires_after': expected an object.", code="invalid_type", param="expires_after")
+    anchor = after.get("anchor", "created_at")
+    if anchor != "created_at":
+        raise RealtimeError("Invalid 'expires_after.anchor': expected 'created_at'.", code="invalid_value", param="expires_after.anchor")
+    seconds = after.get("seconds", keys.DEFAULT_TTL_S)
+    if not isinstance(seconds, int) or isinstance(seconds, bool) or not keys.MIN_TTL_S <= seconds <= keys.MAX_TTL_S:
+        raise RealtimeError(
+            f"Invalid 'expires_after.seconds': expected an integer from {keys.MIN_TTL_S} to {keys.MAX_TTL_S}.",
+            code="invalid_value",
+            param="expires_after.seconds",
+        )
+    return seconds
+
+
+def _mint(server: Server, ttl: int, session: ev.Session | None) -> tuple[keys.EphemeralKey, ev.Session]:
+    """Check the grant against the server's defaults (a bad config fails now, not at connect)."""
+    if server.defaults is None:
+        raise RealtimeError("The server is still starting.", code="server_unavailable", type="server_error")
+    effective = server.defaults
+    if session is not None:
+        effective = effective.updated(session, server.pipeline.capabilities)
+    try:
+        key = server.keys.issue(ttl, session)
+    except OverflowError:
+        raise RealtimeError("Too many unused ephemeral keys are outstanding; try again later.", code="rate_limit_exceeded", type="rate_limit_error") from None
+    return key, effective.wire
+
+
+async def client_secrets(request: Request) -> Response:
+    server: Server = request.app.state.server
+    try:
+        require_api_key(request)
+        body = await json_body(request)
+        ttl = _ttl(body)
+        session = decode_session(msgspec.json.encode(body["session"])) if body.get("session") is not None else None
+        key, wire = _mint(server, ttl, session)
+    except RealtimeError as err:
+        return error_response(401 if err.code == "invalid_api_key" else 400, err)
+    return JSONResponse({"value": key.value, "expires_at": key.expires_at, "session": msgspec.to_builtins(wire)})
+
+
+async def beta_sessions(request: Request) -> Response:
+    """Beta ``POST /v1/realtime/sessions``: a flat session body, the key under ``client_secret``."""
+    server: Server = request.app.state.server
+    try:
+        require_api_key(request)
+        body = await json_body(request)
+        body.pop("client_secret", None)
+        session = decode_session(msgspec.json.encode(body)) if body else None
+        key, wire = _mint(server, keys.DEFAULT_TTL_S, session)
+    except RealtimeError as err:
+        return error_response(401 if err.code == "invalid_api_key" else 400, err)
+    out = msgspec.to_builtins(wire)
+    out.update({"id": f"sess_{key.value[-20:]}", "object": "realtime.session", "client_secret": {"value": key.value, "expires_at": key.expires_at}})
+    return JSONResponse(out)
+
+
+# ---------------------------------------------------------------------------------- calls
+
+
+def _call(request: Request) -> Call:
+    server: Server = request.app.state.server
+    call_id = request.path_params["call_id"]
+    call = server.calls.get(call_id)
+    if call is None:
+        raise RealtimeError(f"No live call with id {call_id!r}.", code="call_not_found", param="call_id")
+    return call
+
+
+async def call_action(request: Request) -> Response:
+    try:
+        require_api_key(request)
+        call = _call(request)
+        body = await json_body(request)
+        action = request.path_params["action"]
+        if action == "accept":
+            await call.accept(decode_session(msgspec.json.encode(body)) if body else ev.Session())
+        elif action == "reject":
+            status = body.get("status_code", 603)
+            if not isinstance(status, int) or isinstance(status, bool) or not 400 <= status <= 699:
+                raise RealtimeError("Invalid 'status_code': expected a SIP status code from 400 to 699.", code="invalid_value", param="status_code")
+            await call.reject(status)
+        elif action == "refer":
+            target = body.get("target_uri")
+            if not isinstance(target, str) or not target.lower().startswith(("sip:", "sips:", "tel:")):
+                raise RealtimeError("Invalid 'target_uri': expected a sip:, sips: or tel: URI.", code="invalid_value", param="target_uri")
+            await call.refer(target)
+        elif action == "hangup":
+            await call.hangup("hangup")
+        else:
+            return error_response(404, RealtimeError(f"Unknown call action {action!r}.", code="not_found"))
+    except RealtimeError as err:
+        status = {"invalid_api_key": 401, "call_not_found": 404, "invalid_call_action": 409, "call_state": 409}.get(err.code or "", 400)
+        return error_response(status, err)
+    return Response(status_code=200)
+
+
+async def delete_call(request: Request) -> Response:
+    try:
+        require_api_key(request)
+        call = _call(request)
+    except RealtimeError as err:
+        return error_response(401 if err.code == "invalid_api_key" else 404, err)
+    await call.hangup("hangup")
+    return Response(status_code=200)
