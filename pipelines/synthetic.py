@@ -63,6 +63,7 @@ class SyntheticOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     input_rate: int = 16000
     output_rate: int = 24000
     context_tokens: int = 8192
+    images: bool = False  # declare image input (reply with "{images}": images seen in the last user turn)
 
 
 class SyntheticPipeline(Pipeline):
@@ -78,6 +79,7 @@ class SyntheticPipeline(Pipeline):
             transcription_model="synthetic",
             voices=("tone",),
             context_tokens=o.context_tokens,
+            images=o.images,
         )
         self.sessions: set[SyntheticSession] = set()
         self.active_responses = 0
@@ -216,7 +218,7 @@ class SyntheticSession(PipelineSession):
         last = request.items[-1] if request.items else None
         if isinstance(last, FunctionResult):
             return f"The tool returned {last.output}."
-        return self.options.reply.format(heard=self._heard(request) or "nothing", n=self.responses)
+        return self.options.reply.format(heard=self._heard(request) or "nothing", n=self.responses, images=self._images(request))
 
     @staticmethod
     def _heard(request: ResponseRequest) -> str:
@@ -224,6 +226,13 @@ class SyntheticSession(PipelineSession):
             if isinstance(item, Message) and item.role == "user":
                 return " ".join(p.text for p in item.parts if p.text)
         return ""
+
+    @staticmethod
+    def _images(request: ResponseRequest) -> int:
+        for item in reversed(request.items):
+            if isinstance(item, Message) and item.role == "user":
+                return sum(p.kind == "image" for p in item.parts)
+        return 0
 
     def _last_user_audio(self, request: ResponseRequest) -> np.ndarray:
         caps = self.pipeline.capabilities

@@ -29,6 +29,19 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     pause_ms: int = 200  # silence after which pipelines may start speculative work
 
 
+class WebRTCConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    # ICE servers handed to the peer connection, as in the browser API: [{urls: ..., username, credential}].
+    # None by default: no public STUN server is contacted unless you configure one.
+    ice_servers: list[dict[str, Any]] = []
+    # Addresses to offer as host candidates instead of every interface's (e.g. the one public
+    # interface of a multi-homed host, or 127.0.0.1 on a loopback-only network).
+    host_addresses: list[str] = []
+    video_fps: float = 1.0  # video frames sampled per second for pipelines that take images
+    max_buffer_ms: int = 200  # outgoing audio queued ahead of the 20 ms clock
+    connect_timeout_s: float = 30.0  # offer answered -> media flowing, or the call is dropped
+    media_timeout_s: float = 20.0  # no incoming audio packet for this long ends the call
+
+
 class PipelineConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kind: str
     options: dict[str, Any] = {}
@@ -47,6 +60,11 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # add the pipeline's stage timings to response.done's metadata ("timing.<stage>_ms"); the
     # client's own metadata keys are kept and win
     timing_metadata: bool = True
+    webrtc: WebRTCConfig = msgspec.field(default_factory=WebRTCConfig)
+    web_demo: bool = True  # serve the browser demo at /
+    # let the demo page mint itself an ephemeral key when the server has an API key: anyone who can
+    # load the page can then talk to the server (off: the page asks for a key minted elsewhere)
+    web_demo_mints_keys: bool = False
 
 
 def resolve(name_or_path: str) -> Path:

@@ -100,9 +100,9 @@ class Server:
             raise RealtimeError("Missing or invalid API key (send 'Authorization: Bearer <key>').", code="invalid_api_key", type="authentication_error")
         return None
 
-    def open_session(self, *, beta: bool, transport: str, model: str | None, update: ev.Session | None = None) -> Session:
+    def open_session(self, *, beta: bool, transport: str, model: str | None, updates: tuple[ev.Session | None, ...] = ()) -> Session:
         """A new session, or a ``RealtimeError`` saying why not (not ready, full, draining, or an
-        invalid ``update`` to the defaults)."""
+        invalid update to the defaults: an ephemeral key's grant, a call's session config)."""
         limits = self.config.limits
         if not self.ready or self.draining or self.defaults is None:
             self.metrics.sessions_rejected.labels("unavailable").inc()
@@ -117,8 +117,9 @@ class Server:
         defaults = self.defaults
         if model and model != defaults.wire.model:
             defaults = defaults.updated(ev.Session(model=model), self.pipeline.capabilities)
-        if update is not None:
-            defaults = defaults.updated(update, self.pipeline.capabilities)
+        for update in updates:
+            if update is not None:
+                defaults = defaults.updated(update, self.pipeline.capabilities)
         session = Session(self.pipeline, defaults, limits, self.metrics, beta=beta, timing_metadata=self.config.timing_metadata)
         self.sessions.add(session)
         self.metrics.sessions_total.labels(transport).inc()

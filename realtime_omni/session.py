@@ -75,6 +75,7 @@ class Session:
         self._turn: _Turn | None = None
         self.active: ResponseRun | None = None  # the in-band response, if any
         self.playout: Playout | None = None  # set by media transports: audio goes out paced, not as deltas
+        self.video_frame: str | None = None  # the latest sampled camera frame (data URL), for the next turn
         self.out_of_band: set[ResponseRun] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._idle_timer: asyncio.Task[None] | None = None
@@ -115,7 +116,8 @@ class Session:
         self.metrics.errors.labels(code or "none").inc()
         await self.emit(ev.Error(error=ev.ErrorDetail(type=type, code=code, message=message, param=param, event_id=event_id)))
 
-    async def _send(self, err: RealtimeError) -> None:
+    async def report(self, err: RealtimeError) -> None:
+        """A client mistake (or a transport's trouble with its input) as an ``error`` event."""
         await self.emit_error(err.message, code=err.code, param=err.param, type=err.type, event_id=err.event_id)
 
     def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
@@ -173,14 +175,14 @@ class Session:
             event = decode_client_event(data)
         except RealtimeError as err:
             self.metrics.event_in(None)
-            await self._send(err)
+            await self.report(err)
             return
         self.metrics.event_in(event.__struct_config__.tag)
         try:
             await self._handlers[type(event)](event)
         except RealtimeError as err:
             err.event_id = err.event_id or event.event_id
-            await self._send(err)
+            await self.report(err)
 
     # ------------------------------------------------------------------ input audio
 
@@ -283,7 +285,11 @@ class Session:
         pcm = self.buffer.slice(start, end)
         self.buffer.drop_before(end)
         self.pipe.commit(item_id)
-        item = Message(item_id, "user", [Part("audio", audio=pcm)])
+        parts = [Part("audio", audio=pcm)]
+        if self.video_frame is not None and self.caps.images:
+            parts.append(Part("image", image_url=self.video_frame))  # what the camera showed as the turn ended
+            self.video_frame = None
+        item = Message(item_id, "user", parts)
         previous = self.add_item(item)
         await self.emit(ev.InputAudioBufferCommitted(previous_item_id=previous, item_id=item_id))
         wire = to_wire(item, self.caps)
@@ -596,7 +602,7 @@ class Session:
         try:
             await self._start_response(ev.ResponseParams(), started_at=time.perf_counter())
         except RealtimeError as err:  # e.g. the session's tool_choice no longer fits its tools
-            await self._send(err)
+            await self.report(err)
 
     # ================================================================== ending
 

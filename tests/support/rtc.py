@@ -1,0 +1,155 @@
+"""A WebRTC client the way a Python application would write one: aiortc for the peer connection,
+the official ``openai`` SDK's ``client.realtime.calls.create`` for the offer/answer.
+
+Its microphone is a real-time track (20 ms frames on the clock; silence until ``say``); what the
+server sends back is decoded and kept with arrival times, and every data-channel event is checked
+strictly against the SDK's models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import json
+import time
+from typing import Any
+
+import av
+import numpy as np
+from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError
+from openai import AsyncOpenAI
+
+from realtime_omni.audio import resample
+from tests.support.validation import validate
+from transports.webrtc import use_host_addresses
+
+RATE = 48000
+FRAME = RATE // 50
+
+
+class Microphone(MediaStreamTrack):
+    kind = "audio"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._queue: list[np.ndarray] = []
+        self._pts = 0
+        self._next: float | None = None
+        self.spoken_until = 0.0  # monotonic time the last queued speech ends
+
+    def say(self, pcm: np.ndarray, rate: int) -> None:
+        audio = resample(pcm, rate, RATE)
+        self._queue.append(audio)
+        self.spoken_until = max(time.monotonic(), self.spoken_until) + len(audio) / RATE
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        now = time.monotonic()
+        self._next = now if self._next is None else self._next + FRAME / RATE
+        if self._next > now:
+            await asyncio.sleep(self._next - now)
+        frame_pcm = np.zeros(FRAME, np.int16)
+        filled = 0
+        while filled < FRAME and self._queue:
+            head = self._queue[0]
+            take = min(FRAME - filled, len(head))
+            frame_pcm[filled : filled + take] = head[:take]
+            filled += take
+            if take == len(head):
+                self._queue.pop(0)
+            else:
+                self._queue[0] = head[take:]
+        frame = av.AudioFrame.from_ndarray(frame_pcm.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate = RATE
+        frame.pts = self._pts
+        frame.time_base = fractions.Fraction(1, RATE)
+        self._pts += FRAME
+        return frame
+
+
+class RtcClient:
+    def __init__(self, http_url: str, api_key: str = "test-key") -> None:
+        self.http_url = http_url
+        self.api_key = api_key
+        use_host_addresses(["127.0.0.1"])
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.mic = Microphone()
+        self.channel = self.pc.createDataChannel("oai-events")
+        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.log: list[tuple[float, dict[str, Any]]] = []
+        self.received: list[tuple[float, np.ndarray]] = []  # (arrival, 48 kHz mono int16 frame)
+        self.call_id = ""
+        self.opened = asyncio.Event()
+        self._reader: asyncio.Task[None] | None = None
+
+        @self.channel.on("open")
+        def on_open() -> None:
+            self.opened.set()
+
+        @self.channel.on("message")
+        def on_message(message: str) -> None:
+            event = json.loads(message)
+            validate(event)
+            self.log.append((time.monotonic(), event))
+            self.events.put_nowait(event)
+
+        @self.pc.on("track")
+        def on_track(track: MediaStreamTrack) -> None:
+            self._reader = asyncio.ensure_future(self._read(track))
+
+    async def _read(self, track: MediaStreamTrack) -> None:
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                return
+            data = frame.to_ndarray().reshape(-1, len(frame.layout.channels))[:, 0].astype(np.int16)
+            self.received.append((time.monotonic(), data))
+
+    async def connect(self, *, session: dict[str, Any] | None = None, strip_candidates: bool = False, video: MediaStreamTrack | None = None) -> None:
+        self.pc.addTrack(self.mic)
+        if video is not None:
+            self.pc.addTrack(video)
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        sdp = self.pc.localDescription.sdp
+        if strip_candidates:  # what a browser sends when it does not wait for ICE gathering
+            sdp = "".join(line + "\r\n" for line in sdp.splitlines() if not line.startswith(("a=candidate", "a=end-of-candidates")))
+        client = AsyncOpenAI(api_key=self.api_key, base_url=f"{self.http_url}/v1")
+        kwargs: dict[str, Any] = {"sdp": sdp}
+        if session is not None:
+            kwargs["session"] = session
+        response = await client.realtime.calls.with_raw_response.create(**kwargs)
+        assert response.status_code == 201, response.text
+        assert response.headers["content-type"].startswith("application/sdp")
+        self.call_id = response.headers["location"].rsplit("/", 1)[1]
+        await self.pc.setRemoteDescription(RTCSessionDescription(sdp=response.text, type="answer"))
+        await asyncio.wait_for(self.opened.wait(), 20)
+
+    def send(self, event: dict[str, Any]) -> None:
+        self.channel.send(json.dumps(event))
+
+    async def next(self, kind: str, timeout: float = 20.0) -> dict[str, Any]:
+        """The next event of type ``kind`` (earlier events of other types are skipped)."""
+        async with asyncio.timeout(timeout):
+            while True:
+                event = await self.events.get()
+                if event["type"] == kind:
+                    return event
+
+    def audio_since(self, t0: float) -> np.ndarray:
+        chunks = [pcm for t, pcm in self.received if t >= t0]
+        return np.concatenate(chunks) if chunks else np.zeros(0, np.int16)
+
+    def first_sound_after(self, t0: float, threshold: float = 500.0) -> float | None:
+        """Arrival time of the first received frame after ``t0`` whose RMS exceeds ``threshold``."""
+        for t, pcm in self.received:
+            if t >= t0 and np.sqrt(np.mean(pcm.astype(np.float64) ** 2)) > threshold:
+                return t
+        return None
+
+    async def close(self) -> None:
+        await self.pc.close()
+        if self._reader is not None:
+            self._reader.cancel()
