@@ -71,7 +71,7 @@ async def realtime(ws: WebSocket) -> None:
         await _sideband(ws, server, ws.query_params["call_id"], beta, subprotocol)
         return
     try:
-        session = server.open_session(beta=beta, transport="websocket", model=ws.query_params.get("model"), update=grant)
+        session = server.open_session(beta=beta, transport="websocket", model=ws.query_params.get("model"), updates=(grant,))
     except RealtimeError as err:  # full or draining: say so in the protocol, then hang up
         await ws.accept(subprotocol)
         error = ev.Error(event_id="event_rejected", error=ev.ErrorDetail(type=err.type, code=err.code, message=err.message, param=None, event_id=None))
