@@ -137,12 +137,13 @@ class Session:
         if not self.closed:
             self._spawn(self.emit(event), "notify")
 
-    async def _cut_playout(self) -> Cut | None:
-        """Silence the media stream now (barge-in, ``output_audio_buffer.clear``). An answer that
-        had finished generating but was still playing is truncated to what was heard."""
-        cut = self.playout.clear() if self.playout is not None else None
-        if cut is None:
-            return None
+    def _cut_playout(self) -> Cut | None:
+        """Silence the media stream now (barge-in, ``output_audio_buffer.clear``)."""
+        return self.playout.clear() if self.playout is not None else None
+
+    async def _report_cut(self, cut: Cut) -> None:
+        """After a cut: say so, and truncate an answer that had finished generating but was still
+        playing to what was heard (an answer still generating trims itself when cancelled)."""
         await self.emit(ev.OutputAudioBufferCleared(response_id=cut.owner.id))
         message = cut.message
         if cut.owner is not self.active and isinstance(message, Message) and self.conversation.get(message.id) is message:
@@ -151,7 +152,6 @@ class Session:
                 self._truncate(message, 0, cut.played)
                 end_ms = samples_to_ms(cut.played, self.caps.output_rate)
                 await self.emit(ev.ConversationItemTruncated(item_id=message.id, content_index=0, audio_end_ms=end_ms))
-        return cut
 
     def ms(self, samples: int) -> int:
         return samples_to_ms(samples, self.caps.input_rate)
@@ -246,11 +246,12 @@ class Session:
         vad = self.config.vad
         interrupt = vad is not None and vad.interrupt_response
         barge_in = self.active if interrupt else None
+        cut = self._cut_playout() if interrupt else None
         if barge_in is not None:
             barge_in.mute()  # not one more sample of it after speech_started
         await self.emit(ev.InputAudioBufferSpeechStarted(audio_start_ms=self.ms(e.start), item_id=self._turn.item_id))
-        if interrupt:
-            await self._cut_playout()
+        if cut is not None:
+            await self._report_cut(cut)
         if barge_in is not None:
             await barge_in.cancel("turn_detected")
 
@@ -548,9 +549,11 @@ class Session:
 
     async def _on_output_clear(self, e: ev.OutputAudioBufferClear) -> None:
         run = self.active
+        cut = self._cut_playout()
         if run is not None:
             run.mute()
-        cut = await self._cut_playout()
+        if cut is not None:
+            await self._report_cut(cut)
         if run is not None:
             await run.cancel("client_cancelled")
             if cut is None:

@@ -23,6 +23,7 @@ from starlette.routing import Route
 from realtime_omni import keys
 from realtime_omni.calls import Call
 from realtime_omni.errors import RealtimeError
+from realtime_omni.ids import new_id
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import decode_session
 from realtime_omni.server import Server
@@ -114,7 +115,8 @@ async def client_secrets(request: Request) -> Response:
         key, wire = _mint(server, ttl, session)
     except RealtimeError as err:
         return error_response(401 if err.code == "invalid_api_key" else 400, err)
-    return JSONResponse({"value": key.value, "expires_at": key.expires_at, "session": msgspec.to_builtins(wire)})
+    session_out = {"id": new_id("sess"), "object": "realtime.session", **msgspec.to_builtins(wire), "expires_at": key.expires_at}
+    return JSONResponse({"value": key.value, "expires_at": key.expires_at, "session": session_out})
 
 
 async def beta_sessions(request: Request) -> Response:
@@ -129,7 +131,7 @@ async def beta_sessions(request: Request) -> Response:
     except RealtimeError as err:
         return error_response(401 if err.code == "invalid_api_key" else 400, err)
     out = msgspec.to_builtins(wire)
-    out.update({"id": f"sess_{key.value[-20:]}", "object": "realtime.session", "client_secret": {"value": key.value, "expires_at": key.expires_at}})
+    out.update({"id": new_id("sess"), "object": "realtime.session", "client_secret": {"value": key.value, "expires_at": key.expires_at}})
     return JSONResponse(out)
 
 

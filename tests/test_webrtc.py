@@ -1,0 +1,369 @@
+"""WebRTC calls with a real aiortc peer and the official SDK's ``client.realtime.calls.create``,
+against a real server on 127.0.0.1 (ICE host candidates pinned to loopback)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import numpy as np
+import pytest
+from aiortc.mediastreams import VideoStreamTrack
+from openai import AsyncOpenAI
+
+from tests.support.audio import rms, spoken
+from tests.support.rtc import RtcClient
+from tests.support.validation import validate
+
+pytestmark = pytest.mark.timeout(90)
+
+LOOPBACK = {"webrtc": {"host_addresses": ["127.0.0.1"]}}
+QUESTION = "Hello there, how are you today?"
+
+
+@pytest.fixture(scope="module")
+def echo(make_server):
+    """Answers with the user's own audio (real speech back), as fast as the playout takes it."""
+    return make_server(audio="echo", server=LOOPBACK)
+
+
+@pytest.fixture(scope="module")
+def slow(make_server):
+    """A 9.6 s answer produced in real time: still playing when the test interrupts it."""
+    return make_server(chunk_interval_ms=40, reply=" ".join(["word"] * 40), server=LOOPBACK)
+
+
+def loud_frames(client: RtcClient, t0: float, t1: float = float("inf")) -> int:
+    return sum(1 for t, pcm in client.received if t0 <= t < t1 and rms(pcm) > 300)
+
+
+async def settle(srv, timeout: float = 10.0) -> None:
+    """Wait until the server holds no call and no session any more."""
+    deadline = time.monotonic() + timeout
+    while (srv.server.calls or srv.server.sessions) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert not srv.server.calls and not srv.server.sessions, (srv.server.calls, srv.server.sessions)
+
+
+@pytest.mark.parametrize("strip_candidates", [False, True], ids=["with-candidates", "offer-without-candidates"])
+async def test_a_spoken_turn_round_trips_over_webrtc(echo, strip_candidates):
+    client = RtcClient(echo.http_url)
+    await client.connect(strip_candidates=strip_candidates, session={"type": "realtime", "instructions": "Be brief."})
+    try:
+        created = await client.next("session.created")
+        assert created["session"]["instructions"] == "Be brief."  # the multipart session part applied
+        speech = spoken(QUESTION, 24000)
+        client.mic.say(speech, 24000)
+        started_speech = await client.next("input_audio_buffer.speech_started")
+        stopped = await client.next("input_audio_buffer.speech_stopped")
+        t_stop = time.monotonic()
+        spoken_ms = len(speech) * 1000 // 24000
+        assert stopped["item_id"] == started_speech["item_id"]
+        transcript = await client.next("conversation.item.input_audio_transcription.completed")
+        heard = float(transcript["transcript"].split()[0])  # the synthetic transcript: "<seconds> seconds of audio"
+        assert abs(heard * 1000 - spoken_ms) < 800, (heard, spoken_ms)  # the server got the whole utterance
+        started = await client.next("output_audio_buffer.started")
+        done = await client.next("response.done")
+        assert done["response"]["status"] == "completed"
+        assert started["response_id"] == done["response"]["id"]
+        stop = await client.next("output_audio_buffer.stopped")
+        assert stop["response_id"] == done["response"]["id"]
+        await asyncio.sleep(0.3)  # the last frames are in flight
+        answer = client.audio_since(t_stop)
+        # the echo is the user's speech: at least as long as it was, and as loud as espeak
+        assert loud_frames(client, t_stop) * 20 >= spoken_ms * 0.6
+        assert rms(answer) > 500
+        # audio travels on the track only: no audio deltas on the data channel
+        types = [e["type"] for _, e in client.log]
+        assert "response.output_audio.delta" not in types
+        assert types.index("output_audio_buffer.started") < types.index("output_audio_buffer.stopped")
+        assert types.index("response.done") < types.index("output_audio_buffer.stopped")
+    finally:
+        await client.close()
+    await settle(echo)
+
+
+async def test_sideband_watches_and_steers_a_call(echo):
+    client = RtcClient(echo.http_url)
+    await client.connect()
+    try:
+        await client.next("session.created")
+        client.mic.say(spoken(QUESTION, 24000), 24000)
+        await client.next("output_audio_buffer.stopped")  # the first answer has played
+        sdk = AsyncOpenAI(api_key="test-key", base_url=f"{echo.http_url}/v1")
+        async with sdk.realtime.connect(call_id=client.call_id) as sideband:
+            await sideband.send({"type": "response.create", "response": {"instructions": "Say hi."}})  # type: ignore[arg-type]
+            seen = []
+            async with asyncio.timeout(15):
+                async for event in sideband:
+                    data = event.to_dict()
+                    validate(data)
+                    seen.append(data["type"])
+                    if data["type"] == "response.done":
+                        break
+            assert "response.created" in seen and "output_audio_buffer.started" in seen
+            # the same events reached the call's own data channel
+            done = await client.next("response.done")
+            assert done["response"]["status"] == "completed"
+        assert client.call_id in echo.server.calls  # closing the sideband leaves the call up
+    finally:
+        await client.close()
+    await settle(echo)
+
+
+async def test_barge_in_silences_the_track_and_keeps_what_was_heard(slow):
+    client = RtcClient(slow.http_url)
+    await client.connect()
+    try:
+        await client.next("session.created")
+        client.mic.say(spoken("Tell me a long story please.", 24000), 24000)
+        await client.next("output_audio_buffer.started")
+        await asyncio.sleep(1.5)  # let it play a while
+        client.mic.say(spoken("Stop, stop, wait a moment.", 24000), 24000)
+        await client.next("input_audio_buffer.speech_started")
+        cleared = await client.next("output_audio_buffer.cleared")
+        t_cleared = time.monotonic()
+        done = await client.next("response.done")
+        assert done["response"]["status"] == "cancelled"
+        assert cleared["response_id"] == done["response"]["id"]
+        heard = done["response"]["output"][0]["content"][0]["transcript"]
+        assert 0 < len(heard.split()) < 40  # truncated to the words played
+        await asyncio.sleep(1.0)
+        # after the cut only the jitter buffer's last frames may still arrive
+        assert loud_frames(client, t_cleared + 0.3) == 0
+    finally:
+        await client.close()
+    await settle(slow)
+
+
+async def test_peer_vanishing_mid_answer_ends_the_call(slow):
+    client = RtcClient(slow.http_url)
+    await client.connect()
+    await client.next("session.created")
+    client.mic.say(spoken("Tell me a long story please.", 24000), 24000)
+    await client.next("output_audio_buffer.started")
+    assert slow.server.pipeline.active_responses == 1
+    await client.pc.close()  # gone, mid-answer, without a word on the data channel
+    await settle(slow)
+    assert slow.server.pipeline.active_responses == 0
+
+
+async def test_silent_peer_is_dropped_after_the_media_timeout(make_server):
+    srv = make_server(server={"webrtc": {"host_addresses": ["127.0.0.1"], "media_timeout_s": 1.0}})
+    client = RtcClient(srv.http_url)
+    await client.connect()
+    await client.next("session.created")
+    call = srv.server.calls[client.call_id]
+    while not call.audio_frames:  # media flows first (a call that never gets any hits connect_timeout_s)
+        await asyncio.sleep(0.05)
+    client.mic.stop()  # the peer connection stays up; no more RTP arrives
+    await settle(srv, timeout=10)
+    await client.close()
+
+
+async def test_hangup_and_unknown_calls(echo):
+    client = RtcClient(echo.http_url)
+    await client.connect()
+    await client.next("session.created")
+    async with httpx.AsyncClient(base_url=echo.http_url) as http:
+        r = await http.delete(f"/v1/realtime/calls/{client.call_id}")
+        assert r.status_code == 200
+        await settle(echo)
+        for method, path in (("DELETE", f"/v1/realtime/calls/{client.call_id}"), ("POST", "/v1/realtime/calls/rtc_nope/hangup")):
+            r = await http.request(method, path)
+            assert r.status_code == 404 and r.json()["error"]["code"] == "call_not_found"
+        r = await http.post(f"/v1/realtime/calls/{client.call_id}/accept", json={})
+        assert r.status_code == 404
+    await client.close()
+    sdk = AsyncOpenAI(api_key="test-key", base_url=f"{echo.http_url}/v1")
+    with pytest.raises(Exception) as info:
+        async with sdk.realtime.connect(call_id="rtc_unknown") as conn:
+            await conn.recv()
+    assert "404" in str(info.value) or "call_not_found" in str(info.value)
+
+
+async def test_accept_is_for_sip_calls_only(echo):
+    client = RtcClient(echo.http_url)
+    await client.connect()
+    try:
+        async with httpx.AsyncClient(base_url=echo.http_url) as http:
+            r = await http.post(f"/v1/realtime/calls/{client.call_id}/accept", json={"type": "realtime"})
+            assert r.status_code == 409 and r.json()["error"]["code"] == "invalid_call_action"
+    finally:
+        await client.close()
+    await settle(echo)
+
+
+@pytest.mark.parametrize(
+    "body,content_type,code",
+    [
+        (b"this is not sdp", "application/sdp", "invalid_offer"),
+        (b"v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\n", "application/sdp", "invalid_offer"),
+        (b"v=0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=rtpmap:111 opus/48000/2\r\n", "application/sdp", "invalid_offer"),
+        (b"", "application/sdp", "missing_required_parameter"),
+        (b"--x\r\nContent-Disposition: form-data; name=\"session\"\r\n\r\n{}\r\n--x--\r\n", "multipart/form-data; boundary=x", "missing_required_parameter"),
+    ],
+    ids=["garbage", "no-audio", "no-ice-or-dtls", "empty", "multipart-without-sdp"],
+)
+async def test_bad_offers_get_clean_errors(echo, body, content_type, code):
+    async with httpx.AsyncClient(base_url=echo.http_url) as http:
+        r = await http.post("/v1/realtime/calls", content=body, headers={"content-type": content_type})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == code and error["message"]
+    await settle(echo)
+
+
+async def test_invalid_session_in_the_offer_is_refused(echo):
+    client = RtcClient(echo.http_url)
+    with pytest.raises(Exception) as info:
+        await client.connect(session={"type": "realtime", "audio": {"output": {"speed": 9}}})
+    assert "400" in str(info.value)
+    await client.close()
+    await settle(echo)
+
+
+async def test_video_track_without_image_input_is_reported(echo):
+    client = RtcClient(echo.http_url)
+    await client.connect(video=VideoStreamTrack())
+    try:
+        error = await client.next("error")
+        assert error["error"]["code"] == "unsupported_video" and "image" in error["error"]["message"]
+    finally:
+        await client.close()
+    await settle(echo)
+
+
+async def test_video_frames_reach_a_pipeline_that_takes_images(make_server):
+    srv = make_server(images=True, reply="I saw {images} image.", server={"webrtc": {"host_addresses": ["127.0.0.1"], "video_fps": 2}})
+    client = RtcClient(srv.http_url)
+    await client.connect(video=VideoStreamTrack())
+    try:
+        await client.next("session.created")
+        await asyncio.sleep(1.0)  # a frame or two is sampled
+        client.mic.say(spoken(QUESTION, 24000), 24000)
+        done = await client.next("response.done")
+        assert done["response"]["output"][0]["content"][0]["transcript"] == "I saw 1 image."
+        call = srv.server.calls[client.call_id]
+        assert call.video_frames >= 1
+    finally:
+        await client.close()
+    await settle(srv)
+
+
+# ------------------------------------------------------------------------------ ephemeral keys
+
+
+@pytest.fixture(scope="module")
+def keyed(make_server):
+    return make_server(audio="echo", server={**LOOPBACK, "api_key": "real-secret"})
+
+
+async def mint(srv, key="real-secret", **body):
+    async with httpx.AsyncClient(base_url=srv.http_url) as http:
+        return await http.post("/v1/realtime/client_secrets", json=body, headers={"authorization": f"Bearer {key}"})
+
+
+async def test_ephemeral_key_opens_one_call_with_its_session(keyed):
+    r = await mint(keyed, expires_after={"anchor": "created_at", "seconds": 60}, session={"type": "realtime", "instructions": "From the key."})
+    assert r.status_code == 200, r.text
+    secret = r.json()
+    from openai.types.realtime import ClientSecretCreateResponse
+
+    ClientSecretCreateResponse.model_validate(secret)
+    assert secret["value"].startswith("ek_") and secret["expires_at"] > time.time() + 50
+    assert secret["session"]["instructions"] == "From the key."
+
+    client = RtcClient(keyed.http_url, api_key=secret["value"])  # the page never sees "real-secret"
+    await client.connect()
+    try:
+        created = await client.next("session.created")
+        assert created["session"]["instructions"] == "From the key."
+        reuse = RtcClient(keyed.http_url, api_key=secret["value"])
+        with pytest.raises(Exception) as info:
+            await reuse.connect()
+        assert "401" in str(info.value)
+        await reuse.close()
+    finally:
+        await client.close()
+    await settle(keyed)
+
+
+async def test_ephemeral_key_rules(keyed):
+    assert (await mint(keyed, key="wrong")).status_code == 401
+    for seconds in (5, 7201, "60"):
+        r = await mint(keyed, expires_after={"anchor": "created_at", "seconds": seconds})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "expires_after.seconds"
+    r = await mint(keyed, session={"type": "realtime", "audio": {"output": {"speed": 9}}})
+    assert r.status_code == 400
+    key = (await mint(keyed)).json()["value"]
+    assert (await mint(keyed, key=key)).status_code == 401  # an ephemeral key cannot mint keys
+    # a WebSocket session accepts it once, too
+    sdk = AsyncOpenAI(api_key=key, base_url=f"{keyed.http_url}/v1")
+    async with sdk.realtime.connect(model="m") as conn:
+        assert (await conn.recv()).type == "session.created"
+    with pytest.raises(Exception):
+        async with sdk.realtime.connect(model="m") as conn:
+            await conn.recv()
+
+
+def test_expired_keys_are_refused(monkeypatch):
+    from realtime_omni import keys
+
+    store = keys.EphemeralKeys()
+    key = store.issue(10, None)
+    now = time.time()
+    monkeypatch.setattr(keys.time, "time", lambda: now + 11)
+    assert store.redeem(key.value) is None
+    assert len(store) == 0
+
+
+async def test_calls_beyond_max_sessions_get_429(make_server):
+    srv = make_server(audio="echo", limits={"max_sessions": 1}, server=LOOPBACK)
+    first = RtcClient(srv.http_url)
+    await first.connect()
+    try:
+        second = RtcClient(srv.http_url)
+        with pytest.raises(Exception) as info:
+            await second.connect()
+        assert "429" in str(info.value)
+        await second.close()
+    finally:
+        await first.close()
+    await settle(srv)
+
+
+def test_beta_sdp_endpoint_answers_with_beta_names(echo):
+    async def run() -> None:
+        client = RtcClient(echo.http_url)
+        client.pc.addTrack(client.mic)
+        await client.pc.setLocalDescription(await client.pc.createOffer())
+        async with httpx.AsyncClient(base_url=echo.http_url) as http:
+            r = await http.post("/v1/realtime?model=m", content=client.pc.localDescription.sdp, headers={"content-type": "application/sdp"})
+        assert r.status_code == 201 and r.headers["location"].startswith("/v1/realtime/calls/rtc_")
+        from aiortc import RTCSessionDescription
+
+        messages: asyncio.Queue[dict] = asyncio.Queue()
+        client.channel.remove_all_listeners("message")
+        client.channel.on("message", lambda m: messages.put_nowait(json.loads(m)))
+        await client.pc.setRemoteDescription(RTCSessionDescription(sdp=r.text, type="answer"))
+        await asyncio.wait_for(client.opened.wait(), 20)
+        created = await asyncio.wait_for(messages.get(), 10)
+        validate(created, beta=True)
+        assert created["type"] == "session.created"
+        await client.close()
+
+    asyncio.run(run())
+    asyncio.run(settle(echo))
+
+
+def test_mono_mixing_of_decoded_frames():
+    import av
+
+    from transports.webrtc import _mono
+
+    stereo = np.array([[100, 300, -100, -300]], np.int16)  # packed L R L R
+    frame = av.AudioFrame.from_ndarray(stereo, format="s16", layout="stereo")
+    assert _mono(frame).tolist() == [200, -200]
