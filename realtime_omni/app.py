@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from transports import http, webrtc, websocket
+from transports import demo, http, webrtc, websocket
 
 from .server import Server
 
@@ -51,7 +51,7 @@ def create_app(server: Server) -> Starlette:
             await server.stop()
 
     app = Starlette(
-        routes=[Route("/healthz", healthz), Route("/metrics", metrics), *http.routes(), *webrtc.routes(), *websocket.routes()],
+        routes=[Route("/healthz", healthz), Route("/metrics", metrics), *http.routes(), *webrtc.routes(), *websocket.routes(), *demo.routes(server)],
         lifespan=lifespan,
     )
     app.state.server = server
