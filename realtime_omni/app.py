@@ -45,9 +45,13 @@ def create_app(server: Server) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         server.start_in_background()
+        bridge = await sip.start_bridge(server)  # None without a configured SIP port
+        app.state.sip = bridge
         try:
             yield
         finally:
+            if bridge is not None:
+                await bridge.stop()
             await server.stop()
 
     app = Starlette(

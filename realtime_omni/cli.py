@@ -15,6 +15,8 @@ def _serve(args: argparse.Namespace) -> int:
     from .server import Server
 
     cfg = config_mod.load(args.config, host=args.host, port=args.port, api_key=args.api_key)
+    if args.sip_port is not None:  # the SIP bridge beside HTTP, on the config's other SIP settings
+        cfg.sip.port = args.sip_port
     server = Server(cfg)
     RealtimeUvicorn(uvicorn_config(create_app(server), server, args.log_level), server).run()
     return 1 if server.startup_error else 0
@@ -86,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default=None, help="bind address (default from config: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="port (default from config: 8000)")
     serve.add_argument("--api-key", default=None, help="require this key (also REALTIME_OMNI_API_KEY)")
+    serve.add_argument("--sip-port", type=int, default=None, help="also answer SIP calls on this UDP port (default from config: off)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=_serve)
 

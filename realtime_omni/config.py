@@ -42,6 +42,36 @@ class WebRTCConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     media_timeout_s: float = 20.0  # no incoming audio packet for this long ends the call
 
 
+class InterruptionGuard(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Barge-in that survives echo (telephony): while the agent's audio is playing, the caller's
+    speech interrupts it only after ``min_speech_ms`` of continuous speech, and none of it counts
+    during the first ``grace_ms`` after the agent starts speaking. Shorter sounds (the agent's own
+    voice echoed back by a handset, a cough, "mhm") are ignored: no turn, no interruption."""
+
+    min_speech_ms: int = 0
+    grace_ms: int = 0
+
+
+class SipConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    port: int | None = None  # UDP port of the SIP bridge; None: no bridge (0: any free port)
+    host: str = "127.0.0.1"  # bind address for SIP and RTP
+    advertise: str | None = None  # the address put in SDP and Contact (default: host)
+    rtp_port_min: int = 20000
+    rtp_port_max: int = 30000
+    # POST realtime.call.incoming here and let the application accept/reject over HTTP; None:
+    # every call is accepted with ``session``
+    webhook_url: str | None = None
+    webhook_timeout_s: float = 5.0
+    ring_timeout_s: float = 30.0  # unanswered for this long: 480
+    session: ev.Session = msgspec.field(default_factory=ev.Session)  # applied to every SIP call's session
+    rtp_timeout_s: float = 30.0  # no RTP from the caller for this long ends the call
+    jitter_depth: int = 2  # packets held waiting for a missing one before it is concealed
+    jitter_max_depth: int = 10  # the most the depth grows to when packets arrive late
+    max_buffer_ms: int = 100  # outgoing audio queued ahead of the 20 ms clock
+    t1_ms: int = 500  # RFC 3261 T1 (retransmission base)
+    interruption_guard: InterruptionGuard = msgspec.field(default_factory=lambda: InterruptionGuard(min_speech_ms=300))
+
+
 class PipelineConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kind: str
     options: dict[str, Any] = {}
@@ -61,6 +91,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # client's own metadata keys are kept and win
     timing_metadata: bool = True
     webrtc: WebRTCConfig = msgspec.field(default_factory=WebRTCConfig)
+    sip: SipConfig = msgspec.field(default_factory=SipConfig)
     web_demo: bool = True  # serve the browser demo at /
     # let the demo page mint itself an ephemeral key when the server has an API key: anyone who can
     # load the page can then talk to the server (off: the page asks for a key minted elsewhere)

@@ -21,7 +21,7 @@ from pipelines.base import FunctionCall, Message, Part, Pipeline, ResponseReques
 
 from . import session_config as sc
 from .audio import InputConverter, ms_to_samples, samples_to_ms, wire_bytes
-from .config import Limits
+from .config import InterruptionGuard, Limits
 from .conversation import Conversation, from_wire, to_wire
 from .errors import RealtimeError, invalid_value
 from .ids import EventIds, new_id
@@ -46,6 +46,7 @@ class _Turn:
     item_id: str
     start: int
     fed: int
+    held_until: int = 0  # interruption guard: not yet a turn until the buffer reaches this position
 
 
 class Session:
@@ -75,6 +76,8 @@ class Session:
         self._turn: _Turn | None = None
         self.active: ResponseRun | None = None  # the in-band response, if any
         self.playout: Playout | None = None  # set by media transports: audio goes out paced, not as deltas
+        self.interruption_guard: InterruptionGuard | None = None  # set by telephony transports
+        self._agent_since = 0.0  # monotonic time the playout last started an answer
         self.video_frame: str | None = None  # the latest sampled camera frame (data URL), for the next turn
         self.out_of_band: set[ResponseRun] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -134,6 +137,8 @@ class Session:
         return self.playout
 
     def _notify(self, event: Any) -> None:
+        if isinstance(event, ev.OutputAudioBufferStarted):
+            self._agent_since = time.monotonic()
         if not self.closed:
             self._spawn(self.emit(event), "notify")
 
@@ -225,6 +230,10 @@ class Session:
                 self.pipe.resume()
             elif isinstance(event, SpeechStopped):
                 await self._speech_stopped(event.end)
+        turn = self._turn
+        if turn is not None and turn.held_until and self.buffer.end >= turn.held_until:
+            turn.held_until = 0  # long enough: real speech, not echo
+            await self._begin_turn(turn)
         if self._turn is not None:
             self._feed_to(self.buffer.end)
         else:  # keep only what a turn starting now (or an idle timeout) would need
@@ -242,14 +251,33 @@ class Session:
 
     async def _speech_started(self, e: SpeechStarted) -> None:
         self._cancel_idle_timer()
-        self._turn = _Turn(new_id("item"), e.start, e.start)
+        self._turn = turn = _Turn(new_id("item"), e.start, e.start)
+        if not self._guard_holds(turn):
+            await self._begin_turn(turn)
+
+    def _guard_holds(self, turn: _Turn) -> bool:
+        """The interruption guard (config.InterruptionGuard): speech that starts while the
+        agent's audio plays becomes a turn (and a barge-in) only once it has lasted
+        ``min_speech_ms``, counted from the end of the ``grace_ms`` after the agent started."""
+        guard, playout = self.interruption_guard, self.playout
+        if guard is None or playout is None or playout.playing is None:
+            return False
+        rate = self.caps.input_rate
+        grace_left = max(0.0, guard.grace_ms / 1000 - (time.monotonic() - self._agent_since))
+        counts_from = max(turn.start, self.buffer.end + int(grace_left * rate))
+        turn.held_until = counts_from + ms_to_samples(guard.min_speech_ms, rate)
+        if self.buffer.end >= turn.held_until:
+            turn.held_until = 0
+        return bool(turn.held_until)
+
+    async def _begin_turn(self, turn: _Turn) -> None:
         vad = self.config.vad
         interrupt = vad is not None and vad.interrupt_response
         barge_in = self.active if interrupt else None
         cut = self._cut_playout() if interrupt else None
         if barge_in is not None:
             barge_in.mute()  # not one more sample of it after speech_started
-        await self.emit(ev.InputAudioBufferSpeechStarted(audio_start_ms=self.ms(e.start), item_id=self._turn.item_id))
+        await self.emit(ev.InputAudioBufferSpeechStarted(audio_start_ms=self.ms(turn.start), item_id=turn.item_id))
         if cut is not None:
             await self._report_cut(cut)
         if barge_in is not None:
@@ -259,8 +287,12 @@ class Session:
         turn = self._turn
         if turn is None:
             return
-        self._feed_to(end)
         self._turn = None
+        if turn.held_until:  # too short to be the caller talking over the agent: ignore it
+            self.pipe.clear()
+            self.buffer.drop_before(end)
+            return
+        self._feed_to(end)
         await self.emit(ev.InputAudioBufferSpeechStopped(audio_end_ms=self.ms(end), item_id=turn.item_id))
         await self._commit(turn.item_id, turn.start, end)
         vad = self.config.vad

@@ -1,0 +1,264 @@
+"""SIP test clients: sipp scenarios (real calls placed by sipp), a PCMU pcap writer for sipp's
+``play_pcap_audio``, and an RTP listener that captures what the server sends back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from realtime_omni.audio import alaw_to_pcm, pcm_to_alaw, pcm_to_ulaw, resample, ulaw_to_pcm
+
+SIPP = shutil.which("sipp")
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_g711_pcap(path: Path, pcm_8k: np.ndarray, *, src_port: int = 7000, dst_port: int = 8000, payload_type: int = 0) -> None:
+    """A pcap (Ethernet/IPv4/UDP/RTP) of ``pcm_8k`` as 20 ms PCMU (payload type 0) or PCMA (8) packets at 20 ms intervals:
+    what sipp's ``play_pcap_audio`` replays (it rewrites addresses and ports, keeps the timing)."""
+    frames = [pcm_8k[i : i + 160] for i in range(0, len(pcm_8k) - 159, 160)]
+    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)]  # pcap header, linktype Ethernet
+    ssrc, seq, ts = 0x1234ABCD, 1000, 160000
+    for i, frame in enumerate(frames):
+        rtp = struct.pack("!BBHII", 0x80, (0x80 if i == 0 else 0) | payload_type, seq + i, ts + 160 * i, ssrc) + (pcm_to_ulaw(frame) if payload_type == 0 else pcm_to_alaw(frame))
+        udp = struct.pack("!HHHH", src_port, dst_port, 8 + len(rtp), 0) + rtp
+        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), i & 0xFFFF, 0, 64, 17, 0, socket.inet_aton("127.0.0.1"), socket.inet_aton("127.0.0.1")) + udp
+        eth = b"\x00" * 12 + b"\x08\x00" + ip
+        t = i * 0.02
+        out.append(struct.pack("<IIII", int(t), int((t % 1) * 1e6), len(eth), len(eth)) + eth)
+    path.write_bytes(b"".join(out))
+
+
+@dataclass
+class RtpCapture:
+    """Every RTP packet that reaches a UDP port, with its arrival time (a thread, so the test's
+    own event loop does not disturb the timing)."""
+
+    port: int = 0
+    packets: list[tuple[float, bytes, tuple[str, int]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", self.port))
+        self.port = self.sock.getsockname()[1]
+        self.sock.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data, addr = self.sock.recvfrom(2048)
+            except (TimeoutError, OSError):
+                continue
+            self.packets.append((time.monotonic(), data, addr))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
+
+    def headers(self) -> list[tuple[int, int, int, int, bool]]:
+        """(payload type, seq, timestamp, ssrc, marker) of each packet."""
+        out = []
+        for _, data, _ in self.packets:
+            b0, b1, seq, ts, ssrc = struct.unpack_from("!BBHII", data)
+            out.append((b1 & 0x7F, seq, ts, ssrc, bool(b1 & 0x80)))
+        return out
+
+    def audio(self) -> np.ndarray:
+        """The received stream decoded to 8 kHz PCM, in arrival order."""
+        chunks = []
+        for _, data, _ in self.packets:
+            pt = data[1] & 0x7F
+            chunks.append(ulaw_to_pcm(data[12:]) if pt == 0 else alaw_to_pcm(data[12:]))
+        return np.concatenate(chunks) if chunks else np.zeros(0, np.int16)
+
+
+def sipp(scenario: str, target: str, tmp: Path, *, calls: int = 1, rate: int = 10, timeout_s: int = 60, extra: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a sipp scenario (XML text) against ``target`` (host:port); exit code 0 means every call
+    went as the scenario says."""
+    assert SIPP is not None
+    path = tmp / f"scenario-{time.monotonic_ns()}.xml"
+    path.write_text(scenario)
+    cmd = [
+        SIPP, "-sf", str(path), "-nostdin", "-m", str(calls), "-r", str(rate), "-l", str(calls),
+        "-i", "127.0.0.1", "-p", str(free_udp_port()), "-mp", str(free_udp_port() & ~1),
+        "-timeout", f"{timeout_s}s", "-trace_err", "-error_file", str(tmp / "sipp-errors.log"), *(extra or []), target,
+    ]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s + 30, cwd=tmp)
+
+
+def invite_scenario(media_port: int, *, codecs: str = "0 101", rtpmap: str = "a=rtpmap:0 PCMU/8000\na=rtpmap:101 telephone-event/8000\na=fmtp:101 0-15",
+                    after_ack: str = "", hangup: str = "caller", expect: str = "200") -> str:
+    """An INVITE with an SDP offer pointing at ``media_port`` (where the test captures our RTP);
+    ``after_ack``: scenario steps in the call; ``hangup``: who ends it (caller: sipp sends BYE;
+    server: sipp waits for our BYE); ``expect``: the final status (non-200: the call ends there)."""
+    sdp = f"""v=0
+o=sipp 53655765 2353687637 IN IP4 127.0.0.1
+s=-
+c=IN IP4 127.0.0.1
+t=0 0
+m=audio {media_port} RTP/AVP {codecs}
+{rtpmap}
+a=ptime:20
+a=sendrecv"""
+    invite = f"""
+  <send retrans="500">
+    <![CDATA[
+      INVITE sip:agent@[remote_ip]:[remote_port] SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+      To: <sip:agent@[remote_ip]:[remote_port]>
+      Call-ID: [call_id]
+      CSeq: 1 INVITE
+      Contact: <sip:caller@[local_ip]:[local_port]>
+      Max-Forwards: 70
+      X-Test: sipp
+      Content-Type: application/sdp
+      Content-Length: [len]
+
+{sdp}
+    ]]>
+  </send>
+  <recv response="100" optional="true"/>
+  <recv response="180" optional="true"/>"""
+    ack = """
+  <send>
+    <![CDATA[
+      ACK sip:agent@[remote_ip]:[remote_port] SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+      To: <sip:agent@[remote_ip]:[remote_port]>[peer_tag_param]
+      Call-ID: [call_id]
+      CSeq: 1 ACK
+      Contact: <sip:caller@[local_ip]:[local_port]>
+      Max-Forwards: 70
+      Content-Length: 0
+    ]]>
+  </send>"""
+    if expect != "200":
+        return _wrap(invite + f'\n  <recv response="{expect}"/>' + ack)
+    if hangup == "caller":
+        end = """
+  <send retrans="500">
+    <![CDATA[
+      BYE sip:agent@[remote_ip]:[remote_port] SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+      To: <sip:agent@[remote_ip]:[remote_port]>[peer_tag_param]
+      Call-ID: [call_id]
+      CSeq: 2 BYE
+      Contact: <sip:caller@[local_ip]:[local_port]>
+      Max-Forwards: 70
+      Content-Length: 0
+    ]]>
+  </send>
+  <recv response="200"/>"""
+    else:
+        end = """
+  <recv request="BYE"/>
+  <send>
+    <![CDATA[
+      SIP/2.0 200 OK
+      [last_Via:]
+      [last_From:]
+      [last_To:]
+      [last_Call-ID:]
+      [last_CSeq:]
+      Content-Length: 0
+    ]]>
+  </send>"""
+    return _wrap(invite + '\n  <recv response="200" rtd="true"/>' + ack + after_ack + end)
+
+
+def cancel_scenario(media_port: int) -> str:
+    """INVITE, then CANCEL while it rings: 200 to the CANCEL, 487 to the INVITE, ACK."""
+    sdp = f"v=0\no=sipp 1 1 IN IP4 127.0.0.1\ns=-\nc=IN IP4 127.0.0.1\nt=0 0\nm=audio {media_port} RTP/AVP 0\na=rtpmap:0 PCMU/8000"
+    head = """      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+      To: <sip:agent@[remote_ip]:[remote_port]>
+      Call-ID: [call_id]"""
+    return _wrap(f"""
+  <send retrans="500" start_txn="invite">
+    <![CDATA[
+      INVITE sip:agent@[remote_ip]:[remote_port] SIP/2.0
+{head}
+      CSeq: 1 INVITE
+      Contact: <sip:caller@[local_ip]:[local_port]>
+      Max-Forwards: 70
+      Content-Type: application/sdp
+      Content-Length: [len]
+
+{sdp}
+    ]]>
+  </send>
+  <recv response="100" optional="true" response_txn="invite"/>
+  <recv response="180" response_txn="invite"/>
+  <send retrans="500" start_txn="cancel">
+    <![CDATA[
+      CANCEL sip:agent@[remote_ip]:[remote_port] SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch-1]
+      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+      To: <sip:agent@[remote_ip]:[remote_port]>
+      Call-ID: [call_id]
+      CSeq: 1 CANCEL
+      Max-Forwards: 70
+      Content-Length: 0
+    ]]>
+  </send>
+  <recv response="200" response_txn="cancel"/>
+  <recv response="487" response_txn="invite"/>
+  <send ack_txn="invite">
+    <![CDATA[
+      ACK sip:agent@[remote_ip]:[remote_port] SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch-2]
+      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+      To: <sip:agent@[remote_ip]:[remote_port]>[peer_tag_param]
+      Call-ID: [call_id]
+      CSeq: 1 ACK
+      Max-Forwards: 70
+      Content-Length: 0
+    ]]>
+  </send>""")
+
+
+def play_pcap(path: Path, pause_ms: int) -> str:
+    return f"""
+  <nop><action><exec play_pcap_audio="{path}"/></action></nop>
+  <pause milliseconds="{pause_ms}"/>"""
+
+
+def _wrap(body: str) -> str:
+    return f'<?xml version="1.0" encoding="ISO-8859-1" ?>\n<scenario name="realtime-omni test">{body}\n</scenario>\n'
+
+
+def spoken_8k(pcm_24k: np.ndarray) -> np.ndarray:
+    return resample(pcm_24k, 24000, 8000)
+
+
+async def wait_until(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(0.05)
+    return bool(predicate())
+
+
+__all__ = ["SIPP", "RtpCapture", "cancel_scenario", "free_udp_port", "invite_scenario", "os", "play_pcap", "sipp", "spoken_8k", "wait_until", "write_g711_pcap"]

@@ -1,0 +1,137 @@
+"""The SIP/RTP bridge with real SIP clients: sipp places calls (audio played from a pcap written
+here, DTMF from sipp's own RFC 2833 pcaps), the test captures the server's RTP on the port its
+SDP names and has Whisper listen to it; pyVoIP is a second, independent client."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import re
+import socket
+import struct
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from realtime_omni import models
+from realtime_omni.audio import resample
+from tests.conftest import synthetic_config
+from tests.support.audio import rms, utterance
+from tests.support.server import ServerThread
+from tests.support.sip import SIPP, RtpCapture, cancel_scenario, free_udp_port, invite_scenario, play_pcap, sipp, wait_until, write_g711_pcap
+
+pytestmark = [pytest.mark.timeout(180)]
+
+DTMF_PCAPS = Path("/usr/share/sip-tester")  # Debian's sip-tester ships RFC 2833 and A-law pcaps
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _need_sipp() -> None:
+    if SIPP is None:
+        pytest.fail("sipp is required (apt-get install sip-tester)")
+
+
+@functools.lru_cache(maxsize=1)
+def whisper():  # type: ignore[no-untyped-def]
+    from faster_whisper import WhisperModel
+
+    return WhisperModel(str(models.path("whisper-tiny.en")), device="cpu", compute_type="int8", cpu_threads=1)
+
+
+def transcribe(pcm_8k: np.ndarray) -> str:
+    audio = resample(pcm_8k, 8000, 16000).astype(np.float32) / 32768.0
+    segments, _ = whisper().transcribe(audio, language="en", beam_size=1, condition_on_previous_text=False)
+    return " ".join(s.text.strip() for s in segments).strip()
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z']+", text.lower()))
+
+
+def sip_server(**options: Any) -> ServerThread:
+    sip = {"port": 0, "rtp_timeout_s": options.pop("rtp_timeout_s", 10.0), **options.pop("sip", {})}
+    limits = options.pop("limits", {})
+    config = synthetic_config(limits=limits, **options)
+    config["sip"] = sip
+    return ServerThread(config).start()
+
+
+def sip_target(server: ServerThread) -> str:
+    host, port = server.app.state.sip.address
+    return f"{host}:{port}"
+
+
+@pytest.fixture(scope="module")
+def echo_server() -> Any:
+    """The synthetic pipeline answering with the caller's own last turn (audio: echo): an answer
+    that is real speech, so Whisper can check what comes back over RTP."""
+    server = sip_server(audio="echo", chunk_interval_ms=40)
+    yield server
+    server.stop()
+
+
+def no_calls_left(server: ServerThread) -> bool:
+    return server.call(lambda: not server.server.calls and not server.app.state.sip.calls and not server.server.sessions)
+
+
+def spoken_pcap(tmp_path: Path, text: str, payload_type: int = 0) -> Path:
+    """``text`` spoken by espeak-ng, as the RTP packets of a call (0: PCMU, 8: PCMA)."""
+    pcm = resample(utterance(text, lead_ms=500, tail_ms=1500), 24000, 8000)
+    path = tmp_path / f"spoken-{payload_type}.pcap"
+    write_g711_pcap(path, pcm, payload_type=payload_type)
+    return path
+
+
+def check_stream(capture: RtpCapture, payload_type: int) -> None:
+    """Our RTP is one well-formed stream: one SSRC, consecutive sequence numbers, timestamps
+    160 apart, the marker bit on the first packet of each talkspurt only."""
+    headers = capture.headers()
+    assert len(headers) > 50
+    assert {h[0] for h in headers} == {payload_type}
+    assert len({h[3] for h in headers}) == 1
+    seqs = [h[1] for h in headers]
+    assert all((b - a) % 65536 == 1 for a, b in zip(seqs, seqs[1:])), "sequence numbers not consecutive"
+    stamps = [h[2] for h in headers]
+    assert all((b - a) % 2**32 == 160 for a, b in zip(stamps, stamps[1:]))
+    markers = [i for i, h in enumerate(headers) if h[4]]
+    assert markers, "no talkspurt was marked"
+    frames = capture.audio().reshape(-1, 160)
+    loud = [i for i, f in enumerate(frames) if rms(f) > 50]  # A-law has no exact zero
+    assert loud and markers[0] <= loud[0], "the answer's first packet was not marked"
+    assert len(markers) <= 3  # one per answer, not per packet
+
+
+def test_pcmu_call_gets_a_spoken_answer(echo_server: ServerThread, tmp_path: Path) -> None:
+    capture = RtpCapture()
+    try:
+        pcap = spoken_pcap(tmp_path, "What is the weather like today?")
+        scenario = invite_scenario(capture.port, after_ack=play_pcap(pcap, 8000))
+        result = sipp(scenario, sip_target(echo_server), tmp_path)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    finally:
+        capture.close()
+    check_stream(capture, 0)
+    audio = capture.audio()
+    assert rms(audio) > 100, "the answer is silent"
+    heard = transcribe(audio)
+    assert {"weather", "today"} <= words(heard), heard
+    assert asyncio.run(wait_until(lambda: no_calls_left(echo_server)))
+
+
+def test_pcma_call_is_answered_in_pcma(echo_server: ServerThread, tmp_path: Path) -> None:
+    capture = RtpCapture()
+    try:
+        scenario = invite_scenario(capture.port, codecs="8 0", rtpmap="a=rtpmap:8 PCMA/8000\na=rtpmap:0 PCMU/8000",
+                                   after_ack=play_pcap(spoken_pcap(tmp_path, "Please call me back tomorrow.", 8), 7000))
+        result = sipp(scenario, sip_target(echo_server), tmp_path, extra=["-trace_msg", "-message_file", str(tmp_path / "msg.log")])
+        assert result.returncode == 0, result.stdout[-2000:]
+    finally:
+        capture.close()
+    answer = (tmp_path / "msg.log").read_text()
+    assert re.search(r"m=audio \d+ RTP/AVP 8\r?\n", answer), "the answer did not choose PCMA alone"
+    check_stream(capture, 8)
+    heard = transcribe(capture.audio())  # the caller's words, echoed back in A-law
+    assert {"call", "back", "tomorrow"} & words(heard), heard

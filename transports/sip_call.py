@@ -1,0 +1,362 @@
+"""One phone call: call control (ring, accept, reject, refer, hang up) and its RTP media.
+
+Media in: RTP packets from the caller go through a bounded queue to one task that orders them
+(``JitterBuffer``), decodes G.711 and converts 8 kHz to the pipeline's input rate once, then
+``session.push_audio``. RFC 4733 DTMF packets become ``input_audio_buffer.dtmf_event_received``.
+Media out: the session's ``Playout`` at 8 kHz is drained on its steady 20 ms clock, one packet per
+tick (silence between answers, so the stream and any NAT binding stay alive).
+
+Symmetric RTP (RFC 4961): we send to the address in the caller's SDP, unless its packets come
+from another host (a NAT rewrote the address): then we answer where they come from. Once the
+first packet has fixed the caller's source, packets from anywhere else are dropped, so a third
+party cannot inject audio into the call. No packet for ``rtp_timeout_s`` ends a call whose
+caller vanished without a BYE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import socket
+import time
+import urllib.request
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from realtime_omni.audio import Resampler
+from realtime_omni.calls import Call
+from realtime_omni.errors import RealtimeError
+from realtime_omni.ids import new_id
+from realtime_omni.protocol import events as ev
+
+from . import rtp, sdp, sipmsg
+from .sip import Addr, Dialog, ServerTransaction, SipBridge, dialog_for
+from .sipmsg import Message, response
+
+if TYPE_CHECKING:
+    from realtime_omni.session import Session
+
+log = logging.getLogger(__name__)
+
+INBOUND_PACKETS = 100  # 2 s of 20 ms packets between the socket and the decoder; more is dropped
+SIP_HEADERS_IN_WEBHOOK = ("From", "To", "Call-ID", "Contact", "User-Agent", "P-Asserted-Identity", "Diversion", "Subject")
+
+
+class RtpEndpoint(asyncio.DatagramProtocol):
+    """The call's UDP socket: queues packets from the caller, counts and drops the rest."""
+
+    def __init__(self, call: SipCall) -> None:
+        self.call = call
+        self.transport: asyncio.DatagramTransport | None = None
+        self.queue: asyncio.Queue[rtp.Packet] = asyncio.Queue(INBOUND_PACKETS)
+        self.source: Addr | None = None
+        self.foreign = 0
+        self.dropped = 0
+        self.invalid = 0
+
+    def datagram_received(self, data: bytes, addr: Addr) -> None:  # type: ignore[override]
+        call = self.call
+        if self.source is None:
+            self.source = addr
+            if addr[0] != call.remote[0]:  # NAT: answer where the audio really comes from
+                call.remote = addr
+        elif addr != self.source:
+            self.foreign += 1
+            return
+        packet = rtp.parse(data)
+        if packet is None:
+            self.invalid += 1
+            return
+        call.last_rx = time.monotonic()
+        try:
+            self.queue.put_nowait(packet)
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+
+def _bind_rtp(host: str, low: int, high: int) -> socket.socket:
+    """An even port in [low, high] (RTP even, RTCP odd: RFC 3550 11)."""
+    for _ in range(64):
+        port = random.randrange(low, high + 1) & ~1
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.bind((host, port))
+            return sock
+        except OSError:
+            sock.close()
+    raise OSError("no free RTP port in the configured range")
+
+
+class SipCall(Call):
+    kind = "sip"
+
+    def __init__(self, bridge: SipBridge, invite: Message, tx: ServerTransaction, offer: sdp.Offer) -> None:
+        super().__init__(bridge.server)
+        self.bridge = bridge
+        self.config = bridge.config
+        self.invite = invite
+        self.tx = tx
+        self.offer = offer
+        self.dialog: Dialog = dialog_for(invite, sipmsg.token(), tx.addr)
+        self.remote: Addr = (offer.address, offer.port)
+        self.state = "ringing"  # ringing -> answered -> ended
+        self.answer_sdp = b""
+        self.endpoint: RtpEndpoint | None = None
+        self.last_rx = time.monotonic()
+        self.jitter = rtp.JitterBuffer(offer.codec, depth=self.config.jitter_depth, max_depth=self.config.jitter_max_depth)
+        self.dtmf = rtp.DtmfReceiver()
+        self.sender = rtp.Sender(offer.codec)
+        self.packets_sent = 0
+        self.dtmf_events = 0
+        self._media_tasks: list[asyncio.Task[Any]] = []
+        self._refer: asyncio.Future[int] | None = None
+        self._ring_timer: asyncio.TimerHandle | None = None
+        self._sdp_id = random.randrange(1, 2**31)
+
+    # ------------------------------------------------------------------ arrival
+
+    @classmethod
+    def incoming(cls, bridge: SipBridge, invite: Message, tx: ServerTransaction) -> None:
+        server = bridge.server
+        if (invite.get("Content-Type") or "").split(";")[0].strip().lower() != "application/sdp" or not invite.body:
+            bridge.respond(tx, response(invite, 488, reason="Not Acceptable Here (an SDP offer is required)"))
+            return
+        try:
+            offer = sdp.parse_offer(invite.body.decode("utf-8", "replace"))
+        except sdp.SdpError as exc:
+            bridge.respond(tx, response(invite, exc.status, reason=f"{sipmsg.REASONS[exc.status]} ({exc})"))
+            return
+        if not server.healthy:
+            bridge.respond(tx, response(invite, 503, extra=[("Retry-After", "5")]))
+            return
+        ringing = sum(1 for c in bridge.calls.values() if c.session is None)
+        if len(server.sessions) + ringing >= server.config.limits.max_sessions:
+            server.metrics.sessions_rejected.labels("max_sessions").inc()
+            bridge.respond(tx, response(invite, 486))
+            return
+        call = cls(bridge, invite, tx, offer)
+        tx.call = call
+        try:
+            call.endpoint = RtpEndpoint(call)
+        except OSError:
+            bridge.respond(tx, response(invite, 503))
+            return
+        bridge.calls[invite.call_id] = call
+        call.register()
+        bridge.respond(tx, response(invite, 100))
+        if call.config.webhook_url:
+            bridge.respond(tx, response(invite, 180, to_tag=call.dialog.local_tag))
+            call._ring_timer = asyncio.get_running_loop().call_later(call.config.ring_timeout_s, lambda: bridge.spawn(call.reject(480), "sip-ring-timeout"))
+            bridge.spawn(call._announce(), f"sip-webhook:{call.id}")
+        else:
+            bridge.spawn(call._accept_default(), f"sip-accept:{call.id}")
+        log.info("call %s: INVITE from %s (%s)", call.id, invite.get("From"), sdp.G711[offer.codec])
+
+    async def _accept_default(self) -> None:
+        try:
+            await self.accept(ev.Session())
+        except RealtimeError as err:
+            log.info("call %s: not accepted: %s", self.id, err.message)
+
+    async def _announce(self) -> None:
+        """``realtime.call.incoming`` to the application's webhook, OpenAI's shape."""
+        headers = [{"name": k, "value": v} for k, v in self.invite.headers if k in SIP_HEADERS_IN_WEBHOOK or k.startswith("X-")]
+        body = {
+            "object": "event",
+            "id": new_id("evt"),
+            "type": "realtime.call.incoming",
+            "created_at": int(time.time()),
+            "data": {"call_id": self.id, "sip_headers": headers},
+        }
+        url = self.config.webhook_url
+        assert url is not None
+
+        def post() -> int:
+            request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"}, method="POST")
+            with urllib.request.urlopen(request, timeout=self.config.webhook_timeout_s) as r:
+                return int(r.status)
+
+        try:
+            status = await asyncio.to_thread(post)
+        except Exception as exc:
+            log.warning("call %s: webhook %s failed: %s", self.id, url, exc)
+            status = 0
+        if not 200 <= status < 300 and self.state == "ringing":
+            await self.reject(503)
+
+    # ------------------------------------------------------------------ call control (HTTP)
+
+    async def accept(self, session_update: Any) -> None:
+        if self.state != "ringing":
+            raise RealtimeError(f"Call {self.id!r} is not ringing (it is {self.state}).", code="call_state")
+        self.state = "accepting"
+        if self._ring_timer is not None:
+            self._ring_timer.cancel()
+        server = self.server
+        try:
+            session = server.open_session(beta=False, transport="sip", model=None, updates=(self.config.session, session_update))
+        except RealtimeError as err:
+            self.state = "ringing"
+            await self.reject(486 if err.code == "max_sessions_reached" else 503 if err.type == "server_error" else 488)
+            raise
+        self.session = session
+        guard = self.config.interruption_guard
+        session.interruption_guard = guard if guard.min_speech_ms or guard.grace_ms else None
+        playout = session.attach_playout(rtp.RATE, max_buffer_ms=self.config.max_buffer_ms)
+        try:
+            await self._open_media()
+        except OSError as exc:
+            log.warning("call %s: no RTP socket: %s", self.id, exc)
+            self.state = "ringing"
+            await self.reject(503)
+            raise RealtimeError("No RTP port is free for this call.", code="server_unavailable", type="server_error") from None
+        await session.start()
+        self.start_events()
+        host, port = self.bridge.advertised, self.endpoint.transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
+        self.answer_sdp = sdp.answer(self.offer, host, port, session_id=self._sdp_id).encode()
+        self.state = "answered"
+        self.last_rx = time.monotonic()
+        self._media_tasks = [
+            asyncio.create_task(self._receive(session), name=f"sip-rtp-in:{self.id}"),
+            asyncio.create_task(self._send(playout), name=f"sip-rtp-out:{self.id}"),
+            asyncio.create_task(self._watch(), name=f"sip-rtp-watch:{self.id}"),
+        ]
+        self.bridge.respond(self.tx, self._ok(self.invite))
+        log.info("call %s: answered (session %s)", self.id, session.id)
+
+    def _ok(self, request: Message) -> Message:
+        host, port = self.bridge.advertised, self.bridge.address[1]
+        extra = [("Contact", f"<sip:realtime-omni@{host}:{port}>"), ("Allow", "INVITE, ACK, CANCEL, BYE, OPTIONS, NOTIFY"), ("Content-Type", "application/sdp")]
+        return response(request, 200, to_tag=self.dialog.local_tag, extra=extra, body=self.answer_sdp)
+
+    async def reject(self, status_code: int) -> None:
+        if self.state not in ("ringing",):
+            raise RealtimeError(f"Call {self.id!r} is not ringing (it is {self.state}).", code="call_state")
+        self.bridge.respond(self.tx, response(self.invite, status_code, to_tag=self.dialog.local_tag))
+        self.state = "rejected"
+        await self.hangup("rejected")
+
+    async def refer(self, target_uri: str) -> None:
+        if self.state != "answered":
+            raise RealtimeError(f"Call {self.id!r} is not answered (it is {self.state}).", code="call_state")
+        msg = self.bridge.request(self.dialog, "REFER", [("Refer-To", f"<{target_uri}>"), ("Referred-By", f"<{self.dialog.local_uri}>")])
+        reply = await self.bridge.transact(msg, self.dialog.addr)
+        if reply is None or not 200 <= reply.status < 300:
+            status = f"{reply.status} {reply.reason}" if reply else "no answer"
+            raise RealtimeError(f"The caller's side refused the transfer ({status}).", code="refer_failed")
+        log.info("call %s: referred to %s", self.id, target_uri)
+
+    async def cancelled(self) -> None:
+        """CANCEL before the answer (RFC 3261 9.2): 487 to the INVITE, and the call is gone."""
+        if self.state in ("ringing", "accepting"):
+            self.bridge.respond(self.tx, response(self.invite, 487, to_tag=self.dialog.local_tag))
+            self.state = "cancelled"
+            await self.hangup("caller_cancelled")
+
+    async def _teardown(self) -> None:
+        if self._ring_timer is not None:
+            self._ring_timer.cancel()
+        if self.state in ("ringing", "accepting"):  # hung up before the answer: decline it
+            self.bridge.respond(self.tx, response(self.invite, 603, to_tag=self.dialog.local_tag))
+        elif self.state == "answered" and self.end_reason not in ("caller_hangup",):
+            self.state = "ended"
+            self.bridge.spawn(self.bridge.transact(self.bridge.request(self.dialog, "BYE"), self.dialog.addr), f"sip-bye-out:{self.id}")
+        self.state = "ended"
+        for task in self._media_tasks:
+            task.cancel()
+        await asyncio.gather(*self._media_tasks, return_exceptions=True)
+        if self.endpoint is not None and self.endpoint.transport is not None:
+            self.endpoint.transport.close()
+        if self.bridge.calls.get(self.dialog.call_id) is self:
+            del self.bridge.calls[self.dialog.call_id]
+
+    # ------------------------------------------------------------------ in-dialog requests
+
+    def on_ack(self, msg: Message) -> None:
+        self.dialog.confirmed = True
+        self.tx.acked.set()
+
+    def on_reinvite(self, msg: Message, tx: ServerTransaction) -> None:
+        """A re-INVITE (hold, media move, session refresh): take the new address, keep our answer."""
+        if self.state != "answered":
+            self.bridge.respond(tx, response(msg, 491))
+            return
+        if msg.body:
+            try:
+                offer = sdp.parse_offer(msg.body.decode("utf-8", "replace"))
+            except sdp.SdpError as exc:
+                self.bridge.respond(tx, response(msg, exc.status))
+                return
+            if offer.codec != self.offer.codec:  # keep the codec this call started with
+                self.bridge.respond(tx, response(msg, 488, reason="Not Acceptable Here (codec change)"))
+                return
+            self.remote = (offer.address, offer.port)
+            if self.endpoint is not None:
+                self.endpoint.source = None  # latch anew on the moved stream
+            self.offer = offer
+        host, port = self.bridge.advertised, self.endpoint.transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
+        self.answer_sdp = sdp.answer(self.offer, host, port, session_id=self._sdp_id).encode()
+        self.tx = tx
+        tx.call = self
+        self.bridge.respond(tx, self._ok(msg))
+
+    def on_notify(self, msg: Message) -> None:
+        """Progress of a transfer we asked for (RFC 3515): a 2xx sipfrag means the caller is now
+        talking to the target, so this call is over."""
+        body = msg.body.decode("utf-8", "replace").strip()
+        if body.startswith("SIP/2.0 2"):
+            self.bridge.spawn(self.hangup("referred"), f"sip-referred:{self.id}")
+
+    # ------------------------------------------------------------------ media
+
+    async def _open_media(self) -> None:
+        assert self.endpoint is not None
+        sock = _bind_rtp(self.bridge.config.host, self.config.rtp_port_min, self.config.rtp_port_max)
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.create_datagram_endpoint(lambda: self.endpoint, sock=sock)  # type: ignore[arg-type,return-value]
+        self.endpoint.transport = transport  # type: ignore[assignment]
+
+    async def _receive(self, session: Session) -> None:
+        assert self.endpoint is not None
+        queue = self.endpoint.queue
+        resample = Resampler(rtp.RATE, session.caps.input_rate)
+        while True:
+            packet = await queue.get()
+            if packet.payload_type == self.offer.dtmf:
+                digit = self.dtmf.put(packet)
+                if digit is not None:
+                    self.dtmf_events += 1
+                    await session.emit(ev.InputAudioBufferDtmfEventReceived(event=digit, received_at=int(time.time())))
+                continue
+            if packet.payload_type != self.offer.codec:
+                continue  # comfort noise (13) and anything not negotiated
+            frames = self.jitter.put(packet.seq, packet.payload)
+            if not frames:
+                continue
+            pcm = resample(np.concatenate(frames) if len(frames) > 1 else frames[0])
+            try:
+                await session.push_audio(pcm)
+            except RealtimeError as err:
+                await session.report(err)
+
+    async def _send(self, playout: Any) -> None:
+        assert self.endpoint is not None and self.endpoint.transport is not None
+        transport = self.endpoint.transport
+        while True:
+            pcm = await playout.next_frame()
+            speech = playout.playing is not None
+            if not transport.is_closing():
+                transport.sendto(self.sender.packet(pcm, speech=speech), self.remote)
+                self.packets_sent += 1
+
+    async def _watch(self) -> None:
+        timeout = self.config.rtp_timeout_s
+        while True:
+            await asyncio.sleep(min(1.0, timeout / 4))
+            if time.monotonic() - self.last_rx > timeout:
+                log.info("call %s: no RTP for %.1f s; hanging up", self.id, timeout)
+                self.bridge.spawn(self.hangup("rtp_timeout"), f"sip-timeout:{self.id}")
+                return
