@@ -13,15 +13,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
+from openai import AsyncOpenAI
 
 from realtime_omni import models
 from realtime_omni.audio import resample
 from tests.conftest import synthetic_config
 from tests.support.audio import rms, utterance
 from tests.support.server import ServerThread
-from tests.support.sip import SIPP, RtpCapture, cancel_scenario, free_udp_port, invite_scenario, play_pcap, sipp, wait_until, write_g711_pcap
+from tests.support.validation import validate
+from tests.support.sip import SIPP, RtpCapture, WebhookReceiver, cancel_scenario, free_udp_port, invite_scenario, play_pcap, sipp, wait_until, write_g711_pcap
 
 pytestmark = [pytest.mark.timeout(180)]
 
@@ -135,3 +138,87 @@ def test_pcma_call_is_answered_in_pcma(echo_server: ServerThread, tmp_path: Path
     check_stream(capture, 8)
     heard = transcribe(capture.audio())  # the caller's words, echoed back in A-law
     assert {"call", "back", "tomorrow"} & words(heard), heard
+
+
+# ------------------------------------------------------------------------------ call control
+
+
+@pytest.fixture(scope="module")
+def webhook() -> Any:
+    receiver = WebhookReceiver()
+    yield receiver
+    receiver.close()
+
+
+@pytest.fixture(scope="module")
+def hooked(webhook: WebhookReceiver) -> Any:
+    """Calls announced to a webhook and left ringing until the test accepts or rejects them."""
+    server = sip_server(audio="echo", chunk_interval_ms=40, sip={"webhook_url": webhook.url}, server={"api_key": "test-key"})
+    yield server
+    server.stop()
+
+
+def run_sipp(scenario: str, server: ServerThread, tmp: Path, **kw: Any) -> asyncio.Task[Any]:
+    return asyncio.ensure_future(asyncio.to_thread(sipp, scenario, sip_target(server), tmp, **kw))
+
+
+async def control(server: ServerThread, call_id: str, action: str, body: dict[str, Any] | None = None) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=server.http_url, headers={"Authorization": "Bearer test-key"}) as http:
+        return await http.post(f"/v1/realtime/calls/{call_id}/{action}", json=body or {})
+
+
+async def test_webhook_accept_dtmf_on_the_sideband_and_hangup_from_the_server(hooked: ServerThread, webhook: WebhookReceiver, tmp_path: Path) -> None:
+    capture = RtpCapture()
+    dtmf = '\n  <pause milliseconds="2000"/>' + play_pcap(DTMF_PCAPS / "dtmf_2833_1.pcap", 0)  # once the sideband is on
+    caller = run_sipp(invite_scenario(capture.port, after_ack=dtmf, hangup="server"), hooked, tmp_path)
+    try:
+        event = await webhook.next()
+        assert event["type"] == "realtime.call.incoming" and event["object"] == "event"
+        call_id = event["data"]["call_id"]
+        headers = {h["name"]: h["value"] for h in event["data"]["sip_headers"]}
+        assert headers["X-Test"] == "sipp" and "caller@" in headers["From"]
+        assert call_id in hooked.server.calls  # ringing, findable before it is answered
+        r = await control(hooked, call_id, "accept", {"type": "realtime", "instructions": "Be brief."})
+        assert r.status_code == 200, r.text
+        sdk = AsyncOpenAI(api_key="test-key", base_url=f"{hooked.http_url}/v1")
+        digits = []
+        async with sdk.realtime.connect(call_id=call_id) as sideband:
+            async with asyncio.timeout(15):
+                async for ev in sideband:
+                    data = ev.to_dict()
+                    validate(data)
+                    if data["type"] == "input_audio_buffer.dtmf_event_received":
+                        assert abs(data["received_at"] - time.time()) < 30
+                        digits.append(data["event"])
+                        break
+        assert digits == ["1"]
+        assert hooked.server.calls[call_id].session.config.wire.instructions == "Be brief."
+        r = await control(hooked, call_id, "hangup")
+        assert r.status_code == 200
+        result = await caller
+        assert result.returncode == 0, result.stdout[-2000:]
+    finally:
+        capture.close()
+        caller.cancel()
+    assert await wait_until(lambda: no_calls_left(hooked))
+
+
+async def test_reject_answers_603_by_default_and_the_status_given(hooked: ServerThread, webhook: WebhookReceiver, tmp_path: Path) -> None:
+    for status, body in ((603, {}), (486, {"status_code": 486})):
+        caller = run_sipp(invite_scenario(free_udp_port(), expect=str(status)), hooked, tmp_path)
+        call_id = (await webhook.next())["data"]["call_id"]
+        r = await control(hooked, call_id, "reject", body)
+        assert r.status_code == 200, r.text
+        result = await caller
+        assert result.returncode == 0, result.stdout[-2000:]
+        r = await control(hooked, call_id, "accept")  # it is gone
+        assert r.status_code == 404
+    assert await wait_until(lambda: no_calls_left(hooked))
+
+
+async def test_cancel_before_answer(hooked: ServerThread, webhook: WebhookReceiver, tmp_path: Path) -> None:
+    result = await asyncio.to_thread(sipp, cancel_scenario(free_udp_port()), sip_target(hooked), tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:]
+    call_id = (await webhook.next())["data"]["call_id"]
+    assert await wait_until(lambda: no_calls_left(hooked))
+    assert (await control(hooked, call_id, "accept")).status_code == 404

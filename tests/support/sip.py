@@ -213,7 +213,7 @@ def cancel_scenario(media_port: int) -> str:
   <send retrans="500" start_txn="cancel">
     <![CDATA[
       CANCEL sip:agent@[remote_ip]:[remote_port] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch-1]
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch-3]
       From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
       To: <sip:agent@[remote_ip]:[remote_port]>
       Call-ID: [call_id]
@@ -227,7 +227,7 @@ def cancel_scenario(media_port: int) -> str:
   <send ack_txn="invite">
     <![CDATA[
       ACK sip:agent@[remote_ip]:[remote_port] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch-2]
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch-6]
       From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
       To: <sip:agent@[remote_ip]:[remote_port]>[peer_tag_param]
       Call-ID: [call_id]
@@ -240,8 +240,7 @@ def cancel_scenario(media_port: int) -> str:
 
 def play_pcap(path: Path, pause_ms: int) -> str:
     return f"""
-  <nop><action><exec play_pcap_audio="{path}"/></action></nop>
-  <pause milliseconds="{pause_ms}"/>"""
+  <nop><action><exec play_pcap_audio="{path}"/></action></nop>""" + (f'\n  <pause milliseconds="{pause_ms}"/>' if pause_ms else "")
 
 
 def _wrap(body: str) -> str:
@@ -262,3 +261,37 @@ async def wait_until(predicate, timeout: float = 10.0) -> bool:  # type: ignore[
 
 
 __all__ = ["SIPP", "RtpCapture", "cancel_scenario", "free_udp_port", "invite_scenario", "os", "play_pcap", "sipp", "spoken_8k", "wait_until", "write_g711_pcap"]
+
+
+class WebhookReceiver:
+    """The application's webhook endpoint: records each JSON event POSTed to it."""
+
+    def __init__(self) -> None:
+        import http.server
+        import json
+        import queue
+
+        self.events: queue.Queue[dict] = queue.Queue(100)
+        events = self.events
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                events.put_nowait(json.loads(body))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/hook"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    async def next(self, timeout: float = 10.0) -> dict:
+        return await asyncio.to_thread(self.events.get, True, timeout)
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
