@@ -295,3 +295,62 @@ class WebhookReceiver:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class RawUac:
+    """A bare SIP caller over UDP for what real clients never send: hand-made requests,
+    malformed ones, bursts, a caller that goes silent. Reads answers with the bridge's parser
+    (parsing only: what is asserted is the status each request gets)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.sock.settimeout(0.05)
+        self.inbox: list = []
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, data: bytes | str) -> None:
+        self.sock.sendto(data.encode() if isinstance(data, str) else data, self.target)
+
+    def request(self, method: str, call_id: str, *, cseq: int = 1, branch: str | None = None, to_tag: str | None = None,
+                body: str = "", extra: str = "", from_tag: str = "uac") -> str:
+        branch = branch or f"z9hG4bK{time.monotonic_ns()}"
+        to = f"<sip:agent@{self.target[0]}>" + (f";tag={to_tag}" if to_tag else "")
+        ctype = "Content-Type: application/sdp\r\n" if body else ""
+        return (f"{method} sip:agent@{self.target[0]}:{self.target[1]} SIP/2.0\r\n"
+                f"Via: SIP/2.0/UDP 127.0.0.1:{self.port};branch={branch}\r\n"
+                f"From: <sip:uac@127.0.0.1>;tag={from_tag}\r\nTo: {to}\r\nCall-ID: {call_id}\r\nCSeq: {cseq} {method}\r\n"
+                f"Contact: <sip:uac@127.0.0.1:{self.port}>\r\nMax-Forwards: 70\r\n{extra}{ctype}Content-Length: {len(body)}\r\n\r\n{body}")
+
+    def recv(self, timeout: float = 3.0, *, want=None):  # type: ignore[no-untyped-def]
+        """The next message (optionally the next that ``want`` accepts), or None on timeout."""
+        from transports.sipmsg import parse
+
+        deadline = time.monotonic() + timeout
+        while True:
+            for i, msg in enumerate(self.inbox):
+                if want is None or want(msg):
+                    return self.inbox.pop(i)
+            if time.monotonic() > deadline:
+                return None
+            try:
+                data, _ = self.sock.recvfrom(65535)
+            except (TimeoutError, OSError):
+                continue
+            self.inbox.append(parse(data))
+
+    def final(self, call_id: str, method: str = "INVITE", timeout: float = 3.0):  # type: ignore[no-untyped-def]
+        return self.recv(timeout, want=lambda m: not m.is_request and m.call_id == call_id and m.status >= 200 and m.cseq[1] == method)
+
+
+def sdp_offer(port: int, codecs: str = "0 101", address: str = "127.0.0.1") -> str:
+    return (f"v=0\r\no=uac 1 1 IN IP4 {address}\r\ns=-\r\nc=IN IP4 {address}\r\nt=0 0\r\nm=audio {port} RTP/AVP {codecs}\r\n"
+            "a=rtpmap:0 PCMU/8000\r\na=rtpmap:101 telephone-event/8000\r\n")
+
+
+def rtp_packet(seq: int, payload: bytes = b"\xff" * 160, pt: int = 0, ssrc: int = 0x5151) -> bytes:
+    return struct.pack("!BBHII", 0x80, pt, seq & 0xFFFF, seq * 160, ssrc) + payload
