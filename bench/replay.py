@@ -45,6 +45,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .dataset import RATE, Conversation, Turn
+from .rtc import WebRTCTransport
 
 CHUNK = RATE // 50  # 20 ms of samples per append
 TURN_TIMEOUT_S = 60.0
@@ -88,7 +89,7 @@ class WebSocketTransport:
         await self.ws.close()
 
 
-TRANSPORTS = {"websocket": WebSocketTransport}
+TRANSPORTS: dict[str, Any] = {"websocket": WebSocketTransport, "webrtc": WebRTCTransport}
 
 
 # ------------------------------------------------------------------------------ the user's microphone

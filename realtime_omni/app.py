@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from transports import demo, http, webrtc, websocket
+from transports import demo, http, sip, webrtc, websocket
 
 from .server import Server
 

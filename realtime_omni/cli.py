@@ -65,12 +65,13 @@ def _bench(args: argparse.Namespace) -> int:
         turns=args.turns,
         seed=args.seed,
         session=json.loads(args.session) if args.session else None,
+        transport=args.transport,
     )
     load = f"rate {args.rate}/s" if args.rate else f"concurrency {args.concurrency}"
     print(f"replaying {len(conversations)} conversations from {args.dataset!r} into {args.url} ({load})", file=sys.stderr)
     result = asyncio.run(replay.replay(conversations, options, concurrency=args.concurrency, rate=args.rate))
     meta = {"url": args.url, "model": args.model, "dataset": args.dataset, "conversations": len(conversations), "load": load,
-            "concurrency": args.concurrency, "rate": args.rate, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "concurrency": args.concurrency, "rate": args.rate, "transport": args.transport, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     summary = report.summarize(result, meta)
     out = Path(args.out or f"bench/results/replay-{time.strftime('%Y%m%d-%H%M%S')}")
     files = report.write(out, result, summary)
@@ -113,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--barge-in-every", type=int, default=0, help="every Nth turn interrupts the answer before it")
     rp.add_argument("--session", default=None, help="JSON for a session.update sent first")
     rp.add_argument("--seed", type=int, default=0)
+    rp.add_argument("--transport", default="websocket", choices=["websocket", "webrtc"], help="how the simulated users connect")
     rp.add_argument("--out", default=None, help="output folder (default bench/results/replay-<time>)")
     cp = bench_sub.add_parser("compare", help="two summary.json side by side, with ratios")
     cp.add_argument("a")

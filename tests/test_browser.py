@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from bench.replay import wer
 from tests.conftest import cpu_config, synthetic_config

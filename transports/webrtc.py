@@ -26,6 +26,7 @@ import aioice.ice
 import av
 import numpy as np
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc.jitterbuffer import JitterBuffer
 from aiortc.mediastreams import MediaStreamError
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
@@ -208,6 +209,9 @@ class WebRTCCall(Call):
         except Exception as exc:  # aiortc raises ValueError (and friends) for SDP it cannot use
             raise RealtimeError(f"Invalid SDP offer: {exc}", code="invalid_offer", param="sdp") from None
         assert self.session is not None
+        for transceiver in pc.getTransceivers():
+            if transceiver.kind == "audio":
+                _set_jitter_frames(transceiver.receiver, self.config.jitter_frames)
         playout = self.session.attach_playout(OPUS_RATE, max_buffer_ms=self.config.max_buffer_ms)
         pc.addTrack(PlayoutTrack(playout))
         try:
@@ -337,6 +341,17 @@ class WebRTCCall(Call):
             if task is not current:
                 task.cancel()
         await self.pc.close()
+
+
+def _set_jitter_frames(receiver: Any, frames: int) -> None:
+    """aiortc holds every incoming audio packet until 4 newer ones have arrived (80 ms) and has no
+    setting for it. Each frame held here is 20 ms added to every turn (the end of the caller's
+    speech reaches the turn detector that much later), so the depth is ours to choose: a packet
+    later than ``frames`` x 20 ms is dropped instead (a 20 ms gap for the turn detector and ASR)."""
+    attr = "_RTCRtpReceiver__jitter_buffer"
+    if frames <= 0 or not hasattr(receiver, attr):
+        return  # aiortc's default (a newer aiortc may have renamed it: then its default stands)
+    setattr(receiver, attr, JitterBuffer(capacity=16, prefetch=frames))
 
 
 def _mono(frame: av.AudioFrame) -> np.ndarray:

@@ -2,16 +2,19 @@
 the official ``openai`` SDK's ``client.realtime.calls.create`` for the offer/answer.
 
 Its microphone is a real-time track (20 ms frames on the clock; silence until ``say``); what the
-server sends back is decoded and kept with arrival times, and every data-channel event is checked
-strictly against the SDK's models.
+server sends back is decoded and kept with arrival times. Tests pass ``validate`` to check every
+data-channel event strictly. ``WebRTCTransport`` plugs it into the replay harness.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import fractions
 import json
 import time
+from urllib.parse import urlsplit
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import av
@@ -20,12 +23,12 @@ from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSes
 from aiortc.mediastreams import MediaStreamError
 from openai import AsyncOpenAI
 
-from realtime_omni.audio import resample
-from tests.support.validation import validate
+from realtime_omni.audio import Resampler, resample
 from transports.webrtc import use_host_addresses
 
 RATE = 48000
 FRAME = RATE // 50
+MAX_FRAMES_KEPT = 50 * 600  # ten minutes of received audio
 
 
 class Microphone(MediaStreamTrack):
@@ -70,14 +73,16 @@ class Microphone(MediaStreamTrack):
 
 
 class RtcClient:
-    def __init__(self, http_url: str, api_key: str = "test-key") -> None:
+    def __init__(self, http_url: str, api_key: str = "test-key", validate: Callable[[dict[str, Any]], Any] | None = None) -> None:
         self.http_url = http_url
         self.api_key = api_key
-        use_host_addresses(["127.0.0.1"])
+        self.validate = validate
+        if urlsplit(http_url).hostname in ("127.0.0.1", "localhost"):
+            use_host_addresses(["127.0.0.1"])  # a local server: offer the loopback address
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self.mic = Microphone()
         self.channel = self.pc.createDataChannel("oai-events")
-        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.log: list[tuple[float, dict[str, Any]]] = []
         self.received: list[tuple[float, np.ndarray]] = []  # (arrival, 48 kHz mono int16 frame)
         self.call_id = ""
@@ -91,9 +96,11 @@ class RtcClient:
         @self.channel.on("message")
         def on_message(message: str) -> None:
             event = json.loads(message)
-            validate(event)
+            if self.validate is not None:
+                self.validate(event)
+            self.on_event(event)
             self.log.append((time.monotonic(), event))
-            self.events.put_nowait(event)
+            self.inbox.put_nowait(event)
 
         @self.pc.on("track")
         def on_track(track: MediaStreamTrack) -> None:
@@ -106,7 +113,17 @@ class RtcClient:
             except MediaStreamError:
                 return
             data = frame.to_ndarray().reshape(-1, len(frame.layout.channels))[:, 0].astype(np.int16)
-            self.received.append((time.monotonic(), data))
+            now = time.monotonic()
+            self.received.append((now, data))
+            if len(self.received) > MAX_FRAMES_KEPT:
+                del self.received[: len(self.received) - MAX_FRAMES_KEPT]
+            self.on_audio(now, data)
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        """A hook: every data-channel event, as it arrives."""
+
+    def on_audio(self, t: float, pcm: np.ndarray) -> None:
+        """A hook: every received 48 kHz frame, as it arrives."""
 
     async def connect(self, *, session: dict[str, Any] | None = None, strip_candidates: bool = False, video: MediaStreamTrack | None = None) -> None:
         self.pc.addTrack(self.mic)
@@ -134,7 +151,7 @@ class RtcClient:
         """The next event of type ``kind`` (earlier events of other types are skipped)."""
         async with asyncio.timeout(timeout):
             while True:
-                event = await self.events.get()
+                event = await self.inbox.get()
                 if event["type"] == kind:
                     return event
 
@@ -153,3 +170,58 @@ class RtcClient:
         await self.pc.close()
         if self._reader is not None:
             self._reader.cancel()
+
+
+class WebRTCTransport(RtcClient):
+    """The replay harness over WebRTC. The harness's 20 ms appends feed the microphone track; the
+    answer's audio arrives on the track and is handed to the harness as
+    ``response.output_audio.delta`` events (24 kHz, as over WebSocket) from the first audible frame
+    after ``output_audio_buffer.started`` until ``stopped``/``cleared``: what a listener hears."""
+
+    def __init__(self, http_url: str, api_key: str) -> None:
+        super().__init__(http_url, api_key)
+        self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._playing: str | None = None  # response id whose audio is on the track
+        self._audible = False
+        self._resample = Resampler(RATE, 24000)
+
+    @classmethod
+    async def open(cls, url: str, model: str, api_key: str | None) -> "WebRTCTransport":
+        http_url = url.replace("ws://", "http://").replace("wss://", "https://").rstrip("/").removesuffix("/v1")
+        transport = cls(http_url, api_key or "none")
+        await transport.connect()
+        return transport
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if kind == "output_audio_buffer.started":
+            self._playing, self._audible = event["response_id"], False
+        elif kind in ("output_audio_buffer.stopped", "output_audio_buffer.cleared"):
+            self._playing = None
+        elif kind == "response.output_item.added":
+            self._item = event["item"]["id"]
+        self._queue.put_nowait(event)
+
+    def on_audio(self, t: float, pcm: np.ndarray) -> None:
+        if self._playing is None:
+            return
+        if not self._audible and np.abs(pcm.astype(np.int32)).max(initial=0) < 100:
+            return  # the jitter buffer's lead-in: nothing heard yet
+        self._audible = True
+        pcm24 = self._resample(pcm)
+        delta = base64.b64encode(pcm24.astype("<i2").tobytes()).decode()
+        self._queue.put_nowait({"type": "response.output_audio.delta", "response_id": self._playing, "item_id": getattr(self, "_item", None), "delta": delta})
+
+    async def send_audio(self, pcm16: bytes) -> None:
+        self.mic.say(np.frombuffer(pcm16, "<i2"), 24000)
+
+    async def send_event(self, event: dict[str, Any]) -> None:
+        self.send(event)
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        while (event := await self._queue.get()) is not None:
+            yield event
+
+    async def close(self) -> None:
+        self._queue.put_nowait(None)
+        await super().close()
