@@ -68,8 +68,9 @@ class CpuServer:
     """``realtime-omni serve`` with the embedded CPU cascade (configs/cpu.yaml), in its own process
     (vLLM starts its engine in a child process), shared by every test that needs it."""
 
-    def __init__(self, ws_base: str, timings_log: Path) -> None:
+    def __init__(self, ws_base: str, timings_log: Path, sip_port: int) -> None:
         self.ws_base = ws_base
+        self.sip_port = sip_port  # its SIP bridge (UDP)
         self.http = ws_base.replace("ws://", "http://").removesuffix("/v1")
         self.timings_log = timings_log
 
@@ -95,8 +96,10 @@ def cpu_config(**thinker: Any) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def cpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CpuServer]:
     from bench.common import server_process
+    from tests.support.sip import free_udp_port
 
     log = tmp_path_factory.mktemp("cpu") / "timings.jsonl"
+    sip_port = free_udp_port()
     # three sentences at most: answers long enough to interrupt while the thinker still writes
-    with server_process({**cpu_config(max_sentences=3), "timings_log": str(log)}, startup_s=900) as ws_base:
-        yield CpuServer(ws_base, log)
+    with server_process({**cpu_config(max_sentences=3), "timings_log": str(log), "sip": {"port": sip_port}}, startup_s=900) as ws_base:
+        yield CpuServer(ws_base, log, sip_port)

