@@ -27,9 +27,10 @@ import numpy as np
 
 from pipelines.base import AudioChunk, FunctionCall, Message, Part, ResponseRequest, StageTimes, TextDelta, ToolCall, Usage
 
-from .audio import OutputConverter, Resampler, WireFormat
+from .audio import OutputConverter, WireFormat
 from .conversation import Alignment, to_wire
 from .ids import new_id
+from .polyphase import PolyphaseResampler
 from .playout import Cut
 from .protocol import events as ev
 from .session_config import format_struct
@@ -88,7 +89,7 @@ class ResponseRun:
         self._produced = 0  # samples produced (pipeline output rate)
         self._alignment = Alignment(session.caps.output_rate)
         self._converter: OutputConverter | None = None
-        self._resampler: Resampler | None = None  # to the playout's rate (media transports)
+        self._resampler: PolyphaseResampler | None = None  # to the playout's rate (media transports)
         # deltas queued in the outbox, oldest first: (message, samples, text chars) each carries
         self._inflight: deque[tuple[Message | None, int, int]] = deque()
         self._delivered_samples = 0
@@ -250,7 +251,8 @@ class ResponseRun:
         if playout is not None:
             self._mark_first_audio()
             if self._resampler is None:
-                self._resampler = Resampler(self.session.caps.output_rate, playout.rate)
+                # paced media: convert each chunk as it comes (soxr streams in 40-80 ms blocks)
+                self._resampler = PolyphaseResampler(self.session.caps.output_rate, playout.rate)
             await playout.write(self, msg, self._resampler(pcm), len(pcm))
             return
         if self._converter is None:

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import re
-import socket
-import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,19 @@ from realtime_omni.audio import resample
 from tests.conftest import synthetic_config
 from tests.support.audio import rms, utterance
 from tests.support.server import ServerThread
+from tests.support.sip import (
+    SIPP,
+    RtpCapture,
+    WebhookReceiver,
+    cancel_scenario,
+    free_udp_port,
+    invite_scenario,
+    play_pcap,
+    sipp,
+    wait_until,
+    write_g711_pcap,
+)
 from tests.support.validation import validate
-from tests.support.sip import SIPP, RtpCapture, WebhookReceiver, cancel_scenario, free_udp_port, invite_scenario, play_pcap, sipp, wait_until, write_g711_pcap
 
 pytestmark = [pytest.mark.timeout(180)]
 
@@ -96,9 +106,9 @@ def check_stream(capture: RtpCapture, payload_type: int) -> None:
     assert {h[0] for h in headers} == {payload_type}
     assert len({h[3] for h in headers}) == 1
     seqs = [h[1] for h in headers]
-    assert all((b - a) % 65536 == 1 for a, b in zip(seqs, seqs[1:])), "sequence numbers not consecutive"
+    assert all((b - a) % 65536 == 1 for a, b in itertools.pairwise(seqs)), "sequence numbers not consecutive"
     stamps = [h[2] for h in headers]
-    assert all((b - a) % 2**32 == 160 for a, b in zip(stamps, stamps[1:]))
+    assert all((b - a) % 2**32 == 160 for a, b in itertools.pairwise(stamps))
     markers = [i for i, h in enumerate(headers) if h[4]]
     assert markers, "no talkspurt was marked"
     frames = capture.audio().reshape(-1, 160)

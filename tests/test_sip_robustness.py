@@ -5,8 +5,8 @@ nothing crashes, and no call or session is left behind."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
-import time
 from collections import Counter
 from typing import Any
 
@@ -135,7 +135,7 @@ async def test_rtp_from_a_stranger_is_dropped_and_a_vanished_caller_is_hung_up(b
         call = next(iter(bridge.app.state.sip.calls.values()))
         for seq in range(10):  # the caller's stream fixes its source
             media.sendto(rtp_packet(seq), ("127.0.0.1", rtp_port))
-            time.sleep(0.02)
+            await asyncio.sleep(0.02)
         for seq in range(10, 20):  # same port, someone else: dropped
             stranger.sendto(rtp_packet(seq, b"\x00" * 160, ssrc=0xBAD), ("127.0.0.1", rtp_port))
         stranger.sendto(b"\x01junk", ("127.0.0.1", rtp_port))

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from realtime_omni.audio import Resampler
 from realtime_omni.calls import Call
 from realtime_omni.errors import RealtimeError
 from realtime_omni.ids import new_id
+from realtime_omni.polyphase import PolyphaseResampler
 from realtime_omni.protocol import events as ev
 
 from . import rtp, sdp, sipmsg
@@ -181,7 +181,7 @@ class SipCall(Call):
 
         try:
             status = await asyncio.to_thread(post)
-        except Exception as exc:
+        except (OSError, ValueError) as exc:  # refused, timed out, an HTTP error status, a bad URL
             log.warning("call %s: webhook %s failed: %s", self.id, url, exc)
             status = 0
         if not 200 <= status < 300 and self.state == "ringing":
@@ -322,7 +322,7 @@ class SipCall(Call):
     async def _receive(self, session: Session) -> None:
         assert self.endpoint is not None
         queue = self.endpoint.queue
-        resample = Resampler(rtp.RATE, session.caps.input_rate)
+        resample = PolyphaseResampler(rtp.RATE, session.caps.input_rate)  # no block buffering: see polyphase.py
         while True:
             packet = await queue.get()
             if packet.payload_type == self.offer.dtmf:

@@ -16,7 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from realtime_omni.audio import alaw_to_pcm, pcm_to_alaw, pcm_to_ulaw, resample, ulaw_to_pcm
+from realtime_omni.audio import (
+    alaw_to_pcm,
+    pcm_to_alaw,
+    pcm_to_ulaw,
+    resample,
+    ulaw_to_pcm,
+)
 
 SIPP = shutil.which("sipp")
 
@@ -77,7 +83,7 @@ class RtpCapture:
         """(payload type, seq, timestamp, ssrc, marker) of each packet."""
         out = []
         for _, data, _ in self.packets:
-            b0, b1, seq, ts, ssrc = struct.unpack_from("!BBHII", data)
+            _, b1, seq, ts, ssrc = struct.unpack_from("!BBHII", data)
             out.append((b1 & 0x7F, seq, ts, ssrc, bool(b1 & 0x80)))
         return out
 
@@ -101,7 +107,7 @@ def sipp(scenario: str, target: str, tmp: Path, *, calls: int = 1, rate: int = 1
         "-i", "127.0.0.1", "-p", str(free_udp_port()), "-mp", str(free_udp_port() & ~1),
         "-timeout", f"{timeout_s}s", "-trace_err", "-error_file", str(tmp / "sipp-errors.log"), *(extra or []), target,
     ]  # fmt: skip
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s + 30, cwd=tmp)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s + 30, cwd=tmp, check=False)
 
 
 def invite_scenario(media_port: int, *, codecs: str = "0 101", rtpmap: str = "a=rtpmap:0 PCMU/8000\na=rtpmap:101 telephone-event/8000\na=fmtp:101 0-15",
@@ -275,7 +281,7 @@ class WebhookReceiver:
         events = self.events
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 events.put_nowait(json.loads(body))
                 self.send_response(200)
