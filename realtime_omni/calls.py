@@ -79,6 +79,7 @@ class Call:
         self.ended = asyncio.Event()
         self.end_reason: str | None = None
         self._pump: asyncio.Task[None] | None = None
+        self._hangup: asyncio.Task[None] | None = None
         self._sink_added = asyncio.Event()
 
     # ------------------------------------------------------------------ registry
@@ -149,7 +150,7 @@ class Call:
                 queue.close()
         if sink.name == "data-channel":
             log.warning("call %s: the data channel stopped taking events; hanging up", self.id)
-            asyncio.get_running_loop().create_task(self.hangup("client_gone"))
+            self._hangup = asyncio.get_running_loop().create_task(self.hangup("client_gone"))
 
     # ------------------------------------------------------------------ control
 

@@ -147,6 +147,28 @@ async def test_barge_in_silences_the_track_and_keeps_what_was_heard(slow):
     await settle(slow)
 
 
+async def test_output_audio_buffer_clear_cuts_the_track(slow):
+    client = RtcClient(slow.http_url)
+    await client.connect()
+    try:
+        await client.next("session.created")
+        client.mic.say(spoken("Tell me a long story please.", 24000), 24000)
+        started = await client.next("output_audio_buffer.started")
+        await asyncio.sleep(1.0)
+        client.send({"type": "output_audio_buffer.clear", "event_id": "ev_clear"})
+        cleared = await client.next("output_audio_buffer.cleared")
+        t_cleared = time.monotonic()
+        done = await client.next("response.done")
+        assert cleared["response_id"] == started["response_id"] == done["response"]["id"]
+        assert done["response"]["status"] == "cancelled"
+        assert loud_frames(client, t_cleared - 1.0, t_cleared) > 10  # it was playing
+        await asyncio.sleep(1.0)
+        assert loud_frames(client, t_cleared + 0.3) == 0  # and then it was not
+    finally:
+        await client.close()
+    await settle(slow)
+
+
 async def test_peer_vanishing_mid_answer_ends_the_call(slow):
     client = RtcClient(slow.http_url)
     await client.connect()

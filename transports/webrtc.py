@@ -194,7 +194,8 @@ class WebRTCCall(Call):
             raise
         call.register()
         await session.start()
-        call.start_events(wait_for_sink=config.connect_timeout_s)
+        # the first events wait for the data channel the offer announces (none: nothing to wait for)
+        call.start_events(wait_for_sink=config.connect_timeout_s if "m=application" in sdp else None)
         call._spawn(call._watch(), "watch")
         log.info("call %s: WebRTC session %s", call.id, session.id)
         return call
@@ -321,7 +322,7 @@ class WebRTCCall(Call):
 
     def _on_state(self) -> None:
         if self.pc.connectionState in ("failed", "closed"):
-            asyncio.get_running_loop().create_task(self.hangup(f"peer_{self.pc.connectionState}"))
+            self._spawn(self.hangup(f"peer_{self.pc.connectionState}"), "hangup")
 
     async def _watch(self) -> None:
         """Drop a call whose media never starts or stops arriving."""

@@ -1,0 +1,93 @@
+"""Voice-to-voice latency through WebRTC vs WebSocket, same turns, same server.
+
+1. The replay harness (bench/replay.py) replays the same conversations over WebSocket and over
+   WebRTC (aiortc + the SDK's calls.create): v2v = end of the user's speech -> first answer audio
+   at the client. The difference is what the WebRTC path adds (Opus, jitter buffers, 20 ms pacing);
+   with the synthetic pipeline at zero latency it is the path's whole cost.
+2. Headless Chromium runs the web demo with a fake microphone (bench/browser.py, loopback-only
+   network namespace); the page measures each turn itself (last loud mic sample -> first loud
+   sample of the answer).
+
+    python -m bench.webrtc_vs_ws --configs synthetic cpu --turns 4 --conversations 3 --browser-turns 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.audio import silence, speech_bounds_ms, write_wav
+from bench.audio import espeak as speak
+from bench.common import RESULTS, dist, server_process
+from realtime_omni import config as config_file
+
+QUESTION = "What is the capital of France?"
+
+
+def config_for(name: str) -> dict[str, Any]:
+    if name == "synthetic":  # tones, first audio at once: only the path is measured
+        return {"pipeline": {"kind": "synthetic", "options": {}}, "session": {"audio": {"input": {"transcription": {"model": "synthetic"}}}}}
+    return config_file.raw(name)
+
+
+def replay(url: str, transport: str, turns: int, conversations: int, out: Path) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "realtime_omni", "bench", "replay", "--url", url, "--turns", str(turns),
+           "--conversations", str(conversations), "--transport", transport, "--out", str(out)]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return json.loads((out / "summary.json").read_text())
+
+
+def browser(config: dict[str, Any], turns: int, gap_ms: int, out: Path) -> list[float]:
+    speech = speak(QUESTION, 48000)
+    first, last = speech_bounds_ms(speech, 48000)
+    speech = speech[first * 48 : (last + 1) * 48]
+    wav = out / "question.wav"
+    out.mkdir(parents=True, exist_ok=True)
+    write_wav(wav, np.concatenate([silence(500, 48000), speech, silence(gap_ms, 48000)]), 48000)
+    cmd = [sys.executable, "-m", "bench.browser", "--config", json.dumps(config), "--wav", str(wav), "--turns", str(turns),
+           "--timeout", str(turns * (gap_ms / 1000 + 4) + 20), "--out", str(out)]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = json.loads((out / "result.json").read_text())
+    return [t["latencyMs"] for t in state["demo"]["turns"] if t["latencyMs"] is not None and not t["interrupted"]]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--configs", nargs="+", default=["synthetic", "cpu"])
+    p.add_argument("--turns", type=int, default=4)
+    p.add_argument("--conversations", type=int, default=3)
+    p.add_argument("--browser-turns", type=int, default=5)
+    args = p.parse_args()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    root = RESULTS / f"webrtc-vs-ws-{stamp}"
+    rows: dict[str, Any] = {}
+    for name in args.configs:
+        config = config_for(name)
+        config["webrtc"] = {**config.get("webrtc", {}), "host_addresses": ["127.0.0.1"]}
+        row: dict[str, Any] = {}
+        with server_process(config) as url:
+            for transport in ("websocket", "webrtc"):
+                s = replay(url, transport, args.turns, args.conversations, root / f"{name}-{transport}")
+                row[transport] = {"v2v": s["voice_to_voice_ms"], "ttfp": s["audio_ttfp_ms"], "errors": s["errors"]}
+        gap = 5000 if name == "synthetic" else 9000
+        row["chromium"] = {"v2v": dist(browser(config, args.browser_turns, gap, root / f"{name}-chromium"))}
+        rows[name] = row
+        ws, rtc = row["websocket"]["v2v"], row["webrtc"]["v2v"]
+        row["webrtc_added_ms"] = round(rtc["p50"] - ws["p50"], 1)
+        print(f"{name}: v2v p50 websocket {ws['p50']:.0f} | webrtc (aiortc) {rtc['p50']:.0f} | chromium {row['chromium']['v2v']['p50']:.0f} ms;"
+              f" webrtc adds {row['webrtc_added_ms']:.0f} ms", flush=True)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "summary.json").write_text(json.dumps(rows, indent=2))
+    print(json.dumps(rows, indent=2))
+    print(f"wrote {root}/summary.json")
+
+
+if __name__ == "__main__":
+    main()
