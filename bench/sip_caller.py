@@ -40,8 +40,8 @@ class Phone:
     remote_rtp: tuple[str, int] | None = None
     to_tag: str = ""
     status: int = 0
-    # what arrives: (arrival time, rtp seq, 8 kHz pcm)
-    received: list[tuple[float, int, np.ndarray]] = field(default_factory=list)
+    # what arrives: (arrival time, rtp seq, PCMU payload)
+    received: list[tuple[float, int, bytes]] = field(default_factory=list)
     seq: int = 0
 
     def __post_init__(self) -> None:
@@ -91,10 +91,14 @@ class Phone:
         self.sip.close()
         self.rtp.close()
 
-    def packet(self, pcm: np.ndarray) -> bytes:
+    def packet(self, payload: bytes) -> bytes:
         header = struct.pack("!BBHII", 0x80, 0, self.seq & 0xFFFF, (self.seq * FRAME) & 0xFFFFFFFF, 0xBEEF)
         self.seq += 1
-        return header + pcm_to_ulaw(pcm)
+        return header + payload
+
+
+def pcm(payload: bytes) -> np.ndarray:
+    return ulaw_to_pcm(payload)
 
 
 class Media:
@@ -103,7 +107,7 @@ class Media:
 
     def __init__(self, phones: list[Phone], scripts: list[np.ndarray]) -> None:
         self.phones = phones
-        self.frames = [s[: len(s) // FRAME * FRAME].reshape(-1, FRAME) for s in scripts]
+        self.frames = [[pcm_to_ulaw(f) for f in s[: len(s) // FRAME * FRAME].reshape(-1, FRAME)] for s in scripts]  # encoded once
         self.started = 0.0
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._send, daemon=True), threading.Thread(target=self._receive, daemon=True)]
@@ -119,18 +123,21 @@ class Media:
             t.join(5)
 
     def _send(self) -> None:
+        """Phone ``i`` sends at ``i / n`` of each 20 ms period: independent phones are not in
+        phase, and a burst of every call's packet at one instant is not what a server sees."""
         tick = 0
+        n = max(1, len(self.phones))
         while not self._stop.is_set():
-            for phone, frames in zip(self.phones, self.frames):
+            for i, (phone, frames) in enumerate(zip(self.phones, self.frames)):
+                delay = self.started + (tick + i / n) * 0.02 - time.monotonic()
+                if delay > 0.0005:
+                    time.sleep(delay)
                 if phone.remote_rtp is not None:
                     try:
                         phone.rtp.sendto(phone.packet(frames[tick % len(frames)]), phone.remote_rtp)
                     except OSError:
                         pass
             tick += 1
-            delay = self.started + tick * 0.02 - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
 
     def _receive(self) -> None:
         sel = selectors.DefaultSelector()
@@ -146,5 +153,5 @@ class Media:
                         break
                     now = time.monotonic()
                     seq = struct.unpack_from("!H", data, 2)[0]
-                    phone.received.append((now, seq, ulaw_to_pcm(data[12:])))
+                    phone.received.append((now, seq, data[12:]))
         sel.close()

@@ -26,7 +26,7 @@ from bench import replay
 from bench.audio import espeak, speech_bounds_ms
 from bench.common import dist, free_port, machine, save, server_process
 from bench.dataset import RATE, Conversation, Turn
-from bench.sip_caller import FRAME, Media, Phone
+from bench.sip_caller import FRAME, Media, Phone, pcm
 from realtime_omni import config as config_file
 from realtime_omni.audio import pcm_to_ulaw, resample, ulaw_to_pcm
 
@@ -77,7 +77,7 @@ def by_phone(sip_port: int, questions: list[str], gap_s: float) -> list[float | 
     for k, frame in enumerate(ends):
         t_end = media.started + frame * 0.02
         t_next = media.started + ends[k + 1] * 0.02 if k + 1 < len(ends) else float("inf")
-        onset = next((t for t, _, pcm in phone.received if t_end < t < t_next and np.sqrt(np.mean(pcm.astype(np.float64) ** 2)) > SOUND_RMS), None)
+        onset = next((t for t, _, p in phone.received if t_end < t < t_next and np.sqrt(np.mean(pcm(p).astype(np.float64) ** 2)) > SOUND_RMS), None)
         latencies.append(round((onset - t_end) * 1000, 1) if onset is not None else None)
     return latencies
 

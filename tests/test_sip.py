@@ -23,6 +23,7 @@ from tests.conftest import synthetic_config
 from tests.support.audio import rms, utterance
 from tests.support.server import ServerThread
 from tests.support.sip import (
+    REFERRED,
     SIPP,
     RtpCapture,
     WebhookReceiver,
@@ -223,6 +224,21 @@ async def test_reject_answers_603_by_default_and_the_status_given(hooked: Server
         assert result.returncode == 0, result.stdout[-2000:]
         r = await control(hooked, call_id, "accept")  # it is gone
         assert r.status_code == 404
+    assert await wait_until(lambda: no_calls_left(hooked))
+
+
+async def test_refer_transfers_the_call_and_ends_it(hooked: ServerThread, webhook: WebhookReceiver, tmp_path: Path) -> None:
+    log = tmp_path / "refer-msg.log"
+    caller = run_sipp(invite_scenario(free_udp_port(), after_ack=REFERRED, hangup="server"), hooked, tmp_path, extra=["-trace_msg", "-message_file", str(log)])
+    call_id = (await webhook.next())["data"]["call_id"]
+    assert (await control(hooked, call_id, "refer", {"target_uri": "sip:human@example.com"})).status_code == 409  # not answered yet
+    assert (await control(hooked, call_id, "accept")).status_code == 200
+    await asyncio.sleep(0.3)  # the ACK
+    r = await control(hooked, call_id, "refer", {"target_uri": "sip:human@example.com"})
+    assert r.status_code == 200, r.text  # the caller's side took it (202)
+    result = await caller  # NOTIFY "200 OK" -> we hang up with a BYE
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert "Refer-To: <sip:human@example.com>" in log.read_text()
     assert await wait_until(lambda: no_calls_left(hooked))
 
 

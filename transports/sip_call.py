@@ -3,8 +3,9 @@
 Media in: RTP packets from the caller go through a bounded queue to one task that orders them
 (``JitterBuffer``), decodes G.711 and converts 8 kHz to the pipeline's input rate once, then
 ``session.push_audio``. RFC 4733 DTMF packets become ``input_audio_buffer.dtmf_event_received``.
-Media out: the session's ``Playout`` at 8 kHz is drained on its steady 20 ms clock, one packet per
-tick (silence between answers, so the stream and any NAT binding stay alive).
+Media out: the session's ``Playout`` at 8 kHz is drained by the bridge's one 20 ms clock
+(``SipBridge._run_clock``), one packet per call per tick (silence between answers, so the stream
+and any NAT binding stay alive).
 
 Symmetric RTP (RFC 4961): we send to the address in the caller's SDP, unless its packets come
 from another host (a NAT rewrote the address): then we answer where they come from. Once the
@@ -37,10 +38,12 @@ from .sip import Addr, Dialog, ServerTransaction, SipBridge, dialog_for
 from .sipmsg import Message, response
 
 if TYPE_CHECKING:
+    from realtime_omni.playout import Playout
     from realtime_omni.session import Session
 
 log = logging.getLogger(__name__)
 
+SILENCE = np.zeros(rtp.FRAME_SAMPLES, np.int16)
 INBOUND_PACKETS = 100  # 2 s of 20 ms packets between the socket and the decoder; more is dropped
 SIP_HEADERS_IN_WEBHOOK = ("From", "To", "Call-ID", "Contact", "User-Agent", "P-Asserted-Identity", "Diversion", "Subject")
 
@@ -115,6 +118,7 @@ class SipCall(Call):
         self._refer: asyncio.Future[int] | None = None
         self._ring_timer: asyncio.TimerHandle | None = None
         self._sdp_id = random.randrange(1, 2**31)
+        self.playout: Playout | None = None
 
     # ------------------------------------------------------------------ arrival
 
@@ -221,9 +225,10 @@ class SipCall(Call):
         self.last_rx = time.monotonic()
         self._media_tasks = [
             asyncio.create_task(self._receive(session), name=f"sip-rtp-in:{self.id}"),
-            asyncio.create_task(self._send(playout), name=f"sip-rtp-out:{self.id}"),
             asyncio.create_task(self._watch(), name=f"sip-rtp-watch:{self.id}"),
         ]
+        self.playout = playout
+        self.bridge.streaming.add(self)
         self.bridge.respond(self.tx, self._ok(self.invite))
         log.info("call %s: answered (session %s)", self.id, session.id)
 
@@ -265,6 +270,7 @@ class SipCall(Call):
             self.state = "ended"
             self.bridge.spawn(self.bridge.transact(self.bridge.request(self.dialog, "BYE"), self.dialog.addr), f"sip-bye-out:{self.id}")
         self.state = "ended"
+        self.bridge.streaming.discard(self)
         for task in self._media_tasks:
             task.cancel()
         await asyncio.gather(*self._media_tasks, return_exceptions=True)
@@ -342,15 +348,16 @@ class SipCall(Call):
             except RealtimeError as err:
                 await session.report(err)
 
-    async def _send(self, playout: Any) -> None:
-        assert self.endpoint is not None and self.endpoint.transport is not None
-        transport = self.endpoint.transport
-        while True:
-            pcm = await playout.next_frame()
-            speech = playout.playing is not None
-            if not transport.is_closing():
-                transport.sendto(self.sender.packet(pcm, speech=speech), self.remote)
-                self.packets_sent += 1
+    def tick(self) -> None:
+        """One tick of the bridge's 20 ms clock: the next frame of the answer, or silence."""
+        playout, endpoint = self.playout, self.endpoint
+        if playout is None or endpoint is None or endpoint.transport is None or endpoint.transport.is_closing():
+            return
+        pcm = playout.frame()
+        if pcm is None:
+            pcm = SILENCE
+        endpoint.transport.sendto(self.sender.packet(pcm, speech=playout.playing is not None), self.remote)
+        self.packets_sent += 1
 
     async def _watch(self) -> None:
         timeout = self.config.rtp_timeout_s

@@ -193,6 +193,41 @@ a=sendrecv"""
     return _wrap(invite + '\n  <recv response="200" rtd="true"/>' + ack + after_ack + end)
 
 
+REFERRED = """
+  <recv request="REFER"/>
+  <send>
+    <![CDATA[
+      SIP/2.0 202 Accepted
+      [last_Via:]
+      [last_From:]
+      [last_To:]
+      [last_Call-ID:]
+      [last_CSeq:]
+      Content-Length: 0
+    ]]>
+  </send>
+  <send retrans="500">
+    <![CDATA[
+      NOTIFY sip:realtime-omni@[remote_ip]:[remote_port] SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+      To: <sip:agent@[remote_ip]:[remote_port]>[peer_tag_param]
+      Call-ID: [call_id]
+      CSeq: 2 NOTIFY
+      Event: refer
+      Subscription-State: terminated;reason=noresource
+      Max-Forwards: 70
+      Content-Type: message/sipfrag
+      Content-Length: [len]
+
+SIP/2.0 200 OK
+    ]]>
+  </send>
+  <recv response="200"/>"""
+"""After the answer: take our REFER (202), report the transfer done (NOTIFY, sipfrag 200); the
+scenario then expects our BYE (``hangup="server"``)."""
+
+
 def cancel_scenario(media_port: int) -> str:
     """INVITE, then CANCEL while it rings: 200 to the CANCEL, 487 to the INVITE, ACK."""
     sdp = f"v=0\no=sipp 1 1 IN IP4 127.0.0.1\ns=-\nc=IN IP4 127.0.0.1\nt=0 0\nm=audio {media_port} RTP/AVP 0\na=rtpmap:0 PCMU/8000"
