@@ -60,11 +60,11 @@ def by_phone(sip_port: int, questions: list[str], gap_s: float) -> list[float | 
     speech = [resample(espeak(q, RATE), RATE, 8000) for q in questions]
     parts, ends = [np.zeros(8000, np.int16)], []
     pos = 8000
-    for pcm in speech:
-        _, end_ms = speech_bounds_ms(pcm, 8000)
+    for question in speech:
+        _, end_ms = speech_bounds_ms(question, 8000)
         ends.append((pos + end_ms * 8) // FRAME)  # the frame holding the last speech sample
-        parts += [pcm, np.zeros(int(gap_s * 8000), np.int16)]
-        pos += len(pcm) + int(gap_s * 8000)
+        parts += [question, np.zeros(int(gap_s * 8000), np.int16)]
+        pos += len(question) + int(gap_s * 8000)
     script = np.concatenate(parts)
     phone = Phone(("127.0.0.1", sip_port), f"lat{time.monotonic_ns()}")
     assert phone.dial() == 200, phone.status

@@ -231,8 +231,8 @@ class Session:
             elif isinstance(event, SpeechStopped):
                 await self._speech_stopped(event.end)
         turn = self._turn
-        if turn is not None and turn.held_until and self.buffer.end >= turn.held_until:
-            turn.held_until = 0  # long enough: real speech, not echo
+        if turn is not None and turn.held_until and self.detector is not None and self.detector.last_speech_end >= turn.held_until:
+            turn.held_until = 0  # still speaking that long after it began: real speech, not echo
             await self._begin_turn(turn)
         if self._turn is not None:
             self._feed_to(self.buffer.end)
@@ -252,23 +252,22 @@ class Session:
     async def _speech_started(self, e: SpeechStarted) -> None:
         self._cancel_idle_timer()
         self._turn = turn = _Turn(new_id("item"), e.start, e.start)
-        if not self._guard_holds(turn):
+        if not self._guard_holds(turn, e.onset):
             await self._begin_turn(turn)
 
-    def _guard_holds(self, turn: _Turn) -> bool:
+    def _guard_holds(self, turn: _Turn, onset: int) -> bool:
         """The interruption guard (config.InterruptionGuard): speech that starts while the
         agent's audio plays becomes a turn (and a barge-in) only once it has lasted
-        ``min_speech_ms``, counted from the end of the ``grace_ms`` after the agent started."""
+        ``min_speech_ms`` (the detector still hears speech that long after its onset), counted
+        from the end of the ``grace_ms`` after the agent started."""
         guard, playout = self.interruption_guard, self.playout
         if guard is None or playout is None or playout.playing is None:
             return False
         rate = self.caps.input_rate
         grace_left = max(0.0, guard.grace_ms / 1000 - (time.monotonic() - self._agent_since))
-        counts_from = max(turn.start, self.buffer.end + int(grace_left * rate))
-        turn.held_until = counts_from + ms_to_samples(guard.min_speech_ms, rate)
-        if self.buffer.end >= turn.held_until:
-            turn.held_until = 0
-        return bool(turn.held_until)
+        counts_from = max(onset, self.buffer.end + int(grace_left * rate))
+        turn.held_until = max(1, counts_from + ms_to_samples(guard.min_speech_ms, rate))
+        return True
 
     async def _begin_turn(self, turn: _Turn) -> None:
         vad = self.config.vad

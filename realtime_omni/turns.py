@@ -85,6 +85,11 @@ class TurnDetector:
         self._stop_frames = ms(settings.silence_duration_ms)
         self._padding = int(settings.prefix_padding_ms * rate / 1000)
 
+    @property
+    def last_speech_end(self) -> int:
+        """Input position of the end of the last frame judged speech (in a turn)."""
+        return self._last_speech_end
+
     def _pos(self, frames: int) -> int:
         return int(frames * self._frame * self._scale)
 

@@ -395,3 +395,40 @@ def sdp_offer(port: int, codecs: str = "0 101", address: str = "127.0.0.1") -> s
 
 def rtp_packet(seq: int, payload: bytes = b"\xff" * 160, pt: int = 0, ssrc: int = 0x5151) -> bytes:
     return struct.pack("!BBHII", 0x80, pt, seq & 0xFFFF, seq * 160, ssrc) + payload
+
+
+class RtpMic:
+    """A caller's microphone: one PCMU packet every 20 ms from its own thread, silence unless
+    ``say`` queued audio (8 kHz), as a phone sends (voice activity detection needs the silence)."""
+
+    def __init__(self, sock: socket.socket, target: tuple[str, int]) -> None:
+        self.sock, self.target = sock, target
+        self._queue: list[np.ndarray] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def say(self, pcm_8k: np.ndarray) -> float:
+        """Queue audio; returns how long it takes to play (s)."""
+        frames = [pcm_8k[i : i + 160] for i in range(0, len(pcm_8k) - 159, 160)]
+        with self._lock:
+            self._queue.extend(frames)
+            return len(self._queue) * 0.02
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+
+    def _run(self) -> None:
+        seq, start, silence = 0, time.monotonic(), np.zeros(160, np.int16)
+        while not self._stop.is_set():
+            with self._lock:
+                frame = self._queue.pop(0) if self._queue else silence
+            header = struct.pack("!BBHII", 0x80, 0, seq & 0xFFFF, (seq * 160) & 0xFFFFFFFF, 0xCA11)
+            try:
+                self.sock.sendto(header + pcm_to_ulaw(frame), self.target)
+            except OSError:
+                return
+            seq += 1
+            time.sleep(max(0.0, start + seq * 0.02 - time.monotonic()))

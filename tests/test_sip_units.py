@@ -1,0 +1,106 @@
+"""The SIP bridge's pure parts: SDP offer/answer, SIP message parsing, the RTP jitter buffer, DTMF
+de-duplication, the RTP sender's header state, and the low-delay resampler."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from realtime_omni.audio import pcm_to_ulaw
+from realtime_omni.polyphase import PolyphaseResampler
+from transports import rtp, sdp, sipmsg
+
+
+def offer(formats: str, rtpmap: str = "", proto: str = "RTP/AVP") -> str:
+    return f"v=0\r\no=x 1 1 IN IP4 10.0.0.1\r\ns=-\r\nc=IN IP4 10.0.0.1\r\nt=0 0\r\nm=audio 4000 {proto} {formats}\r\n{rtpmap}"
+
+
+def test_sdp_picks_the_callers_first_g711_and_keeps_telephone_event() -> None:
+    o = sdp.parse_offer(offer("18 8 0 101", "a=rtpmap:18 G729/8000\r\na=rtpmap:101 telephone-event/8000\r\n"))
+    assert (o.address, o.port, o.codec, o.dtmf) == ("10.0.0.1", 4000, 8, 101)
+    answer = sdp.answer(o, "127.0.0.1", 20000, session_id=1)
+    assert "m=audio 20000 RTP/AVP 8 101\r\n" in answer and "a=rtpmap:8 PCMA/8000" in answer
+    video = sdp.parse_offer(offer("0") + "m=video 5000 RTP/AVP 96\r\n")
+    assert "m=video 0 RTP/AVP 96" in sdp.answer(video, "127.0.0.1", 20000, session_id=1)  # declined, not dropped
+
+
+@pytest.mark.parametrize(
+    ("text", "status"),
+    [(offer("18", "a=rtpmap:18 G729/8000\r\n"), 488), (offer("0", proto="RTP/SAVP"), 488), ("v=0\r\nm=audio x RTP/AVP 0\r\n", 400), ("v=0\r\n", 488)],
+)
+def test_sdp_offers_we_cannot_take(text: str, status: int) -> None:
+    with pytest.raises(sdp.SdpError) as err:
+        sdp.parse_offer(text)
+    assert err.value.status == status
+
+
+def test_sip_parse_compact_folded_and_multi_via() -> None:
+    raw = (
+        b"BYE sip:a@b SIP/2.0\r\nv: SIP/2.0/UDP 1.2.3.4;branch=z9hG4bK1, SIP/2.0/UDP 5.6.7.8;branch=z9hG4bK2\r\n"
+        b"f: <sip:x@y>;tag=1\r\nt: <sip:a@b>\r\n ;tag=2\r\ni: abc\r\nCSeq: 7 BYE\r\nl: 0\r\n\r\n"
+    )
+    msg = sipmsg.parse(raw)
+    assert msg.method == "BYE" and msg.call_id == "abc" and msg.cseq == (7, "BYE")
+    assert len(msg.get_all("Via")) == 2 and msg.branch == "z9hG4bK1"
+    assert sipmsg.param(msg.get("To") or "", "tag") == "2"
+    reply = sipmsg.parse(sipmsg.response(msg, 200).encode())
+    assert reply.status == 200 and reply.get_all("Via") == msg.get_all("Via") and reply.cseq == (7, "BYE")
+
+
+def test_jitter_buffer_reorders_conceals_and_adapts() -> None:
+    jb = rtp.JitterBuffer(0, depth=2)
+    frame = lambda v: pcm_to_ulaw(np.full(160, v, np.int16))  # noqa: E731
+    out = jb.put(100, frame(1000))
+    assert len(out) == 1
+    assert jb.put(102, frame(3000)) == []  # 101 missing: wait for it
+    out = jb.put(101, frame(2000))  # it came: both, in order
+    assert [abs(int(f[0]) - v) < 100 for f, v in zip(out, (2000, 3000))] == [True, True]  # (G.711 rounds)
+    # 103 lost: after two later packets it is concealed (a fading copy of 102), then 104, 105 follow
+    assert jb.put(104, frame(5000)) == []
+    out = jb.put(105, frame(6000))
+    assert len(out) == 3 and jb.lost == 1 and 0 < abs(int(out[0][0])) < 3000
+    assert jb.put(103, frame(4000)) == [] and jb.late == 1 and jb.depth == 3  # too late: wait longer from now on
+    assert jb.put(107, frame(8000)) == [] and jb.put(107, frame(8000)) == [] and jb.duplicates == 1  # held twice? once
+
+
+def test_jitter_buffer_sequence_wraps() -> None:
+    jb = rtp.JitterBuffer(8)
+    got = sum(len(jb.put(seq & 0xFFFF, b"\xd5" * 160)) for seq in range(65530, 65545))
+    assert got == 15 and jb.lost == 0
+
+
+def test_dtmf_is_reported_once_per_event() -> None:
+    rx = rtp.DtmfReceiver()
+    packets = [rtp.Packet(101, s, 8000, 1, s == 0, bytes([5, 0x0A]) + struct.pack("!H", 160 * (s + 1))) for s in range(6)]
+    assert [rx.put(p) for p in packets] == ["5", None, None, None, None, None]
+    assert rx.put(rtp.Packet(101, 7, 9600, 1, True, bytes([11, 0x0A, 0, 160]))) == "#"
+
+
+def test_sender_header_state() -> None:
+    tx = rtp.Sender(0)
+    silence, voice = np.zeros(160, np.int16), np.full(160, 1000, np.int16)
+    packets = [rtp.parse(tx.packet(pcm, speech=speech)) for pcm, speech in ((silence, False), (voice, True), (voice, True), (silence, False), (voice, True))]
+    assert all(p is not None for p in packets)
+    assert [p.marker for p in packets] == [False, True, False, False, True]  # type: ignore[union-attr]
+    assert [(b.seq - a.seq) % 65536 for a, b in zip(packets, packets[1:])] == [1, 1, 1, 1]  # type: ignore[union-attr]
+    assert [(b.timestamp - a.timestamp) % 2**32 for a, b in zip(packets, packets[1:])] == [160] * 4  # type: ignore[union-attr]
+    assert len({p.ssrc for p in packets}) == 1  # type: ignore[union-attr]
+
+
+def test_rtp_parse_rejects_what_is_not_rtp() -> None:
+    assert rtp.parse(b"\x01junk") is None
+    assert rtp.parse(struct.pack("!BBHII", 0x80, 200, 1, 1, 1)) is None  # RTCP sender report
+    assert rtp.parse(struct.pack("!BBHII", 0x40, 0, 1, 1, 1)) is None  # version 1
+
+
+@pytest.mark.parametrize(("rate_in", "rate_out"), [(8000, 16000), (8000, 24000), (24000, 8000), (48000, 8000)])
+def test_polyphase_resampler_converts_each_frame_at_once(rate_in: int, rate_out: int) -> None:
+    r = PolyphaseResampler(rate_in, rate_out)
+    t = np.arange(rate_in) / rate_in
+    tone = (8000 * np.sin(2 * np.pi * 1000 * t)).astype(np.int16)
+    frames = [r(tone[i : i + rate_in // 50]) for i in range(0, rate_in, rate_in // 50)]
+    assert {len(f) for f in frames} == {rate_out // 50}  # no block buffering: every 20 ms in, 20 ms out
+    out = np.concatenate(frames)[rate_out // 50 :].astype(np.float64)
+    assert abs(np.sqrt(np.mean(out**2)) - 8000 / np.sqrt(2)) < 200  # 1 kHz passes at unity gain
