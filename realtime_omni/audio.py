@@ -14,6 +14,7 @@ import numpy as np
 import soxr
 
 from .errors import invalid_value
+from .polyphase import PolyphaseResampler
 
 # ---------------------------------------------------------------------------------------------
 # G.711 (ITU-T G.711, as in the classic reference implementation and the old stdlib ``audioop``)
@@ -177,18 +178,23 @@ def resample(pcm: np.ndarray, in_rate: int, out_rate: int) -> np.ndarray:
 
 
 class InputConverter:
-    """Wire bytes -> int16 at the pipeline's input rate."""
+    """Wire bytes -> int16 at the pipeline's input rate. Streamed input is resampled append by
+    append with a short filter (``PolyphaseResampler``): soxr's stream would hold back 20-36 ms of
+    every 20 ms append, and the turn detector would hear the end of each turn that much later."""
 
     def __init__(self, fmt: WireFormat, rate: int) -> None:
         self.format = fmt
         self.rate = rate
-        self._resample = Resampler(fmt.rate, rate)
+        self._resample = PolyphaseResampler(fmt.rate, rate)
 
     def __call__(self, data: bytes) -> np.ndarray:
         return self._resample(self.format.decode(data))
 
     def flush(self) -> np.ndarray:
-        return self._resample.flush()
+        """The end of a stream (a commit): start afresh. The filter keeps the output exactly as
+        long as the input (its 1.5 ms delay is not padded out), so nothing is returned."""
+        self._resample = PolyphaseResampler(self.format.rate, self.rate)
+        return np.zeros(0, np.int16)
 
 
 class OutputConverter:

@@ -16,6 +16,10 @@ from math import gcd
 import numpy as np
 
 
+MAX_BLOCK = 4800  # input samples converted per step (100 ms at 48 kHz)
+MAX_PLANS = 64  # cached per resampler (frame size x phase); odd-sized calls beyond it are planned each time
+
+
 class PolyphaseResampler:
     def __init__(self, in_rate: int, out_rate: int, *, taps: int = 24, beta: float = 8.0) -> None:
         g = gcd(in_rate, out_rate)
@@ -31,21 +35,35 @@ class PolyphaseResampler:
         # bank[phase, k]: the tap applied to input sample (i - k) for an output at phase ``phase``
         self.bank = np.stack([h[p::self.up][:taps] for p in range(self.up)]).astype(np.float32)
         self._history = np.zeros(taps - 1, np.float32)
+        self._plans: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, int]] = {}
         self._pos = 0  # next output's position on the upsampled grid, relative to the history's end
 
     def __call__(self, pcm: np.ndarray) -> np.ndarray:
         if self.up == self.down:
             return pcm
+        if len(pcm) > MAX_BLOCK:  # bounded work arrays, whatever a client sends at once
+            return np.concatenate([self(pcm[i : i + MAX_BLOCK]) for i in range(0, len(pcm), MAX_BLOCK)])
+        window, bank, self._pos = self._plan(len(pcm))
         x = np.concatenate([self._history, pcm.astype(np.float32)])
-        available = len(pcm) * self.up  # upsampled positions covered by the new input
-        positions = np.arange(self._pos, available, self.down)
-        self._pos = (positions[-1] + self.down - available) if len(positions) else self._pos - available
-        inputs = positions // self.up + (self.taps - 1)  # index in x of the newest input each output uses
-        phases = positions % self.up
-        window = inputs[:, None] - np.arange(self.taps)[None, :]
-        out = np.einsum("ij,ij->i", x[window], self.bank[phases])
+        out = np.einsum("ij,ij->i", x[window], bank)
         self._history = x[len(x) - (self.taps - 1) :]
         return np.clip(np.rint(out), -32768, 32767).astype(np.int16)
+
+    def _plan(self, n: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """Which inputs and taps each output of an ``n``-sample call uses, and the phase after it.
+        Media arrives in same-sized frames, so the few (size, phase) plans are computed once."""
+        key = (n, self._pos)
+        plan = self._plans.get(key)
+        if plan is None:
+            available = n * self.up  # upsampled positions covered by the new input
+            positions = np.arange(self._pos, available, self.down)
+            after = int(positions[-1] + self.down - available) if len(positions) else self._pos - available
+            inputs = positions // self.up + (self.taps - 1)  # index in x of the newest input each output uses
+            window = inputs[:, None] - np.arange(self.taps)[None, :]
+            plan = (window, np.ascontiguousarray(self.bank[positions % self.up]), after)
+            if len(self._plans) < MAX_PLANS:
+                self._plans[key] = plan
+        return plan
 
     def flush(self) -> np.ndarray:
         """The end of a stream: what the filter's delay still holds, then a fresh start."""

@@ -33,11 +33,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from realtime_omni.audio import Resampler
 from realtime_omni.calls import Call, Sink
 from realtime_omni.config import WebRTCConfig
 from realtime_omni.errors import RealtimeError
 from realtime_omni.playout import Playout
+from realtime_omni.polyphase import PolyphaseResampler
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import decode_session
 from realtime_omni.server import Server
@@ -276,7 +276,8 @@ class WebRTCCall(Call):
     async def _read_audio(self, track: MediaStreamTrack) -> None:
         session = self.session
         assert session is not None
-        resample = Resampler(OPUS_RATE, session.caps.input_rate)
+        # a per-frame resampler: soxr's stream would hold 20-36 ms, delaying every turn's end that much
+        resample = PolyphaseResampler(OPUS_RATE, session.caps.input_rate)
         while True:
             try:
                 frame = await track.recv()
@@ -285,7 +286,7 @@ class WebRTCCall(Call):
             self.last_audio_at = time.monotonic()
             self.audio_frames += 1
             if frame.sample_rate != resample.in_rate:
-                resample = Resampler(frame.sample_rate, session.caps.input_rate)
+                resample = PolyphaseResampler(frame.sample_rate, session.caps.input_rate)
             try:
                 await session.push_audio(resample(_mono(frame)))
             except RealtimeError as err:
