@@ -140,6 +140,11 @@ class Call:
         for queue in list(self.sidebands):
             queue.close()
 
+    async def events_sent(self, timeout: float) -> None:
+        """Wait (up to ``timeout``) until the pump has handed out everything of a closed outbox."""
+        if self._pump is not None:
+            await asyncio.wait({self._pump}, timeout=timeout)
+
     def _drop_sink(self, sink: Sink) -> None:
         if sink in self.sinks:
             self.sinks.remove(sink)

@@ -137,10 +137,11 @@ class Server:
         if self.draining:
             return
         self.draining = True
-        for call in list(self.calls.values()):
-            await call.hangup("server_shutting_down")
         for session in list(self.sessions):
             await session.end("The server is shutting down; this session is over.", code="server_shutting_down")
+        for call in list(self.calls.values()):  # calls hang up once their last events are out
+            await call.events_sent(timeout=1.0)
+            await call.hangup("server_shutting_down")
         deadline = time.monotonic() + self.config.shutdown_grace_s
         while self.sessions and time.monotonic() < deadline:
             await asyncio.sleep(0.02)

@@ -13,7 +13,9 @@ import pytest
 from aiortc.mediastreams import VideoStreamTrack
 from openai import AsyncOpenAI
 
+from tests.conftest import synthetic_config
 from tests.support.audio import rms, spoken
+from tests.support.server import ServerThread
 from bench.rtc import RtcClient as _RtcClient
 from tests.support.validation import validate
 
@@ -192,6 +194,23 @@ async def test_silent_peer_is_dropped_after_the_media_timeout(make_server):
     client.mic.stop()  # the peer connection stays up; no more RTP arrives
     await settle(srv, timeout=10)
     await client.close()
+
+
+async def test_shutdown_tells_the_call_and_hangs_up():
+    srv = ServerThread(synthetic_config(server=LOOPBACK)).start()
+    client = RtcClient(srv.http_url)
+    try:
+        await client.connect()
+        await client.next("session.created")
+        await asyncio.to_thread(srv.stop)
+        error = await client.next("error")
+        assert error["error"]["code"] == "server_shutting_down"
+        async with asyncio.timeout(10):
+            while client.pc.connectionState != "closed" and client.channel.readyState != "closed":
+                await asyncio.sleep(0.05)
+        assert not srv.server.calls and not srv.server.sessions
+    finally:
+        await client.close()
 
 
 async def test_hangup_and_unknown_calls(echo):
