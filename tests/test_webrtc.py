@@ -4,8 +4,11 @@ against a real server on 127.0.0.1 (ICE host candidates pinned to loopback)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import numpy as np
@@ -48,6 +51,18 @@ def loud_frames(client: RtcClient, t0: float, t1: float = float("inf")) -> int:
     return sum(1 for t, pcm in client.received if t0 <= t < t1 and rms(pcm) > 300)
 
 
+@contextlib.asynccontextmanager
+async def call(srv, api_key: str = "test-key", **connect: Any) -> AsyncIterator[_RtcClient]:
+    """A connected call; on the way out it is closed and the server must hold nothing of it."""
+    client = RtcClient(srv.http_url, api_key)
+    await client.connect(**connect)
+    try:
+        yield client
+    finally:
+        await client.close()
+    await settle(srv)
+
+
 async def settle(srv, timeout: float = 10.0) -> None:
     """Wait until the server holds no call and no session any more."""
     deadline = time.monotonic() + timeout
@@ -58,9 +73,7 @@ async def settle(srv, timeout: float = 10.0) -> None:
 
 @pytest.mark.parametrize("strip_candidates", [False, True], ids=["with-candidates", "offer-without-candidates"])
 async def test_a_spoken_turn_round_trips_over_webrtc(echo, strip_candidates):
-    client = RtcClient(echo.http_url)
-    await client.connect(strip_candidates=strip_candidates, session={"type": "realtime", "instructions": "Be brief."})
-    try:
+    async with call(echo, strip_candidates=strip_candidates, session={"type": "realtime", "instructions": "Be brief."}) as client:
         created = await client.next("session.created")
         assert created["session"]["instructions"] == "Be brief."  # the multipart session part applied
         speech = spoken(QUESTION, 24000)
@@ -91,15 +104,10 @@ async def test_a_spoken_turn_round_trips_over_webrtc(echo, strip_candidates):
         assert "response.output_audio.delta" not in types
         assert types.index("output_audio_buffer.started") < types.index("output_audio_buffer.stopped")
         assert types.index("response.done") < types.index("output_audio_buffer.stopped")
-    finally:
-        await client.close()
-    await settle(echo)
 
 
 async def test_sideband_watches_and_steers_a_call(echo):
-    client = RtcClient(echo.http_url)
-    await client.connect()
-    try:
+    async with call(echo) as client:
         await client.next("session.created")
         client.mic.say(spoken(QUESTION, 24000), 24000)
         await client.next("output_audio_buffer.stopped")  # the first answer has played
@@ -119,15 +127,10 @@ async def test_sideband_watches_and_steers_a_call(echo):
             done = await client.next("response.done")
             assert done["response"]["status"] == "completed"
         assert client.call_id in echo.server.calls  # closing the sideband leaves the call up
-    finally:
-        await client.close()
-    await settle(echo)
 
 
 async def test_barge_in_silences_the_track_and_keeps_what_was_heard(slow):
-    client = RtcClient(slow.http_url)
-    await client.connect()
-    try:
+    async with call(slow) as client:
         await client.next("session.created")
         client.mic.say(spoken("Tell me a long story please.", 24000), 24000)
         await client.next("output_audio_buffer.started")
@@ -144,15 +147,10 @@ async def test_barge_in_silences_the_track_and_keeps_what_was_heard(slow):
         await asyncio.sleep(1.0)
         # after the cut only the jitter buffer's last frames may still arrive
         assert loud_frames(client, t_cleared + 0.3) == 0
-    finally:
-        await client.close()
-    await settle(slow)
 
 
 async def test_output_audio_buffer_clear_cuts_the_track(slow):
-    client = RtcClient(slow.http_url)
-    await client.connect()
-    try:
+    async with call(slow) as client:
         await client.next("session.created")
         client.mic.say(spoken("Tell me a long story please.", 24000), 24000)
         started = await client.next("output_audio_buffer.started")
@@ -166,9 +164,6 @@ async def test_output_audio_buffer_clear_cuts_the_track(slow):
         assert loud_frames(client, t_cleared - 1.0, t_cleared) > 10  # it was playing
         await asyncio.sleep(1.0)
         assert loud_frames(client, t_cleared + 0.3) == 0  # and then it was not
-    finally:
-        await client.close()
-    await settle(slow)
 
 
 async def test_peer_vanishing_mid_answer_ends_the_call(slow):
@@ -235,15 +230,10 @@ async def test_hangup_and_unknown_calls(echo):
 
 
 async def test_accept_is_for_sip_calls_only(echo):
-    client = RtcClient(echo.http_url)
-    await client.connect()
-    try:
+    async with call(echo) as client:
         async with httpx.AsyncClient(base_url=echo.http_url) as http:
             r = await http.post(f"/v1/realtime/calls/{client.call_id}/accept", json={"type": "realtime"})
             assert r.status_code == 409 and r.json()["error"]["code"] == "invalid_call_action"
-    finally:
-        await client.close()
-    await settle(echo)
 
 
 @pytest.mark.parametrize(
@@ -276,31 +266,20 @@ async def test_invalid_session_in_the_offer_is_refused(echo):
 
 
 async def test_video_track_without_image_input_is_reported(echo):
-    client = RtcClient(echo.http_url)
-    await client.connect(video=VideoStreamTrack())
-    try:
+    async with call(echo, video=VideoStreamTrack()) as client:
         error = await client.next("error")
         assert error["error"]["code"] == "unsupported_video" and "image" in error["error"]["message"]
-    finally:
-        await client.close()
-    await settle(echo)
 
 
 async def test_video_frames_reach_a_pipeline_that_takes_images(make_server):
     srv = make_server(images=True, reply="I saw {images} image.", server={"webrtc": {"host_addresses": ["127.0.0.1"], "video_fps": 2}})
-    client = RtcClient(srv.http_url)
-    await client.connect(video=VideoStreamTrack())
-    try:
+    async with call(srv, video=VideoStreamTrack()) as client:
         await client.next("session.created")
         await asyncio.sleep(1.0)  # a frame or two is sampled
         client.mic.say(spoken(QUESTION, 24000), 24000)
         done = await client.next("response.done")
         assert done["response"]["output"][0]["content"][0]["transcript"] == "I saw 1 image."
-        call = srv.server.calls[client.call_id]
-        assert call.video_frames >= 1
-    finally:
-        await client.close()
-    await settle(srv)
+        assert srv.server.calls[client.call_id].video_frames >= 1
 
 
 # ------------------------------------------------------------------------------ ephemeral keys
@@ -326,9 +305,7 @@ async def test_ephemeral_key_opens_one_call_with_its_session(keyed):
     assert secret["value"].startswith("ek_") and secret["expires_at"] > time.time() + 50
     assert secret["session"]["instructions"] == "From the key."
 
-    client = RtcClient(keyed.http_url, api_key=secret["value"])  # the page never sees "real-secret"
-    await client.connect()
-    try:
+    async with call(keyed, api_key=secret["value"]) as client:  # the page never sees "real-secret"
         created = await client.next("session.created")
         assert created["session"]["instructions"] == "From the key."
         reuse = RtcClient(keyed.http_url, api_key=secret["value"])
@@ -336,9 +313,6 @@ async def test_ephemeral_key_opens_one_call_with_its_session(keyed):
             await reuse.connect()
         assert "401" in str(info.value)
         await reuse.close()
-    finally:
-        await client.close()
-    await settle(keyed)
 
 
 async def test_ephemeral_key_rules(keyed):
