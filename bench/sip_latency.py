@@ -106,7 +106,7 @@ def main() -> None:
         print(f"{pipeline}: starting the server ...", flush=True)
         with server_process(config(pipeline, sip_port), startup_s=900) as url:
             phone = by_phone(sip_port, questions, GAP_S[pipeline])
-            ws = over_websocket(url, questions) if pipeline == "synthetic" else []
+            ws = over_websocket(url, questions)
         entry: dict[str, Any] = {"phone_v2v_ms": dist([v for v in phone if v is not None]), "phone_turns_ms": phone, "missed": phone.count(None)}
         if ws:
             entry["websocket_v2v_ms"] = dist([v for v in ws if v is not None])

@@ -3,6 +3,7 @@ de-duplication, the RTP sender's header state, and the low-delay resampler."""
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 import numpy as np
@@ -51,7 +52,9 @@ def test_sip_parse_compact_folded_and_multi_via() -> None:
 
 def test_jitter_buffer_reorders_conceals_and_adapts() -> None:
     jb = rtp.JitterBuffer(0, depth=2)
-    frame = lambda v: pcm_to_ulaw(np.full(160, v, np.int16))  # noqa: E731
+    def frame(v: int) -> bytes:
+        return pcm_to_ulaw(np.full(160, v, np.int16))
+
     out = jb.put(100, frame(1000))
     assert len(out) == 1
     assert jb.put(102, frame(3000)) == []  # 101 missing: wait for it
@@ -84,8 +87,8 @@ def test_sender_header_state() -> None:
     packets = [rtp.parse(tx.packet(pcm, speech=speech)) for pcm, speech in ((silence, False), (voice, True), (voice, True), (silence, False), (voice, True))]
     assert all(p is not None for p in packets)
     assert [p.marker for p in packets] == [False, True, False, False, True]  # type: ignore[union-attr]
-    assert [(b.seq - a.seq) % 65536 for a, b in zip(packets, packets[1:])] == [1, 1, 1, 1]  # type: ignore[union-attr]
-    assert [(b.timestamp - a.timestamp) % 2**32 for a, b in zip(packets, packets[1:])] == [160] * 4  # type: ignore[union-attr]
+    assert [(b.seq - a.seq) % 65536 for a, b in itertools.pairwise(packets)] == [1, 1, 1, 1]  # type: ignore[union-attr]
+    assert [(b.timestamp - a.timestamp) % 2**32 for a, b in itertools.pairwise(packets)] == [160] * 4  # type: ignore[union-attr]
     assert len({p.ssrc for p in packets}) == 1  # type: ignore[union-attr]
 
 

@@ -143,11 +143,7 @@ class SipCall(Call):
             return
         call = cls(bridge, invite, tx, offer)
         tx.call = call
-        try:
-            call.endpoint = RtpEndpoint(call)
-        except OSError:
-            bridge.respond(tx, response(invite, 503))
-            return
+        call.endpoint = RtpEndpoint(call)  # its socket is bound when the call is accepted
         bridge.calls[invite.call_id] = call
         call.register()
         bridge.respond(tx, response(invite, 100))
