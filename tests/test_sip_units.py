@@ -107,3 +107,14 @@ def test_polyphase_resampler_converts_each_frame_at_once(rate_in: int, rate_out:
     assert {len(f) for f in frames} == {rate_out // 50}  # no block buffering: every 20 ms in, 20 ms out
     out = np.concatenate(frames)[rate_out // 50 :].astype(np.float64)
     assert abs(np.sqrt(np.mean(out**2)) - 8000 / np.sqrt(2)) < 200  # 1 kHz passes at unity gain
+
+
+def test_advertised_address() -> None:
+    """Bound to every interface, the bridge puts in its SDP the address that reaches the caller."""
+    from realtime_omni.config import SipConfig
+    from transports.sip import SipBridge
+
+    bridge = SipBridge(None, SipConfig(host="0.0.0.0", port=5060))  # type: ignore[arg-type]
+    bridge.address = ("0.0.0.0", 5060)
+    assert bridge.advertised(("127.0.0.1", 5000)) == "127.0.0.1"
+    assert SipBridge(None, SipConfig(host="0.0.0.0", advertise="203.0.113.7")).advertised(("127.0.0.1", 5000)) == "203.0.113.7"  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -115,9 +116,20 @@ class SipBridge(asyncio.DatagramProtocol):
         if self.transport is not None:
             self.transport.close()
 
-    @property
-    def advertised(self) -> str:
-        return self.config.advertise or self.address[0]
+    def advertised(self, peer: Addr) -> str:
+        """The address to put in SDP, Contact and Via for ``peer``: ``sip.advertise``, else the bound
+        address, else (bound to every interface) the one this host uses to reach the peer."""
+        if self.config.advertise:
+            return self.config.advertise
+        host = self.address[0]
+        if host not in ("0.0.0.0", "::", ""):
+            return host
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.connect(peer)  # UDP: no packet is sent, the kernel only picks a route
+                return str(probe.getsockname()[0])
+            except OSError:
+                return "127.0.0.1"
 
     def spawn(self, coro: object, name: str) -> asyncio.Task[object]:
         task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
@@ -359,7 +371,7 @@ class SipBridge(asyncio.DatagramProtocol):
     def request(self, dialog: Dialog, method: str, extra: list[tuple[str, str]] | None = None, body: bytes = b"") -> Message:
         dialog.local_cseq += 1
         branch = "z9hG4bK" + sipmsg.token(16)
-        host, port = self.advertised, self.address[1]
+        host, port = self.advertised(dialog.addr), self.address[1]
         headers = [
             ("Via", f"SIP/2.0/UDP {host}:{port};branch={branch};rport"),
             ("Max-Forwards", "70"),

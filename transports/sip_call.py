@@ -215,7 +215,7 @@ class SipCall(Call):
             raise RealtimeError("No RTP port is free for this call.", code="server_unavailable", type="server_error") from None
         await session.start()
         self.start_events()
-        host, port = self.bridge.advertised, self.endpoint.transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
+        host, port = self.bridge.advertised(self.dialog.addr), self.endpoint.transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
         self.answer_sdp = sdp.answer(self.offer, host, port, session_id=self._sdp_id).encode()
         self.state = "answered"
         self.last_rx = time.monotonic()
@@ -229,7 +229,7 @@ class SipCall(Call):
         log.info("call %s: answered (session %s)", self.id, session.id)
 
     def _ok(self, request: Message) -> Message:
-        host, port = self.bridge.advertised, self.bridge.address[1]
+        host, port = self.bridge.advertised(self.dialog.addr), self.bridge.address[1]
         extra = [("Contact", f"<sip:realtime-omni@{host}:{port}>"), ("Allow", "INVITE, ACK, CANCEL, BYE, OPTIONS, NOTIFY"), ("Content-Type", "application/sdp")]
         return response(request, 200, to_tag=self.dialog.local_tag, extra=extra, body=self.answer_sdp)
 
@@ -299,7 +299,7 @@ class SipCall(Call):
             if self.endpoint is not None:
                 self.endpoint.source = None  # latch anew on the moved stream
             self.offer = offer
-        host, port = self.bridge.advertised, self.endpoint.transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
+        host, port = self.bridge.advertised(self.dialog.addr), self.endpoint.transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
         self.answer_sdp = sdp.answer(self.offer, host, port, session_id=self._sdp_id).encode()
         self.tx = tx
         tx.call = self
