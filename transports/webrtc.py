@@ -351,8 +351,11 @@ def _set_jitter_frames(receiver: Any, frames: int) -> None:
     speech reaches the turn detector that much later), so the depth is ours to choose: a packet
     later than ``frames`` x 20 ms is dropped instead (a 20 ms gap for the turn detector and ASR)."""
     attr = "_RTCRtpReceiver__jitter_buffer"
-    if frames <= 0 or not hasattr(receiver, attr):
-        return  # aiortc's default (a newer aiortc may have renamed it: then its default stands)
+    if frames <= 0:
+        return
+    if not hasattr(receiver, attr):  # an aiortc that renamed it: its own 80 ms stands
+        log.warning("this aiortc has no %s: webrtc.jitter_frames is not applied", attr)
+        return
     setattr(receiver, attr, JitterBuffer(capacity=16, prefetch=frames))
 
 
