@@ -98,8 +98,10 @@ class Call:
         self._sink_added.set()
 
     def attach_sideband(self, *, beta: bool) -> SidebandQueue:
-        if self.ended.is_set() or self.session is None:
+        if self.ended.is_set():
             raise RealtimeError(f"Call {self.id!r} has ended.", code="call_not_found", param="call_id")
+        if self.session is None:
+            raise RealtimeError(f"Call {self.id!r} is still ringing: accept it first.", code="call_not_accepted", param="call_id")
         queue = SidebandQueue(self.server.config.limits.outbox_events)
         self.sidebands.add(queue)
         queue.sink = Sink(queue.put, beta=beta, name="sideband")
