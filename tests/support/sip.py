@@ -27,6 +27,22 @@ from realtime_omni.audio import (
 SIPP = shutil.which("sipp")
 
 
+def reply_to_last(status: str) -> str:
+    """sipp XML: answer the request just received with ``status`` (its Via, From, To, Call-ID, CSeq)."""
+    return f"""
+  <send>
+    <![CDATA[
+      SIP/2.0 {status}
+      [last_Via:]
+      [last_From:]
+      [last_To:]
+      [last_Call-ID:]
+      [last_CSeq:]
+      Content-Length: 0
+    ]]>
+  </send>"""
+
+
 def free_udp_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -178,34 +194,12 @@ a=sendrecv"""
   <recv response="200"/>"""
     else:
         end = """
-  <recv request="BYE"/>
-  <send>
-    <![CDATA[
-      SIP/2.0 200 OK
-      [last_Via:]
-      [last_From:]
-      [last_To:]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Content-Length: 0
-    ]]>
-  </send>"""
+  <recv request="BYE"/>""" + reply_to_last("200 OK")
     return _wrap(invite + '\n  <recv response="200" rtd="true"/>' + ack + after_ack + end)
 
 
 REFERRED = """
-  <recv request="REFER"/>
-  <send>
-    <![CDATA[
-      SIP/2.0 202 Accepted
-      [last_Via:]
-      [last_From:]
-      [last_To:]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Content-Length: 0
-    ]]>
-  </send>
+  <recv request="REFER"/>""" + reply_to_last("202 Accepted") + """
   <send retrans="500">
     <![CDATA[
       NOTIFY sip:realtime-omni@[remote_ip]:[remote_port] SIP/2.0
