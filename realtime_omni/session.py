@@ -32,7 +32,7 @@ from .playout import Cut, Playout
 from .protocol import events as ev
 from .protocol.codec import decode_client_event
 from .response import ResponseRun
-from .turns import Paused, Resumed, SpeechStarted, SpeechStopped, TurnDetector
+from .turns import ONSET_LOOKBACK_MS, Paused, Resumed, SpeechStarted, SpeechStopped, TurnDetector
 
 log = logging.getLogger(__name__)
 
@@ -236,8 +236,10 @@ class Session:
             await self._begin_turn(turn)
         if self._turn is not None:
             self._feed_to(self.buffer.end)
-        else:  # keep only what a turn starting now (or an idle timeout) would need
-            keep = ms_to_samples(self.detector.settings.prefix_padding_ms + 40, self.caps.input_rate)
+        else:  # keep only what a turn detected now (or an idle timeout) would need: its onset can lie
+            # up to the detector's onset window back, and the turn keeps prefix padding before that
+            keep_ms = self.detector.settings.prefix_padding_ms + ONSET_LOOKBACK_MS + 40
+            keep = ms_to_samples(keep_ms, self.caps.input_rate)
             pos = self.buffer.end - keep
             if self._idle_from is not None:
                 pos = max(min(pos, self._idle_from), self.buffer.end - self.buffer.max_samples // 2)
@@ -286,12 +288,13 @@ class Session:
         turn = self._turn
         if turn is None:
             return
-        self._turn = None
         if turn.held_until:  # too short to be the caller talking over the agent: ignore it
+            self._turn = None
             self.pipe.clear()
             self.buffer.drop_before(end)
             return
-        self._feed_to(end)
+        self._feed_to(end)  # the turn's last audio, before the turn closes
+        self._turn = None
         await self.emit(ev.InputAudioBufferSpeechStopped(audio_end_ms=self.ms(end), item_id=turn.item_id))
         await self._commit(turn.item_id, turn.start, end)
         vad = self.config.vad

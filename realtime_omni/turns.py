@@ -28,6 +28,8 @@ from .session_config import VadSettings
 
 FRAME_MS = 20
 START_FRAMES, START_WINDOW = 3, 5
+# how far before the moment it is detected a turn's speech onset can lie (the onset window)
+ONSET_LOOKBACK_MS = START_WINDOW * FRAME_MS
 BREAK_FRAMES = 2
 VAD_RATES = (8000, 16000, 32000, 48000)
 
