@@ -391,3 +391,20 @@ def test_mono_mixing_of_decoded_frames():
     stereo = np.array([[100, 300, -100, -300]], np.int16)  # packed L R L R
     frame = av.AudioFrame.from_ndarray(stereo, format="s16", layout="stereo")
     assert _mono(frame).tolist() == [200, -200]
+
+
+async def test_demo_page_and_its_key_endpoint(keyed, make_server):
+    async with httpx.AsyncClient(base_url=keyed.http_url) as http:
+        page = await http.get("/")
+        assert page.status_code == 200 and 'id="mic"' in page.text
+        config = (await http.get("/demo/config")).json()
+        assert config["needs_key"] and not config["can_mint"]  # the page will ask for a key
+        refused = await http.post("/demo/key")
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
+    minting = make_server(audio="echo", server={**LOOPBACK, "api_key": "real-secret", "web_demo_mints_keys": True})
+    async with httpx.AsyncClient(base_url=minting.http_url) as http:
+        assert (await http.get("/demo/config")).json()["can_mint"]
+        key = (await http.post("/demo/key")).json()["value"]
+    assert key.startswith("ek_")
+    async with call(minting, api_key=key) as client:
+        assert (await client.next("session.created"))["type"] == "session.created"

@@ -40,6 +40,25 @@ def routes() -> list[Route]:
     ]
 
 
+STATUS = {
+    "invalid_api_key": 401,
+    "forbidden": 403,
+    "call_not_found": 404,
+    "not_found": 404,
+    "invalid_call_action": 409,
+    "call_not_accepted": 409,
+    "call_state": 409,
+    "max_sessions_reached": 429,
+    "rate_limit_exceeded": 429,
+    "server_unavailable": 503,
+}
+
+
+def status_for(err: RealtimeError) -> int:
+    """The HTTP status of an error: by its code, 400 for anything the request got wrong."""
+    return STATUS.get(err.code or "", 400)
+
+
 def error_response(status: int, err: RealtimeError) -> JSONResponse:
     body = {"error": {"type": err.type, "code": err.code, "message": err.message, "param": err.param}}
     return JSONResponse(body, status_code=status)
@@ -114,7 +133,7 @@ async def client_secrets(request: Request) -> Response:
         session = decode_session(msgspec.json.encode(body["session"])) if body.get("session") is not None else None
         key, wire = _mint(server, ttl, session)
     except RealtimeError as err:
-        return error_response(401 if err.code == "invalid_api_key" else 400, err)
+        return error_response(status_for(err), err)
     session_out = {"id": new_id("sess"), "object": "realtime.session", **msgspec.to_builtins(wire), "expires_at": key.expires_at}
     return JSONResponse({"value": key.value, "expires_at": key.expires_at, "session": session_out})
 
@@ -129,7 +148,7 @@ async def beta_sessions(request: Request) -> Response:
         session = decode_session(msgspec.json.encode(body)) if body else None
         key, wire = _mint(server, keys.DEFAULT_TTL_S, session)
     except RealtimeError as err:
-        return error_response(401 if err.code == "invalid_api_key" else 400, err)
+        return error_response(status_for(err), err)
     out = msgspec.to_builtins(wire)
     out.update({"id": new_id("sess"), "object": "realtime.session", "client_secret": {"value": key.value, "expires_at": key.expires_at}})
     return JSONResponse(out)
@@ -170,8 +189,7 @@ async def call_action(request: Request) -> Response:
         else:
             return error_response(404, RealtimeError(f"Unknown call action {action!r}.", code="not_found"))
     except RealtimeError as err:
-        status = {"invalid_api_key": 401, "call_not_found": 404, "invalid_call_action": 409, "call_state": 409}.get(err.code or "", 400)
-        return error_response(status, err)
+        return error_response(status_for(err), err)
     return Response(status_code=200)
 
 
@@ -180,6 +198,6 @@ async def delete_call(request: Request) -> Response:
         require_api_key(request)
         call = _call(request)
     except RealtimeError as err:
-        return error_response(401 if err.code == "invalid_api_key" else 404, err)
+        return error_response(status_for(err), err)
     await call.hangup("hangup")
     return Response(status_code=200)

@@ -43,7 +43,7 @@ from realtime_omni.protocol.codec import decode_session
 from realtime_omni.server import Server
 from realtime_omni.session import Session
 
-from .http import bearer, error_response
+from .http import bearer, error_response, status_for
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +52,6 @@ MAX_SDP_BYTES = 64 * 1024
 MAX_CHANNEL_BUFFER = 1024 * 1024  # bytes queued on the data channel before the event pump waits
 INBOUND_EVENTS = 256  # client events from the data channel waiting for the session
 VIDEO_MAX_SIDE = 512  # sampled frames are scaled down to this before JPEG encoding
-
-STATUS = {"invalid_api_key": 401, "max_sessions_reached": 429, "server_unavailable": 503}
-
 
 def routes() -> list[Route]:
     return [
@@ -94,7 +91,7 @@ async def _create(request: Request, *, beta: bool) -> Response:
         sdp, update = await _read_offer(request)
         call = await WebRTCCall.open(server, sdp, beta=beta, model=request.query_params.get("model"), updates=(grant, update))
     except RealtimeError as err:
-        return error_response(STATUS.get(err.code or "", 400), err)
+        return error_response(status_for(err), err)
     headers = {"Location": f"/v1/realtime/calls/{call.id}"}
     return Response(call.answer, status_code=201, media_type="application/sdp", headers=headers)
 
