@@ -32,28 +32,29 @@ log = logging.getLogger(__name__)
 
 class Sink:
     """One consumer of a call's events. ``send`` gets each encoded event; a sink that returns
-    False (or raises) is detached."""
+    False (or raises) is detached and closed."""
 
     def __init__(self, send: Callable[[str], Awaitable[bool]], *, beta: bool = False, name: str = "sink") -> None:
         self.send = send
         self.beta = beta
         self.name = name
 
+    def close(self) -> None:
+        """No more events will come."""
 
-class SidebandQueue:
+
+class SidebandQueue(Sink):
     """The bounded queue between a call's pump and one sideband WebSocket. Full means the socket
     fell ``maxsize`` events behind: it is dropped rather than let the call wait on it."""
 
-    def __init__(self, maxsize: int) -> None:
+    def __init__(self, maxsize: int, *, beta: bool) -> None:
+        super().__init__(self.put, beta=beta, name="sideband")
         self.queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize)
-        self.overflowed = False
-        self.sink: Sink | None = None
 
     async def put(self, data: str) -> bool:
         try:
             self.queue.put_nowait(data)
         except asyncio.QueueFull:
-            self.overflowed = True
             return False
         return True
 
@@ -75,7 +76,6 @@ class Call:
         self.session: Session | None = session
         self.created_at = time.time()
         self.sinks: list[Sink] = []
-        self.sidebands: set[SidebandQueue] = set()
         self.ended = asyncio.Event()
         self.end_reason: str | None = None
         self._pump: asyncio.Task[None] | None = None
@@ -102,16 +102,13 @@ class Call:
             raise RealtimeError(f"Call {self.id!r} has ended.", code="call_not_found", param="call_id")
         if self.session is None:
             raise RealtimeError(f"Call {self.id!r} is still ringing: accept it first.", code="call_not_accepted", param="call_id")
-        queue = SidebandQueue(self.server.config.limits.outbox_events)
-        self.sidebands.add(queue)
-        queue.sink = Sink(queue.put, beta=beta, name="sideband")
-        self.add_sink(queue.sink)
+        queue = SidebandQueue(self.server.config.limits.outbox_events, beta=beta)
+        self.add_sink(queue)
         return queue
 
     def detach_sideband(self, queue: SidebandQueue) -> None:
-        self.sidebands.discard(queue)
-        if queue.sink in self.sinks:
-            self.sinks.remove(queue.sink)
+        if queue in self.sinks:
+            self.sinks.remove(queue)
 
     async def _run_pump(self, wait_for_sink: float | None) -> None:
         session = self.session
@@ -139,8 +136,8 @@ class Call:
                 if not ok:
                     self._drop_sink(sink)
             metrics.event_out(event.__struct_config__.tag)
-        for queue in list(self.sidebands):
-            queue.close()
+        for sink in self.sinks:
+            sink.close()
 
     async def events_sent(self, timeout: float) -> None:
         """Wait (up to ``timeout``) until the pump has handed out everything of a closed outbox."""
@@ -150,11 +147,8 @@ class Call:
     def _drop_sink(self, sink: Sink) -> None:
         if sink in self.sinks:
             self.sinks.remove(sink)
-        for queue in list(self.sidebands):
-            if queue.sink is sink:
-                log.warning("call %s: a sideband fell behind; detaching it", self.id)
-                self.sidebands.discard(queue)
-                queue.close()
+        sink.close()
+        log.warning("call %s: its %s stopped taking events; detaching it", self.id, sink.name)
         if sink.name == "data-channel":
             log.warning("call %s: the data channel stopped taking events; hanging up", self.id)
             self._hangup = asyncio.get_running_loop().create_task(self.hangup("client_gone"))
@@ -186,9 +180,9 @@ class Call:
         if self._pump is not None:
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
-        for queue in list(self.sidebands):
-            queue.close()
-        self.sidebands.clear()
+        for sink in self.sinks:
+            sink.close()
+        self.sinks.clear()
         self.server.calls.pop(self.id, None)
         log.info("call %s ended (%s)", self.id, reason)
 

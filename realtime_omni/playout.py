@@ -56,6 +56,29 @@ class Cut:
     played: int
 
 
+class Ticker:
+    """A steady clock: ``wait`` returns at start + k x ``period``, never drifting. A waiter that
+    falls more than ``max_late`` behind starts over from now instead of catching up in a burst."""
+
+    def __init__(self, period: float, max_late: float = 0.1) -> None:
+        self.period = period
+        self.max_late = max_late
+        self.resyncs = 0
+        self._next: float | None = None
+
+    async def wait(self) -> None:
+        now = asyncio.get_running_loop().time()
+        if self._next is None:
+            self._next = now
+            return
+        self._next += self.period
+        if self._next > now:
+            await asyncio.sleep(self._next - now)
+        elif now - self._next > self.max_late:
+            self.resyncs += 1
+            self._next = now
+
+
 class Playout:
     def __init__(self, rate: int, notify: Callable[[Any], None], *, frame_ms: int = 20, max_buffer_ms: int = 200) -> None:
         self.rate = rate
@@ -70,10 +93,8 @@ class Playout:
         self._ended: set[int] = set()  # id() of owners that will write no more
         self._message: Any = None
         self._message_played = 0
-        self._next: float | None = None
+        self.clock = Ticker(frame_ms / 1000)
         self.closed = False
-        self.frames_sent = 0
-        self.late_resyncs = 0
 
     @property
     def buffered_ms(self) -> float:
@@ -130,20 +151,9 @@ class Playout:
     # ------------------------------------------------------------------ clock side
 
     async def next_frame(self) -> np.ndarray:
-        """Wait for the next tick of the steady 20 ms clock, then the frame to send (silence
-        when nothing is queued). A caller that falls more than 100 ms behind is resynchronised
-        instead of being handed a burst."""
-        loop = asyncio.get_running_loop()
-        period = self.frame_ms / 1000
-        now = loop.time()
-        if self._next is None or now - self._next > 0.1:
-            if self._next is not None:
-                self.late_resyncs += 1
-            self._next = now
-        else:
-            self._next += period
-            if self._next > now:
-                await asyncio.sleep(self._next - now)
+        """Wait for the next tick of the playout's own 20 ms clock, then the frame to send
+        (silence when nothing is queued)."""
+        await self.clock.wait()
         frame = self.frame()
         return frame if frame is not None else np.zeros(self.frame_samples, np.int16)
 
@@ -175,7 +185,6 @@ class Playout:
                 if not len(chunk.pcm) and chunk.source_samples:  # resampler latency: nothing to play
                     chunk.owner.played(chunk.message, chunk.source_samples)
         self._buffered -= filled
-        self.frames_sent += 1
         self._space.set()
         playing = self._playing
         if playing is not None and id(playing) in self._ended and not self._has(playing):

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from realtime_omni.config import SipConfig
+from realtime_omni.playout import Ticker
 
-from . import sipmsg
+from . import rtp, sipmsg
 from .sipmsg import Message, param, response, uri_of
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ class SipBridge(asyncio.DatagramProtocol):
         self.client: dict[str, asyncio.Future[Message]] = {}
         self.calls: dict[str, SipCall] = {}  # by SIP Call-ID
         self.streaming: set[SipCall] = set()  # answered calls: one packet each per clock tick
-        self.clock_resyncs = 0
+        self.clock = Ticker(rtp.FRAME_SAMPLES / rtp.RATE)
         self._tasks: set[asyncio.Task[object]] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._clock: asyncio.Task[None] | None = None
@@ -237,16 +238,8 @@ class SipBridge(asyncio.DatagramProtocol):
         each: a busy event loop then delays a tick once rather than N timers at N moments, which
         keeps every stream's packet spacing steady with many calls. A tick more than 100 ms late
         resynchronises instead of sending a burst."""
-        loop = asyncio.get_running_loop()
-        next_tick = loop.time()
         while True:
-            next_tick += 0.02
-            delay = next_tick - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            elif delay < -0.1:
-                self.clock_resyncs += 1
-                next_tick = loop.time()
+            await self.clock.wait()
             for call in list(self.streaming):
                 call.tick()
 

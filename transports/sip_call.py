@@ -38,7 +38,6 @@ from .sip import Addr, Dialog, ServerTransaction, SipBridge, dialog_for
 from .sipmsg import Message, response
 
 if TYPE_CHECKING:
-    from realtime_omni.playout import Playout
     from realtime_omni.session import Session
 
 log = logging.getLogger(__name__)
@@ -118,7 +117,6 @@ class SipCall(Call):
         self._refer: asyncio.Future[int] | None = None
         self._ring_timer: asyncio.TimerHandle | None = None
         self._sdp_id = random.randrange(1, 2**31)
-        self.playout: Playout | None = None
 
     # ------------------------------------------------------------------ arrival
 
@@ -205,7 +203,7 @@ class SipCall(Call):
         self.session = session
         guard = self.config.interruption_guard
         session.interruption_guard = guard if guard.min_speech_ms or guard.grace_ms else None
-        playout = session.attach_playout(rtp.RATE, max_buffer_ms=self.config.max_buffer_ms)
+        session.attach_playout(rtp.RATE, max_buffer_ms=self.config.max_buffer_ms)
         try:
             await self._open_media()
         except OSError as exc:
@@ -223,7 +221,6 @@ class SipCall(Call):
             asyncio.create_task(self._receive(session), name=f"sip-rtp-in:{self.id}"),
             asyncio.create_task(self._watch(), name=f"sip-rtp-watch:{self.id}"),
         ]
-        self.playout = playout
         self.bridge.streaming.add(self)
         self.bridge.respond(self.tx, self._ok(self.invite))
         log.info("call %s: answered (session %s)", self.id, session.id)
@@ -346,7 +343,7 @@ class SipCall(Call):
 
     def tick(self) -> None:
         """One tick of the bridge's 20 ms clock: the next frame of the answer, or silence."""
-        playout, endpoint = self.playout, self.endpoint
+        playout, endpoint = self.session.playout if self.session else None, self.endpoint
         if playout is None or endpoint is None or endpoint.transport is None or endpoint.transport.is_closing():
             return
         pcm = playout.frame()
