@@ -333,15 +333,16 @@ async def test_ephemeral_key_rules(keyed):
             await conn.recv()
 
 
-def test_expired_keys_are_refused(monkeypatch):
-    from realtime_omni import keys
-
-    store = keys.EphemeralKeys()
-    key = store.issue(10, None)
-    now = time.time()
-    monkeypatch.setattr(keys.time, "time", lambda: now + 11)
-    assert store.redeem(key.value) is None
-    assert len(store) == 0
+async def test_expired_keys_are_refused(keyed):
+    """A key minted with the shortest lifetime (10 s) and used after it: refused, on the real clock."""
+    secret = (await mint(keyed, expires_after={"anchor": "created_at", "seconds": 10})).json()
+    await asyncio.sleep(max(0.0, secret["expires_at"] - time.time()) + 0.5)
+    client = RtcClient(keyed.http_url, api_key=secret["value"])
+    with pytest.raises(Exception) as info:
+        await client.connect()
+    assert "401" in str(info.value)
+    await client.close()
+    await settle(keyed)
 
 
 async def test_calls_beyond_max_sessions_get_429(make_server):
