@@ -2,7 +2,8 @@
 
 An application holding the server's key mints one with ``POST /v1/realtime/client_secrets`` and
 hands it to the client. A key lives 10 s to 2 h, carries the session configuration it was minted
-with (applied to the session it opens) and opens exactly one session: it is spent when used.
+with (applied to the session it opens) and opens exactly one session: it is spent when that session
+opens (a refusal, e.g. for ``max_sessions``, leaves it usable).
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ class EphemeralKeys:
         key = EphemeralKey(PREFIX + os.urandom(24).hex(), int(time.time()) + ttl_s, session)
         self._keys[key.value] = key
         return key
+
+    def peek(self, value: str) -> EphemeralKey | None:
+        """The key's grant if it could be redeemed now, without spending it."""
+        self._purge()
+        return self._keys.get(value)
 
     def redeem(self, value: str) -> EphemeralKey | None:
         """The key's grant, once: None for an unknown, expired or already used key."""

@@ -7,6 +7,7 @@ import hmac
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pipelines
 from pipelines.base import Pipeline
@@ -21,6 +22,19 @@ from .session import Session
 from .session_config import SessionConfig
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A client's credentials, checked: an ephemeral key still to spend, and the session
+    configuration it grants."""
+
+    ephemeral_key: str | None
+    session: ev.Session | None
+
+
+def _unknown_ephemeral_key() -> RealtimeError:
+    return RealtimeError("This ephemeral key is unknown, expired or already used.", code="invalid_api_key", type="authentication_error")
 
 
 class Server:
@@ -87,22 +101,25 @@ class Server:
             return False
         return not expected or (key is not None and hmac.compare_digest(key.encode(), expected.encode()))
 
-    def admit(self, key: str | None) -> ev.Session | None:
-        """Check a client's key for opening a session: the API key, or an ephemeral key, which is
-        spent here; returns the session configuration an ephemeral key carries. Raises
-        ``RealtimeError`` (code ``invalid_api_key``) for anything else."""
+    def admit(self, key: str | None) -> Admission:
+        """Check a client's key for opening a session: the API key, or an unspent ephemeral key
+        (spent only when ``open_session`` opens the session). Raises ``RealtimeError`` (code
+        ``invalid_api_key``) for anything else."""
         if is_ephemeral(key):
-            grant = self.keys.redeem(key)  # type: ignore[arg-type]
+            grant = self.keys.peek(key)  # type: ignore[arg-type]
             if grant is None:
-                raise RealtimeError("This ephemeral key is unknown, expired or already used.", code="invalid_api_key", type="authentication_error")
-            return grant.session
+                raise _unknown_ephemeral_key()
+            return Admission(key, grant.session)
         if not self.authorized(key):
             raise RealtimeError("Missing or invalid API key (send 'Authorization: Bearer <key>').", code="invalid_api_key", type="authentication_error")
-        return None
+        return Admission(None, None)
 
-    def open_session(self, *, beta: bool, transport: str, model: str | None, updates: tuple[ev.Session | None, ...] = ()) -> Session:
-        """A new session, or a ``RealtimeError`` saying why not (not ready, full, draining, or an
-        invalid update to the defaults: an ephemeral key's grant, a call's session config)."""
+    def open_session(
+        self, *, beta: bool, transport: str, model: str | None, admission: Admission, updates: tuple[ev.Session | None, ...] = ()
+    ) -> Session:
+        """A new session, or a ``RealtimeError`` saying why not (not ready, full, draining, an
+        invalid update to the defaults: an ephemeral key's grant, a call's session config; or the
+        admission's ephemeral key spent meanwhile). The key is spent only once nothing else refuses."""
         limits = self.config.limits
         if not self.ready or self.draining or self.defaults is None:
             self.metrics.sessions_rejected.labels("unavailable").inc()
@@ -117,9 +134,11 @@ class Server:
         defaults = self.defaults
         if model and model != defaults.wire.model:
             defaults = defaults.updated(ev.Session(model=model), self.pipeline.capabilities)
-        for update in updates:
+        for update in (admission.session, *updates):
             if update is not None:
                 defaults = defaults.updated(update, self.pipeline.capabilities)
+        if admission.ephemeral_key is not None and self.keys.redeem(admission.ephemeral_key) is None:
+            raise _unknown_ephemeral_key()  # expired, or another connection spent it meanwhile
         session = Session(self.pipeline, defaults, limits, self.metrics, beta=beta, timing_metadata=self.config.timing_metadata)
         self.sessions.add(session)
         self.metrics.sessions_total.labels(transport).inc()

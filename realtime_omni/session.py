@@ -188,6 +188,14 @@ class Session:
         except RealtimeError as err:
             err.event_id = err.event_id or event.event_id
             await self.report(err)
+        except Exception:  # a defect of ours, not the client's: say so, and keep the session
+            log.exception("session %s: handling %s failed", self.id, event.__struct_config__.tag)
+            await self.emit_error(
+                "The server failed to handle this event; the session carries on.",
+                code="server_error",
+                type="server_error",
+                event_id=event.event_id,
+            )
 
     # ------------------------------------------------------------------ input audio
 

@@ -58,6 +58,30 @@ async def test_malformed_events(server, raw, code, param):
         await still_alive(c)
 
 
+# Messages that once ended the session (the decoder raised past the codec): nesting deep inside a
+# field, JSON that breaks after a type error, invalid UTF-8 in a binary frame.
+UNREADABLE = [
+    b'{"type":"session.update","session":{"instructions":' + b"[" * 1000 + b"]" * 1000 + b"}}",
+    b'{"type":"input_audio_buffer.clear","x":' + b"[" * 1000 + b"]" * 1000 + b"}",
+    '{"type": 0x10}',
+    '{"type":"session.update","session":{"a":1}}}',
+    '{"type":"conversation.item.retrieve","item_id":5 x}',
+    b'{"type":"\xff\xfe"}',
+    b"[" * 100_000,
+]
+
+
+@pytest.mark.parametrize("raw", UNREADABLE, ids=range(len(UNREADABLE)))
+async def test_unreadable_messages_get_invalid_json_and_the_session_lives_on(server, raw):
+    async with connect(server.ws_base) as c:
+        await c.expect("session.created")
+        await c.send_raw(raw)
+        err = await c.expect("error")
+        assert (err.error.type, err.error.code) == ("invalid_request_error", "invalid_json" if raw[:1] != b"[" else "invalid_event")
+        await still_alive(c)
+    assert await server.acall(lambda: server.server.healthy)
+
+
 SESSION_CASES = [
     ({"audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": 3}}}}, "invalid_value", "session.audio.input.turn_detection.threshold"),
     ({"audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": "long"}}}}, "invalid_type", "session.audio.input.turn_detection.silence_duration_ms"),

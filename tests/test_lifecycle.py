@@ -124,6 +124,43 @@ async def test_max_sessions_admission():
         srv.stop()
 
 
+async def test_an_ephemeral_key_is_spent_only_when_its_session_opens():
+    """Refused for max_sessions, a key stays usable; it opens one session; of two connections
+    racing one key, exactly one gets the session."""
+    srv = ServerThread(synthetic_config(server={"api_key": "sekrit"}, limits={"max_sessions": 2})).start()
+
+    async def mint() -> str:
+        async with httpx.AsyncClient() as http:
+            r = await http.post(f"{srv.http_url}/v1/realtime/client_secrets", json={}, headers={"authorization": "Bearer sekrit"})
+        assert r.status_code == 200, r.text
+        return r.json()["value"]
+
+    async def first_event(key: str) -> str:
+        """What a connection with ``key`` gets first: an event type, or the HTTP status it was refused with."""
+        try:
+            async with connect(srv.ws_base, api_key=key) as c:
+                event = await c.recv()
+                return event.error.code if event.type == "error" else event.type
+        except websockets.InvalidStatus as refused:
+            return str(refused.response.status_code)
+
+    try:
+        key = await mint()
+        async with connect(srv.ws_base, api_key="sekrit") as a, connect(srv.ws_base, api_key="sekrit") as b:
+            await a.expect("session.created")
+            await b.expect("session.created")
+            assert await first_event(key) == "max_sessions_reached"
+        assert await wait_until(lambda: srv.acall(lambda: not srv.server.sessions))
+        assert await first_event(key) == "session.created"  # the refusal did not spend it
+        assert await first_event(key) == "401"  # the session did
+        assert await wait_until(lambda: srv.acall(lambda: not srv.server.sessions))
+        raced = await mint()
+        results = sorted(await asyncio.gather(first_event(raced), first_event(raced)))
+        assert results == ["401", "session.created"], results
+    finally:
+        srv.stop()
+
+
 async def test_healthz_and_metrics(server):
     async with connect(server.ws_base) as c:
         await c.expect("session.created")

@@ -32,6 +32,7 @@ from realtime_omni.errors import RealtimeError
 from realtime_omni.ids import new_id
 from realtime_omni.polyphase import PolyphaseResampler
 from realtime_omni.protocol import events as ev
+from realtime_omni.server import Admission
 
 from . import rtp, sdp, sipmsg
 from .sip import Addr, Dialog, ServerTransaction, SipBridge, dialog_for
@@ -195,7 +196,7 @@ class SipCall(Call):
             self._ring_timer.cancel()
         server = self.server
         try:
-            session = server.open_session(beta=False, transport="sip", model=None, updates=(self.config.session, session_update))
+            session = server.open_session(beta=False, transport="sip", model=None, admission=Admission(None, None), updates=(self.config.session, session_update))
         except RealtimeError as err:
             self.state = "ringing"
             await self.reject(486 if err.code == "max_sessions_reached" else 503 if err.type == "server_error" else 488)

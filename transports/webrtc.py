@@ -40,7 +40,7 @@ from realtime_omni.playout import Playout
 from realtime_omni.polyphase import PolyphaseResampler
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import decode_session
-from realtime_omni.server import Server
+from realtime_omni.server import Admission, Server
 from realtime_omni.session import Session
 
 from .http import bearer, error_response, status_for
@@ -87,9 +87,9 @@ async def create_call_beta(request: Request) -> Response:
 async def _create(request: Request, *, beta: bool) -> Response:
     server: Server = request.app.state.server
     try:
-        grant = server.admit(bearer(request))
+        admission = server.admit(bearer(request))
         sdp, update = await _read_offer(request)
-        call = await WebRTCCall.open(server, sdp, beta=beta, model=request.query_params.get("model"), updates=(grant, update))
+        call = await WebRTCCall.open(server, sdp, beta=beta, model=request.query_params.get("model"), admission=admission, updates=(update,))
     except RealtimeError as err:
         return error_response(status_for(err), err)
     headers = {"Location": f"/v1/realtime/calls/{call.id}"}
@@ -174,12 +174,14 @@ class WebRTCCall(Call):
         self._dropped = 0
 
     @classmethod
-    async def open(cls, server: Server, sdp: str, *, beta: bool, model: str | None, updates: tuple[ev.Session | None, ...]) -> WebRTCCall:
+    async def open(
+        cls, server: Server, sdp: str, *, beta: bool, model: str | None, admission: Admission, updates: tuple[ev.Session | None, ...]
+    ) -> WebRTCCall:
         config = server.config.webrtc
         use_host_addresses(config.host_addresses)
         if "m=audio" not in sdp:
             raise RealtimeError("The SDP offer has no audio media section ('m=audio').", code="invalid_offer", param="sdp")
-        session = server.open_session(beta=beta, transport="webrtc", model=model, updates=updates)
+        session = server.open_session(beta=beta, transport="webrtc", model=model, admission=admission, updates=updates)
         ice = [RTCIceServer(**s) for s in config.ice_servers]
         pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
         call = cls(server, session, pc, config)

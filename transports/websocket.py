@@ -30,6 +30,7 @@ BETA_PROTOCOL = "openai-beta.realtime-v1"
 CLOSE_GOING_AWAY = 1001
 CLOSE_TRY_AGAIN_LATER = 1013
 CLOSE_POLICY = 1008
+CLOSE_INTERNAL_ERROR = 1011
 
 
 def routes() -> list[WebSocketRoute]:
@@ -62,17 +63,24 @@ async def _deny(ws: WebSocket, status: int, err: RealtimeError) -> None:
 async def realtime(ws: WebSocket) -> None:
     server: Server = ws.app.state.server
     key, beta, subprotocol = _credentials(ws)
-    try:
-        grant = server.admit(key)
-    except RealtimeError as err:
-        await _deny(ws, 401, err)
-        return
-    if "call_id" in ws.query_params:
+    if "call_id" in ws.query_params:  # a sideband: the application's own API key, never an ephemeral one
+        if not server.authorized(key):
+            await _deny(ws, 401, RealtimeError("A sideband needs the server's API key.", code="invalid_api_key", type="authentication_error"))
+            return
         await _sideband(ws, server, ws.query_params["call_id"], beta, subprotocol)
         return
     try:
-        session = server.open_session(beta=beta, transport="websocket", model=ws.query_params.get("model"), updates=(grant,))
-    except RealtimeError as err:  # full or draining: say so in the protocol, then hang up
+        admission = server.admit(key)
+    except RealtimeError as err:
+        await _deny(ws, 401, err)
+        return
+    try:
+        session = server.open_session(beta=beta, transport="websocket", model=ws.query_params.get("model"), admission=admission)
+    except RealtimeError as err:
+        if err.code == "invalid_api_key":  # its ephemeral key was spent meanwhile
+            await _deny(ws, 401, err)
+            return
+        # full or draining: say so in the protocol, then hang up
         await ws.accept(subprotocol)
         error = ev.Error(event_id="event_rejected", error=ev.ErrorDetail(type=err.type, code=err.code, message=err.message, param=None, event_id=None))
         await ws.send_text(encode_server_event(error, beta_names=beta).decode())  # type: ignore[union-attr]
@@ -129,6 +137,7 @@ async def _sideband(ws: WebSocket, server: Server, call_id: str, beta: bool, sub
 async def _serve(ws: WebSocket, server: Server, session: Session) -> None:
     reader = asyncio.create_task(_read(ws, session), name=f"ws-read:{session.id}")
     writer = asyncio.create_task(_write(ws, server, session), name=f"ws-write:{session.id}")
+    failed = False
     try:
         done, _ = await asyncio.wait((reader, writer), return_when=asyncio.FIRST_COMPLETED)
         if writer in done and writer.exception() is None:
@@ -139,8 +148,12 @@ async def _serve(ws: WebSocket, server: Server, session: Session) -> None:
         for task in (reader, writer):
             task.cancel()
         for result in await asyncio.gather(reader, writer, return_exceptions=True):
-            if isinstance(result, Exception) and not isinstance(result, (ConnectionError, TimeoutError)):
+            if isinstance(result, Exception) and not isinstance(result, (ConnectionError, TimeoutError, WebSocketDisconnect)):
                 log.error("session %s: connection task failed", session.id, exc_info=result)
+                failed = True
+    if failed:  # a defect of ours: tell the client so (1011), rather than drop the socket
+        with contextlib.suppress(Exception):
+            await ws.close(CLOSE_INTERNAL_ERROR, "internal error")
 
 
 async def _read(ws: WebSocket, session: Session) -> None:

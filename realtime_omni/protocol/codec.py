@@ -30,16 +30,27 @@ _FIELD = re.compile(r"field `([^`]+)`")
 _SUPPORTED = ", ".join(f"'{t}'" for t in sorted(events.CLIENT_EVENT_TYPES))
 
 
+# Everything a decoder can raise for bytes a client chose: msgspec's DecodeError (and its
+# ValidationError) and UnicodeDecodeError are ValueErrors; nesting deep enough to exhaust the
+# decoder's recursion limit inside a field is a RecursionError.
+_UNREADABLE = (ValueError, RecursionError)
+
+
 def decode_client_event(data: bytes | str) -> events.ClientEvent:
     try:
         return _decoder.decode(data)
     except msgspec.ValidationError as exc:  # (a subclass of DecodeError: catch it first)
         raise _validation_error(data, str(exc)) from None
-    except msgspec.DecodeError as exc:
-        raise RealtimeError(
-            f"The message is not valid JSON ({exc}). Every client event is a JSON object with a `type`.",
-            code="invalid_json",
-        ) from None
+    except _UNREADABLE as exc:
+        raise _invalid_json(exc) from None
+
+
+def _invalid_json(exc: BaseException) -> RealtimeError:
+    reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+    return RealtimeError(
+        f"The message is not valid JSON ({reason}). Every client event is a JSON object with a `type`.",
+        code="invalid_json",
+    )
 
 
 def _validation_error(data: bytes | str, text: str) -> RealtimeError:
@@ -50,6 +61,8 @@ def _validation_error(data: bytes | str, text: str) -> RealtimeError:
         return RealtimeError(
             "Each client event must be a JSON object with a `type` field.", code="invalid_event"
         )
+    except _UNREADABLE as exc:  # well-typed up to the point where the JSON itself breaks
+        return _invalid_json(exc)
     if isinstance(envelope.event_id, str):
         event_id = envelope.event_id
     m = _PATH.search(text)
@@ -107,5 +120,6 @@ def decode_session(data: bytes | str, param: str = "session") -> events.Session:
             path = _join(path, field.group(1)) if field else path
             return_err = RealtimeError(f"Unknown parameter: '{path}'.", code="unknown_parameter", param=path)
         raise return_err from None
-    except msgspec.DecodeError as exc:
-        raise RealtimeError(f"Invalid '{param}': not valid JSON ({exc}).", code="invalid_json", param=param) from None
+    except _UNREADABLE as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+        raise RealtimeError(f"Invalid '{param}': not valid JSON ({reason}).", code="invalid_json", param=param) from None
