@@ -78,6 +78,7 @@ class ResponseRun:
         self.stage_times: dict[str, float] = {}  # the pipeline's own per-stage timings (StageTimes)
         self.stage_info: dict[str, Any] = {}
         self.task: asyncio.Task[None] | None = None
+        self._started = False
         self._finishing = False
         self.muted = False
         # the open assistant message
@@ -132,7 +133,10 @@ class ResponseRun:
         if not self._finishing:
             self.cancel_reason = reason
             self.cancel_requested_at = time.perf_counter()
-            task.cancel()
+            # A task cancelled before its first step never runs a line of ``_run`` (so nothing
+            # would ever say response.done): one not yet started sees ``cancel_reason`` instead.
+            if self._started:
+                task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
@@ -163,11 +167,15 @@ class ResponseRun:
     # ------------------------------------------------------------------ the run
 
     async def _run(self) -> None:
+        self._started = True
         session = self.session
-        await session.emit(ev.ResponseCreated(response=self._wire()))
-        await session.emit(session.rate_limits())
         error: BaseException | None = None
         try:
+            # shielded: cancelled while the outbox is full, it still goes out before response.done
+            await asyncio.shield(session.emit(ev.ResponseCreated(response=self._wire())))
+            await session.emit(session.rate_limits())
+            if self.cancel_reason is not None:  # cancelled before it started
+                raise asyncio.CancelledError
             async with contextlib.aclosing(session.pipe.respond(self.request)) as stream:
                 async for chunk in stream:
                     if isinstance(chunk, AudioChunk):

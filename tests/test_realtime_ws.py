@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 
 import numpy as np
 import pytest
@@ -463,3 +464,33 @@ async def test_output_audio_buffer_clear_cuts_the_response(slow_server):
         assert done.response.id == created.response.id and done.response.status == "cancelled"
         assert events[-1].response_id == created.response.id
         assert not [e for e in events[events.index(done):] if e.type == "response.output_audio.delta"]
+
+
+TEXT_ITEM = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+
+
+@pytest.mark.parametrize(
+    "stop,conversation", [("response.cancel", "auto"), ("response.cancel", "none"), ("output_audio_buffer.clear", "auto")]
+)
+async def test_create_then_cancel_at_once_ends_the_response_and_the_session_responds_again(slow_server, stop, conversation):
+    """create + cancel back to back (the cancel lands before the response's task first runs):
+    response.created, then response.done cancelled, and the next response.create works."""
+    async with connect(slow_server.ws_base) as c:
+        await c.expect("session.created")
+        await c.send({"type": "session.update", "session": MANUAL})
+        await c.expect("session.updated")
+        response = {"conversation": conversation}
+        for raw in ({"type": "conversation.item.create", "item": TEXT_ITEM}, {"type": "response.create", "response": response}, {"type": stop}):
+            await c.send_raw(json.dumps(raw))
+        created = await c.expect("response.created")
+        done = await c.expect("response.done")
+        assert done.response.id == created.response.id
+        assert done.response.status == "cancelled" and done.response.status_details.reason == "client_cancelled"
+        await c.send({"type": "response.create", "response": {"conversation": conversation}})
+        created2 = await c.expect("response.created")
+        assert created2.response.id != created.response.id
+        await c.send({"type": "response.cancel"})
+        done2 = await c.expect("response.done")
+        assert done2.response.id == created2.response.id and done2.response.status == "cancelled"
+    stats = await slow_server.acall(slow_server.server.pipeline.stats)
+    assert stats["active_responses"] == 0
