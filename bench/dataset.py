@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from realtime_omni.audio import resample
+from realtime_omni.media.resample import resample
 
 from .audio import espeak, read_wav
 
@@ -58,7 +58,7 @@ class Conversation:
 def _piper():  # type: ignore[no-untyped-def]
     try:
         from pipelines.talker import PiperTalker
-        from realtime_omni import models
+        from pipelines import models
 
         folder = models.path("piper-joe")
         onnx = next(folder.glob("*.onnx"))

@@ -23,7 +23,7 @@ from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSes
 from aiortc.mediastreams import MediaStreamError
 from openai import AsyncOpenAI
 
-from realtime_omni.audio import Resampler, resample
+from realtime_omni.media.resample import Resampler, resample
 from transports.webrtc import use_host_addresses
 
 RATE = 48000

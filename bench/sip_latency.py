@@ -28,7 +28,8 @@ from bench.common import dist, free_port, machine, save, server_process
 from bench.dataset import RATE, Conversation, Turn
 from bench.sip_caller import FRAME, Media, Phone, pcm
 from realtime_omni import config as config_file
-from realtime_omni.audio import pcm_to_ulaw, resample, ulaw_to_pcm
+from realtime_omni.media.g711 import pcm_to_ulaw, ulaw_to_pcm
+from realtime_omni.media.resample import resample
 
 QUESTIONS = [
     "Hi there, how are you today?",

@@ -26,7 +26,7 @@ import numpy as np
 from bench.audio import espeak
 from bench.common import dist, free_port, machine, save, server_process
 from bench.sip_caller import Media, Phone, pcm
-from realtime_omni.audio import resample
+from realtime_omni.media.resample import resample
 
 TARGET_P99_MS = 5.0
 WARMUP_S = 3.0

@@ -136,7 +136,7 @@ class CascadePipeline(Pipeline):
         self.counts = {"speculations_started": 0, "speculations_adopted": 0, "speculations_discarded": 0, "responses": 0}
 
     async def start(self) -> None:
-        from realtime_omni import models
+        from pipelines import models
 
         loop = asyncio.get_running_loop()
         o = self.options

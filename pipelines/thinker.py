@@ -78,7 +78,7 @@ class Generation:
 
 def _cpu_environment(options: ThinkerOptions) -> None:
     """vLLM reads these at import time; set them before the first import (ours or anyone's)."""
-    from realtime_omni.models import home
+    from pipelines.models import home
 
     cache = home()
     env = {
@@ -112,7 +112,7 @@ class VllmThinker:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, progress: Any = log.info) -> None:
-        from realtime_omni import models
+        from pipelines import models
 
         o = self.options
         self.model_path = str(models.ensure(o.model, progress) if o.model in models.MODELS else o.model)

@@ -23,7 +23,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from . import models
+    from pipelines import models
 
     if args.action == "list":
         for model, state in models.status():

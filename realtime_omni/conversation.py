@@ -20,7 +20,8 @@ from msgspec import UNSET
 
 from pipelines.base import Capabilities, ContextItem, FunctionCall, FunctionResult, Message, Part
 
-from .audio import WireFormat, resample, wire_bytes
+from .media.resample import resample
+from .protocol.audio import WireFormat, wire_bytes
 from .errors import RealtimeError, invalid_value
 from .ids import new_id
 from .protocol import events as ev

@@ -20,7 +20,7 @@ from msgspec import UNSET
 from pipelines.base import FunctionCall, Message, Part, Pipeline, ResponseRequest, Tool
 
 from . import session_config as sc
-from .audio import InputConverter, ms_to_samples, samples_to_ms, wire_bytes
+from .protocol.audio import InputConverter, ms_to_samples, samples_to_ms, wire_bytes
 from .config import InterruptionGuard, Limits
 from .conversation import Conversation, from_wire, to_wire
 from .errors import RealtimeError, invalid_value

@@ -17,7 +17,7 @@ from msgspec import UNSET, structs
 
 from pipelines.base import Capabilities
 
-from .audio import WireFormat
+from .protocol.audio import WireFormat
 from .errors import RealtimeError, invalid_value
 from .protocol import beta as beta_names
 from .protocol import events as ev

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import webrtcvad
 
-from .audio import Resampler
+from .media.resample import Resampler
 from .session_config import VadSettings
 
 FRAME_MS = 20

@@ -12,8 +12,8 @@ import httpx
 import numpy as np
 import pytest
 
-from realtime_omni import models
-from realtime_omni.audio import resample
+from pipelines import models
+from realtime_omni.media.resample import resample
 from tests.support.audio import silence, spoken, utterance
 from tests.support.client import audio_of, connect
 

@@ -12,7 +12,7 @@ import pytest
 
 from pipelines.talker import MAX_CLAUSE_WORDS, clauses, cut
 from pipelines.thinker import ThinkerOptions, Turn, VllmThinker
-from realtime_omni import models
+from pipelines import models
 
 
 @pytest.fixture

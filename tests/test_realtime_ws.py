@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from realtime_omni.audio import WireFormat
+from realtime_omni.protocol.audio import WireFormat
 from tests.support.audio import espeak, rms, silence, speech_bounds_ms, utterance
 from tests.support.client import audio_of, connect
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from openai import AsyncOpenAI
 
-from realtime_omni import models
-from realtime_omni.audio import resample
+from pipelines import models
+from realtime_omni.media.resample import resample
 from tests.conftest import synthetic_config
 from tests.support.audio import rms, utterance
 from tests.support.server import ServerThread

@@ -9,8 +9,8 @@ import struct
 import numpy as np
 import pytest
 
-from realtime_omni.audio import pcm_to_ulaw
-from realtime_omni.polyphase import PolyphaseResampler
+from realtime_omni.media.g711 import pcm_to_ulaw
+from realtime_omni.media.resample import PolyphaseResampler
 from transports import rtp, sdp, sipmsg
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from realtime_omni.calls import Call
 from realtime_omni.errors import RealtimeError
 from realtime_omni.ids import new_id
-from realtime_omni.polyphase import PolyphaseResampler
+from realtime_omni.media.resample import PolyphaseResampler
 from realtime_omni.protocol import events as ev
 from realtime_omni.server import Admission
 
@@ -322,7 +322,7 @@ class SipCall(Call):
     async def _receive(self, session: Session) -> None:
         assert self.endpoint is not None
         queue = self.endpoint.queue
-        resample = PolyphaseResampler(rtp.RATE, session.caps.input_rate)  # no block buffering: see polyphase.py
+        resample = PolyphaseResampler(rtp.RATE, session.caps.input_rate)  # no block buffering: see media/resample.py
         while True:
             packet = await queue.get()
             if packet.payload_type == self.offer.dtmf:

@@ -1,6 +1,7 @@
-"""A streaming polyphase resampler with about a millisecond of delay, for paced media.
+"""Resampling: soxr for whole clips and unpaced streams (``resample``, ``Resampler``), and a
+streaming polyphase filter with about a millisecond of delay for paced media (``PolyphaseResampler``).
 
-soxr (``audio.Resampler``) is excellent offline, but its streaming mode works in internal blocks:
+soxr is excellent offline, but its streaming mode works in internal blocks:
 fed 20 ms frames, 8 -> 16 kHz at HQ gives nothing for five frames and then 100 ms at once, and
 24 -> 8 kHz releases 60 ms every fourth frame. For a phone call that is up to 100 ms added to
 every turn, on each direction. This converts each 20 ms frame as it comes: a windowed-sinc
@@ -14,7 +15,44 @@ from __future__ import annotations
 from math import gcd
 
 import numpy as np
+import soxr
 
+class Resampler:
+    """Streaming int16 resampler (soxr); a no-op when the rates match.
+
+    soxr holds back a few milliseconds of output until it has seen what follows; ``flush`` drains
+    it at the end of a stream (a commit, the end of a response) and starts a fresh stream.
+    Timing is exact: output sample n is input time n / out_rate, whatever the buffering.
+    """
+
+    __slots__ = ("in_rate", "out_rate", "_stream")
+
+    def __init__(self, in_rate: int, out_rate: int) -> None:
+        self.in_rate = in_rate
+        self.out_rate = out_rate
+        self._stream = self._new() if in_rate != out_rate else None
+
+    def _new(self) -> soxr.ResampleStream:
+        return soxr.ResampleStream(self.in_rate, self.out_rate, 1, dtype="int16", quality="HQ")
+
+    def __call__(self, pcm: np.ndarray) -> np.ndarray:
+        if self._stream is None:
+            return pcm
+        return self._stream.resample_chunk(pcm)
+
+    def flush(self) -> np.ndarray:
+        if self._stream is None:
+            return np.zeros(0, np.int16)
+        tail = self._stream.resample_chunk(np.zeros(0, np.int16), last=True)
+        self._stream = self._new()
+        return tail
+
+
+def resample(pcm: np.ndarray, in_rate: int, out_rate: int) -> np.ndarray:
+    """One-shot resampling of a whole clip."""
+    if in_rate == out_rate or len(pcm) == 0:
+        return pcm
+    return soxr.resample(pcm, in_rate, out_rate, quality="HQ")
 
 MAX_BLOCK = 4800  # input samples converted per step (100 ms at 48 kHz)
 MAX_PLANS = 64  # cached per resampler (frame size x phase); odd-sized calls beyond it are planned each time
