@@ -114,23 +114,29 @@ class Server:
             raise RealtimeError("Missing or invalid API key (send 'Authorization: Bearer <key>').", code="invalid_api_key", type="authentication_error")
         return Admission(None, None)
 
-    def open_session(
-        self, *, beta: bool, transport: str, model: str | None, admission: Admission, updates: tuple[ev.Session | None, ...] = ()
-    ) -> Session:
-        """A new session, or a ``RealtimeError`` saying why not (not ready, full, draining, an
-        invalid update to the defaults: an ephemeral key's grant, a call's session config; or the
-        admission's ephemeral key spent meanwhile). The key is spent only once nothing else refuses."""
+    def check_capacity(self, pending: int = 0) -> None:
+        """Raise the ``RealtimeError`` a new session would get now (not ready, draining, or full
+        counting ``pending`` sessions promised but not yet opened, e.g. ringing phone calls)."""
         limits = self.config.limits
         if not self.ready or self.draining or self.defaults is None:
             self.metrics.sessions_rejected.labels("unavailable").inc()
             raise RealtimeError("The server is not accepting sessions right now.", code="server_unavailable", type="server_error")
-        if len(self.sessions) >= limits.max_sessions:
+        if len(self.sessions) + pending >= limits.max_sessions:
             self.metrics.sessions_rejected.labels("max_sessions").inc()
             raise RealtimeError(
                 f"The server is at its limit of {limits.max_sessions} concurrent sessions; try again later.",
                 code="max_sessions_reached",
                 type="rate_limit_error",
             )
+
+    def open_session(
+        self, *, beta: bool, transport: str, model: str | None, admission: Admission, updates: tuple[ev.Session | None, ...] = ()
+    ) -> Session:
+        """A new session, or a ``RealtimeError`` saying why not (not ready, full, draining, an
+        invalid update to the defaults: an ephemeral key's grant, a call's session config; or the
+        admission's ephemeral key spent meanwhile). The key is spent only once nothing else refuses."""
+        self.check_capacity()
+        assert self.defaults is not None
         defaults = self.defaults
         if model and model != defaults.wire.model:
             defaults = defaults.updated(ev.Session(model=model), self.pipeline.capabilities)
@@ -139,7 +145,7 @@ class Server:
                 defaults = defaults.updated(update, self.pipeline.capabilities)
         if admission.ephemeral_key is not None and self.keys.redeem(admission.ephemeral_key) is None:
             raise _unknown_ephemeral_key()  # expired, or another connection spent it meanwhile
-        session = Session(self.pipeline, defaults, limits, self.metrics, beta=beta, timing_metadata=self.config.timing_metadata)
+        session = Session(self.pipeline, defaults, self.config.limits, self.metrics, beta=beta, timing_metadata=self.config.timing_metadata)
         self.sessions.add(session)
         self.metrics.sessions_total.labels(transport).inc()
         self.metrics.sessions_active.set(len(self.sessions))

@@ -135,10 +135,10 @@ class SipCall(Call):
         if not server.healthy:
             bridge.respond(tx, response(invite, 503, extra=[("Retry-After", "5")]))
             return
-        ringing = sum(1 for c in bridge.calls.values() if c.session is None)
-        if len(server.sessions) + ringing >= server.config.limits.max_sessions:
-            server.metrics.sessions_rejected.labels("max_sessions").inc()
-            bridge.respond(tx, response(invite, 486))
+        try:  # ringing calls count: each will want a session when answered
+            server.check_capacity(pending=sum(1 for c in bridge.calls.values() if c.session is None))
+        except RealtimeError as err:
+            bridge.respond(tx, response(invite, 486) if err.code == "max_sessions_reached" else response(invite, 503, extra=[("Retry-After", "5")]))
             return
         call = cls(bridge, invite, tx, offer)
         tx.call = call
