@@ -19,7 +19,7 @@ from .keys import EphemeralKeys, is_ephemeral
 from .metrics import Metrics
 from .protocol import events as ev
 from .session import Session
-from .session_config import SessionConfig
+from .session.config import SessionConfig
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from realtime_omni.config import Limits
 from realtime_omni.metrics import Metrics
 from realtime_omni.protocol import events as ev
 from realtime_omni.session import Session
-from realtime_omni.session_config import SessionConfig
+from realtime_omni.session.config import SessionConfig
 
 MANUAL = msgspec.json.decode(b'{"type": "realtime", "audio": {"input": {"turn_detection": null}}}', type=ev.Session)
 TEXT_ITEM = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}

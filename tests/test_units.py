@@ -12,11 +12,11 @@ from pipelines.stages import chain
 from realtime_omni.media import g711
 from realtime_omni.media.resample import Resampler, resample
 from realtime_omni.protocol.audio import InputConverter, WireFormat
-from realtime_omni.conversation import Alignment
-from realtime_omni.input_buffer import InputBuffer
-from realtime_omni.outbox import Outbox
-from realtime_omni.session_config import SERVER_VAD_DEFAULTS, _vad_settings
-from realtime_omni.turns import Paused, SpeechStarted, SpeechStopped, TurnDetector
+from realtime_omni.session.conversation import Alignment
+from realtime_omni.session.input_buffer import InputBuffer
+from realtime_omni.session.outbox import Outbox
+from realtime_omni.session.config import SERVER_VAD_DEFAULTS, _vad_settings
+from realtime_omni.session.turns import Paused, SpeechStarted, SpeechStopped, TurnDetector
 from tests.support.audio import espeak, silence, speech_bounds_ms
 
 # ------------------------------------------------------------------ G.711 and resampling

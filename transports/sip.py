@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from realtime_omni.config import SipConfig
-from realtime_omni.playout import Ticker
+from realtime_omni.media.clock import Ticker
 
 from . import rtp, sipmsg
 from .sipmsg import Message, param, response, uri_of

@@ -36,7 +36,7 @@ from starlette.routing import Route
 from realtime_omni.calls import Call, Sink
 from realtime_omni.config import WebRTCConfig
 from realtime_omni.errors import RealtimeError
-from realtime_omni.playout import Playout
+from realtime_omni.session.playout import Playout
 from realtime_omni.media.resample import PolyphaseResampler
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import decode_session

@@ -2,7 +2,7 @@
 
 Client events are decoded straight from JSON into these Structs (validation at the edge); beta
 spellings that clients still send are accepted as extra fields and folded into the GA meaning by
-the session (see ``realtime_omni.session_config``). Server events are encoded from these Structs;
+the session (see ``realtime_omni.session.config``). Server events are encoded from these Structs;
 a beta connection gets them renamed by ``protocol.beta``.
 
 ``UNSET`` marks "the client did not send this field", which is different from ``null``: session

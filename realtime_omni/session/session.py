@@ -19,19 +19,19 @@ from msgspec import UNSET
 
 from pipelines.base import FunctionCall, Message, Part, Pipeline, ResponseRequest, Tool
 
-from . import session_config as sc
-from .protocol.audio import InputConverter, ms_to_samples, samples_to_ms, wire_bytes
-from .config import InterruptionGuard, Limits
+from . import config as sc
+from ..protocol.audio import InputConverter, ms_to_samples, samples_to_ms, wire_bytes
+from ..config import InterruptionGuard, Limits
 from .conversation import Conversation, from_wire, to_wire
-from .errors import RealtimeError, invalid_value
-from .ids import EventIds, new_id
+from ..errors import RealtimeError, invalid_value
+from ..ids import EventIds, new_id
 from .input_buffer import InputBuffer
-from .metrics import Metrics
+from ..metrics import Metrics
 from .outbox import Outbox, Owner
 from .playout import Cut, Playout
-from .protocol import events as ev
-from .protocol.codec import decode_client_event
-from .response import ResponseRun
+from ..protocol import events as ev
+from ..protocol.codec import decode_client_event
+from .run import ResponseRun
 from .turns import ONSET_LOOKBACK_MS, Paused, Resumed, SpeechStarted, SpeechStopped, TurnDetector
 
 log = logging.getLogger(__name__)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import webrtcvad
 
-from .media.resample import Resampler
-from .session_config import VadSettings
+from ..media.resample import Resampler
+from .config import VadSettings
 
 FRAME_MS = 20
 START_FRAMES, START_WINDOW = 3, 5

@@ -20,11 +20,11 @@ from msgspec import UNSET
 
 from pipelines.base import Capabilities, ContextItem, FunctionCall, FunctionResult, Message, Part
 
-from .media.resample import resample
-from .protocol.audio import WireFormat, wire_bytes
-from .errors import RealtimeError, invalid_value
-from .ids import new_id
-from .protocol import events as ev
+from ..media.resample import resample
+from ..protocol.audio import WireFormat, wire_bytes
+from ..errors import RealtimeError, invalid_value
+from ..ids import new_id
+from ..protocol import events as ev
 
 
 class Alignment:

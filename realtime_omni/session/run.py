@@ -27,13 +27,13 @@ import numpy as np
 
 from pipelines.base import AudioChunk, FunctionCall, Message, Part, ResponseRequest, StageTimes, TextDelta, ToolCall, Usage
 
-from .protocol.audio import OutputConverter, WireFormat
+from ..protocol.audio import OutputConverter, WireFormat
 from .conversation import Alignment, to_wire
-from .ids import new_id
-from .media.resample import PolyphaseResampler
+from ..ids import new_id
+from ..media.resample import PolyphaseResampler
 from .playout import Cut
-from .protocol import events as ev
-from .session_config import format_struct
+from ..protocol import events as ev
+from .config import format_struct
 
 if TYPE_CHECKING:
     from .session import Session

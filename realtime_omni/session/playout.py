@@ -25,7 +25,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .protocol import events as ev
+from ..media.clock import Ticker
+from ..protocol import events as ev
 
 
 class Owner(Protocol):
@@ -54,29 +55,6 @@ class Cut:
     owner: Owner
     message: Any
     played: int
-
-
-class Ticker:
-    """A steady clock: ``wait`` returns at start + k x ``period``, never drifting. A waiter that
-    falls more than ``max_late`` behind starts over from now instead of catching up in a burst."""
-
-    def __init__(self, period: float, max_late: float = 0.1) -> None:
-        self.period = period
-        self.max_late = max_late
-        self.resyncs = 0
-        self._next: float | None = None
-
-    async def wait(self) -> None:
-        now = asyncio.get_running_loop().time()
-        if self._next is None:
-            self._next = now
-            return
-        self._next += self.period
-        if self._next > now:
-            await asyncio.sleep(self._next - now)
-        elif now - self._next > self.max_late:
-            self.resyncs += 1
-            self._next = now
 
 
 class Playout:
