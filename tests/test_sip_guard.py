@@ -43,7 +43,7 @@ async def short_sound_interrupts(min_speech_ms: int) -> tuple[bool, list[str]]:
         uac.send(uac.request("INVITE", "guard", body=sdp_offer(media.getsockname()[1])))
         ok = uac.final("guard")
         assert ok is not None and ok.status == 200
-        from transports.sipmsg import param
+        from transports.sip.message import param
 
         uac.send(uac.request("ACK", "guard", to_tag=param(ok.get("To"), "tag")))
         mic = RtpMic(media, ("127.0.0.1", int(ok.body.decode().split("m=audio ")[1].split()[0])))

@@ -57,7 +57,7 @@ def establish(uac: RawUac, call_id: str, media_port: int) -> Any:
 
 
 def _tag(msg: Any) -> str:
-    from transports.sipmsg import param
+    from transports.sip.message import param
 
     return param(msg.get("To"), "tag") or ""
 
@@ -145,7 +145,7 @@ async def test_rtp_from_a_stranger_is_dropped_and_a_vanished_caller_is_hung_up(b
         bye = uac.recv(6, want=lambda m: m.is_request and m.method == "BYE")
         assert bye is not None and bye.call_id == "c-vanish"
         assert call.end_reason == "rtp_timeout"
-        from transports.sipmsg import response
+        from transports.sip.message import response
 
         uac.send(response(bye, 200).encode())
     finally:

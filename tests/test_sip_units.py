@@ -11,7 +11,8 @@ import pytest
 
 from realtime_omni.media.g711 import pcm_to_ulaw
 from realtime_omni.media.resample import PolyphaseResampler
-from transports import rtp, sdp, sipmsg
+from transports.sip import message as sipmsg
+from transports.sip import rtp, sdp
 
 
 def offer(formats: str, rtpmap: str = "", proto: str = "RTP/AVP") -> str:

@@ -358,7 +358,7 @@ class RawUac:
 
     def recv(self, timeout: float = 3.0, *, want=None):  # type: ignore[no-untyped-def]
         """The next message (optionally the next that ``want`` accepts), or None on timeout."""
-        from transports.sipmsg import parse
+        from transports.sip.message import parse
 
         deadline = time.monotonic() + timeout
         while True:

@@ -34,9 +34,10 @@ from realtime_omni.media.resample import PolyphaseResampler
 from realtime_omni.protocol import events as ev
 from realtime_omni.server import Admission
 
-from . import rtp, sdp, sipmsg
-from .sip import Addr, Dialog, ServerTransaction, SipBridge, dialog_for
-from .sipmsg import Message, response
+from . import message as sipmsg
+from . import rtp, sdp
+from .bridge import Addr, Dialog, ServerTransaction, SipBridge, dialog_for
+from .message import Message, response
 
 if TYPE_CHECKING:
     from realtime_omni.session import Session

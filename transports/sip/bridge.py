@@ -33,13 +33,14 @@ from typing import TYPE_CHECKING
 from realtime_omni.config import SipConfig
 from realtime_omni.media.clock import Ticker
 
-from . import rtp, sipmsg
-from .sipmsg import Message, param, response, uri_of
+from . import message as sipmsg
+from . import rtp
+from .message import Message, param, response, uri_of
 
 if TYPE_CHECKING:
     from realtime_omni.server import Server
 
-    from .sip_call import SipCall
+    from .call import SipCall
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +319,7 @@ class SipBridge(asyncio.DatagramProtocol):
         if msg.call_id in self.calls:  # same Call-ID, new branch, no To tag: a forked or looped copy
             self.respond(tx, response(msg, 482, reason="Loop Detected"))
             return
-        from .sip_call import SipCall
+        from .call import SipCall
 
         SipCall.incoming(self, msg, tx)
 
