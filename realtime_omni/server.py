@@ -18,7 +18,7 @@ from .errors import RealtimeError
 from .keys import EphemeralKeys, is_ephemeral
 from .metrics import Metrics
 from .protocol import events as ev
-from .session import Session
+from .session import Media, Session
 from .session.config import SessionConfig
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,14 @@ class Server:
             )
 
     def open_session(
-        self, *, beta: bool, transport: str, model: str | None, admission: Admission, updates: tuple[ev.Session | None, ...] = ()
+        self,
+        *,
+        beta: bool,
+        transport: str,
+        model: str | None,
+        admission: Admission,
+        updates: tuple[ev.Session | None, ...] = (),
+        media: Media = Media(),
     ) -> Session:
         """A new session, or a ``RealtimeError`` saying why not (not ready, full, draining, an
         invalid update to the defaults: an ephemeral key's grant, a call's session config; or the
@@ -145,7 +152,9 @@ class Server:
                 defaults = defaults.updated(update, self.pipeline.capabilities)
         if admission.ephemeral_key is not None and self.keys.redeem(admission.ephemeral_key) is None:
             raise _unknown_ephemeral_key()  # expired, or another connection spent it meanwhile
-        session = Session(self.pipeline, defaults, self.config.limits, self.metrics, beta=beta, timing_metadata=self.config.timing_metadata)
+        session = Session(
+            self.pipeline, defaults, self.config.limits, self.metrics, media=media, beta=beta, timing_metadata=self.config.timing_metadata
+        )
         self.sessions.add(session)
         self.metrics.sessions_total.labels(transport).inc()
         self.metrics.sessions_active.set(len(self.sessions))

@@ -212,28 +212,23 @@ def test_input_buffer_slices_by_absolute_position():
 class _Owner:
     muted = False
 
-    def __init__(self):
-        self.taken_events = []
-
-    def taken(self, event):
-        self.taken_events.append(event)
-
 
 async def test_outbox_is_bounded_and_purges_an_owners_events():
     box = Outbox(maxsize=3)
     owner = _Owner()
     for i in range(3):
-        await box.put(f"delta{i}", owner)
-    blocked = asyncio.create_task(box.put("late", owner))
+        assert await box.put(f"delta{i}", owner, weight=i)
+    blocked = asyncio.create_task(box.put("late", owner, weight=3))
     await asyncio.sleep(0.01)
     assert not blocked.done() and len(box) == 3  # full: the producer waits
-    assert await box.get() == "delta0" and owner.taken_events == ["delta0"]
+    assert await box.get() == "delta0"
     await asyncio.sleep(0.01)
-    assert blocked.done()
-    assert box.purge(owner) == 3  # delta1, delta2, late
-    await box.put("control")
+    assert blocked.done() and blocked.result() is True
+    assert box.purge(owner) == [1, 2, 3]  # delta1, delta2, late: their weights
+    assert await box.put("control")
     assert await box.get() == "control"
     owner.muted = True
-    await box.put("after mute", owner)
+    assert not await box.put("after mute", owner)  # a muted owner's events are not queued
     box.close()
     assert await box.get() is None
+    assert not await box.put("after close")

@@ -41,7 +41,7 @@ from realtime_omni.media.resample import PolyphaseResampler
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import decode_session
 from realtime_omni.server import Admission, Server
-from realtime_omni.session import Session
+from realtime_omni.session import Media, Session
 
 from .http import bearer, error_response, status_for
 
@@ -181,7 +181,8 @@ class WebRTCCall(Call):
         use_host_addresses(config.host_addresses)
         if "m=audio" not in sdp:
             raise RealtimeError("The SDP offer has no audio media section ('m=audio').", code="invalid_offer", param="sdp")
-        session = server.open_session(beta=beta, transport="webrtc", model=model, admission=admission, updates=updates)
+        media = Media(playout_rate=OPUS_RATE, playout_buffer_ms=config.max_buffer_ms)
+        session = server.open_session(beta=beta, transport="webrtc", model=model, admission=admission, updates=updates, media=media)
         ice = [RTCIceServer(**s) for s in config.ice_servers]
         pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
         call = cls(server, session, pc, config)
@@ -212,8 +213,8 @@ class WebRTCCall(Call):
         for transceiver in pc.getTransceivers():
             if transceiver.kind == "audio":
                 _set_jitter_frames(transceiver.receiver, self.config.jitter_frames)
-        playout = self.session.attach_playout(OPUS_RATE, max_buffer_ms=self.config.max_buffer_ms)
-        pc.addTrack(PlayoutTrack(playout))
+        assert self.session.playout is not None
+        pc.addTrack(PlayoutTrack(self.session.playout))
         try:
             await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:
@@ -315,7 +316,7 @@ class WebRTCCall(Call):
             if not session.caps.images or now < next_sample:
                 continue
             next_sample = now + interval
-            session.video_frame = await asyncio.to_thread(_jpeg_data_url, frame)
+            session.camera_frame(await asyncio.to_thread(_jpeg_data_url, frame))
             self.video_frames += 1
 
     # ------------------------------------------------------------------ lifetime

@@ -15,6 +15,6 @@ transport it serves; pipelines are reached only through ``pipelines.base.Pipelin
 """
 
 from .config import SessionConfig
-from .session import Session
+from .session import Media, Session
 
-__all__ = ["Session", "SessionConfig"]
+__all__ = ["Media", "Session", "SessionConfig"]

@@ -4,13 +4,15 @@ The effective session is kept as a fully populated GA ``Session`` (exactly what 
 and ``session.updated`` report) plus the values derived from it that the engine reads often.
 Updates merge: a field that is absent keeps its value, ``null`` clears it, nested objects merge
 field by field (a turn detection of another ``type`` starts from that type's defaults), lists are
-replaced. Beta spellings (flat fields) are folded into their GA places. Every rejection names the
-offending ``param``; an update that fails changes nothing.
+replaced. Beta spellings (flat fields) are folded into their GA places, here and only here: a
+response's parameters override the session's through the same ``fold_output``. Every rejection
+names the offending ``param``; an update that fails changes nothing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import msgspec
 from msgspec import UNSET, structs
@@ -174,6 +176,56 @@ def check_tool_choice(choice: ev.ToolChoice, tools: list[ev.FunctionTool], param
     return choice
 
 
+@dataclass(frozen=True)
+class OutputChoice:
+    """What ``session.update`` and ``response.create`` alike may say about a response's output,
+    in either spelling (GA: ``output_modalities``, ``audio.output.voice|format``,
+    ``max_output_tokens``; beta: ``modalities``, ``voice``, ``output_audio_format``,
+    ``max_response_output_tokens``)."""
+
+    modalities: list[str]
+    voice: ev.Voice
+    format: ev.AudioFormat
+    tools: list[ev.FunctionTool]
+    tool_choice: ev.ToolChoice
+    max_output_tokens: int | Literal["inf"]
+
+    @classmethod
+    def of(cls, wire: ev.Session) -> "OutputChoice":
+        out = wire.audio.output
+        return cls(wire.output_modalities, out.voice, out.format, wire.tools, wire.tool_choice, wire.max_output_tokens)  # type: ignore[arg-type]
+
+
+def fold_output(u: ev.Session | ev.ResponseParams, current: OutputChoice, caps: Capabilities, p: str) -> OutputChoice:
+    """``current`` with what ``u`` sets, checked (beta spellings first, GA ones win)."""
+    modalities, voice, fmt = current.modalities, current.voice, current.format
+    if u.modalities is not UNSET:
+        modalities = output_modalities(u.modalities, caps, f"{p}.modalities")
+    if u.output_modalities is not UNSET:
+        modalities = output_modalities(u.output_modalities, caps, f"{p}.output_modalities")
+    if u.output_audio_format is not UNSET:
+        fmt = beta_format(u.output_audio_format)
+    if u.voice is not UNSET:
+        voice = check_voice(u.voice, caps, f"{p}.voice")
+    out = u.audio.output if u.audio is not UNSET else UNSET
+    if out is not UNSET:
+        if out.format is not UNSET:
+            fmt = parse_format(out.format, f"{p}.audio.output.format")
+        if out.voice is not UNSET:
+            voice = check_voice(out.voice, caps, f"{p}.audio.output.voice")
+    tools = current.tools
+    if u.tools is not UNSET:
+        tools = check_tools(u.tools, caps, f"{p}.tools")
+    choice = check_tool_choice(u.tool_choice if u.tool_choice is not UNSET else current.tool_choice, tools, f"{p}.tool_choice")
+    max_tokens = current.max_output_tokens
+    for value in (u.max_response_output_tokens, u.max_output_tokens):
+        if value is not UNSET:
+            max_tokens = value
+    if u.prompt is not UNSET and u.prompt is not None:
+        raise RealtimeError(f"Invalid '{p}.prompt': prompt templates are not supported by this server.", code="unsupported_value", param=f"{p}.prompt")
+    return OutputChoice(modalities, voice, fmt, tools, choice, max_tokens)
+
+
 class _Merger:
     """Applies one ``session.update`` to a copy of the effective session."""
 
@@ -197,10 +249,6 @@ class _Merger:
             top["model"] = u.model
         if u.instructions is not UNSET:
             top["instructions"] = u.instructions
-        if u.modalities is not UNSET:
-            top["output_modalities"] = output_modalities(u.modalities, caps, f"{p}.modalities")
-        if u.output_modalities is not UNSET:
-            top["output_modalities"] = output_modalities(u.output_modalities, caps, f"{p}.output_modalities")
         if u.temperature is not UNSET:
             temperature = u.temperature
 
@@ -213,12 +261,7 @@ class _Merger:
             audio_in = structs.replace(audio_in, noise_reduction=u.input_audio_noise_reduction)
         if u.turn_detection is not UNSET:
             audio_in = structs.replace(audio_in, turn_detection=self._turn_detection(audio_in.turn_detection, _from_beta_vad(u.turn_detection)))
-        # --- audio.output (beta) ---
-        if u.output_audio_format is not UNSET:
-            audio_out = structs.replace(audio_out, format=beta_format(u.output_audio_format))
-        if u.voice is not UNSET:
-            audio_out = structs.replace(audio_out, voice=check_voice(u.voice, caps, f"{p}.voice"))
-        if u.speed is not UNSET:
+        if u.speed is not UNSET:  # (beta)
             audio_out = structs.replace(audio_out, speed=u.speed)
 
         if u.audio is not UNSET:
@@ -233,33 +276,18 @@ class _Merger:
                     audio_in = structs.replace(audio_in, noise_reduction=i.noise_reduction)
                 if i.turn_detection is not UNSET:
                     audio_in = structs.replace(audio_in, turn_detection=self._turn_detection(audio_in.turn_detection, i.turn_detection))
-            if a.output is not UNSET:
-                o, op = a.output, f"{p}.audio.output"
-                if o.format is not UNSET:
-                    audio_out = structs.replace(audio_out, format=parse_format(o.format, f"{op}.format"))
-                if o.voice is not UNSET:
-                    audio_out = structs.replace(audio_out, voice=check_voice(o.voice, caps, f"{op}.voice"))
-                if o.speed is not UNSET:
-                    audio_out = structs.replace(audio_out, speed=o.speed)
+            if a.output is not UNSET and a.output.speed is not UNSET:
+                audio_out = structs.replace(audio_out, speed=a.output.speed)
 
-        tools = wire.tools
-        if u.tools is not UNSET:
-            tools = top["tools"] = check_tools(u.tools, caps, f"{p}.tools")
-        if u.tool_choice is not UNSET:
-            top["tool_choice"] = check_tool_choice(u.tool_choice, tools, f"{p}.tool_choice")
-        elif isinstance(wire.tool_choice, ev.ToolChoiceFunction) and u.tools is not UNSET:
-            check_tool_choice(wire.tool_choice, tools, f"{p}.tool_choice")
-        if u.max_response_output_tokens is not UNSET:
-            top["max_output_tokens"] = u.max_response_output_tokens
-        if u.max_output_tokens is not UNSET:
-            top["max_output_tokens"] = u.max_output_tokens
+        output = fold_output(u, OutputChoice.of(wire), caps, p)
+        audio_out = structs.replace(audio_out, voice=output.voice, format=output.format)
+        top.update(
+            output_modalities=output.modalities, tools=output.tools, tool_choice=output.tool_choice, max_output_tokens=output.max_output_tokens
+        )
         for name in ("tracing", "truncation", "include", "parallel_tool_calls", "reasoning"):
             value = getattr(u, name)
             if value is not UNSET:
                 top[name] = value
-        if u.prompt is not UNSET and u.prompt is not None:
-            raise RealtimeError(f"Invalid '{p}.prompt': prompt templates are not supported by this server.", code="unsupported_value", param=f"{p}.prompt")
-
         wire = structs.replace(wire, audio=ev.SessionAudio(input=audio_in, output=audio_out), **top)
         return SessionConfig(wire, caps, temperature)
 

@@ -3,10 +3,10 @@
 A full outbox makes the producer wait (a slow client slows only its own session, and a response's
 pipeline with it); the transport's send timeout ends a session whose client stopped reading.
 
-Deltas of a response are put with their ``ResponseRun`` as owner. The owner learns when each one is
-taken for sending (``taken``), which is how the server knows what audio a client actually got,
-and ``purge`` drops an owner's deltas that were never taken, so a cancelled response sends no
-stale audio after its cancellation.
+Deltas of a response are put with their ``ResponseRun`` as owner and a weight (what of the answer
+they carry). ``purge`` drops an owner's deltas that were never taken and returns their weights, so
+a cancelled response sends no stale audio after its cancellation and knows exactly what of it the
+client got: what it queued, less what was purged.
 """
 
 from __future__ import annotations
@@ -19,13 +19,11 @@ from typing import Any, Protocol
 class Owner(Protocol):
     muted: bool  # set once its deltas must no longer be sent (see ResponseRun.mute)
 
-    def taken(self, event: Any) -> None: ...
-
 
 class Outbox:
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
-        self._items: deque[tuple[Any, Owner | None]] = deque()
+        self._items: deque[tuple[Any, Owner | None, Any]] = deque()
         self._getter: asyncio.Future[None] | None = None
         self._putters: deque[asyncio.Future[None]] = deque()
         self.closed = False
@@ -33,7 +31,9 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._items)
 
-    async def put(self, event: Any, owner: Owner | None = None) -> None:
+    async def put(self, event: Any, owner: Owner | None = None, weight: Any = None) -> bool:
+        """Queue ``event`` (waiting while the outbox is full). False when it was not queued: the
+        outbox closed, or the owner was muted while it waited."""
         while len(self._items) >= self.maxsize and not self.closed:
             fut = asyncio.get_running_loop().create_future()
             self._putters.append(fut)
@@ -43,10 +43,11 @@ class Outbox:
                 if fut in self._putters:
                     self._putters.remove(fut)
         if self.closed or (owner is not None and owner.muted):
-            return  # the session is ending, or the response was cut off while we waited
-        self._items.append((event, owner))
+            return False  # the session is ending, or the response was cut off while we waited
+        self._items.append((event, owner, weight))
         if self._getter is not None and not self._getter.done():
             self._getter.set_result(None)
+        return True
 
     async def get(self) -> Any | None:
         """The next event to send, or None once the outbox is closed and drained."""
@@ -58,9 +59,7 @@ class Outbox:
                 await self._getter
             finally:
                 self._getter = None
-        event, owner = self._items.popleft()
-        if owner is not None:
-            owner.taken(event)
+        event = self._items.popleft()[0]
         self._wake_putter()
         return event
 
@@ -71,11 +70,12 @@ class Outbox:
                 fut.set_result(None)
                 return
 
-    def purge(self, owner: Owner) -> int:
-        before = len(self._items)
-        self._items = deque(entry for entry in self._items if entry[1] is not owner)
-        dropped = before - len(self._items)
-        for _ in range(dropped):
+    def purge(self, owner: Owner) -> list[Any]:
+        """Drop the owner's queued events; the weights they were put with."""
+        dropped = [weight for _, o, weight in self._items if o is owner]
+        if dropped:
+            self._items = deque(entry for entry in self._items if entry[1] is not owner)
+        for _ in dropped:
             self._wake_putter()
         return dropped
 

@@ -7,9 +7,9 @@ a small bounded buffer, waiting while it is full, so a response is never more th
 ``max_buffer_ms`` ahead of what the caller hears; the transport's clock calls ``next_frame``.
 
 Because only a little is buffered, cutting the audio (barge-in, ``output_audio_buffer.clear``)
-silences the stream within a frame, and what was played is known to the sample: the owner of
-the audio is told (``played``) as each frame leaves, which is how an interrupted answer is
-truncated to what the caller actually heard.
+silences the stream within a frame, and what was played is known to the sample: ``drop`` returns
+how much of each message's audio it removed unplayed, and a cut how much of the message playing
+had been played, which is how an interrupted answer is truncated to what the caller heard.
 
 It reports ``output_audio_buffer.started`` when a response's first frame leaves, ``stopped`` when
 its last one has, and the session reports ``cleared`` when it cuts it.
@@ -34,8 +34,6 @@ class Owner(Protocol):
 
     id: str
     muted: bool
-
-    def played(self, message: Any, samples: int) -> None: ...
 
 
 @dataclass
@@ -84,16 +82,17 @@ class Playout:
 
     # ------------------------------------------------------------------ producer side
 
-    async def write(self, owner: Owner, message: Any, pcm: np.ndarray, source_samples: int) -> None:
-        """Queue audio; waits while the buffer is full. Returns without queueing once the owner
-        is muted or the playout closed."""
+    async def write(self, owner: Owner, message: Any, pcm: np.ndarray, source_samples: int) -> bool:
+        """Queue audio; waits while the buffer is full. False (nothing queued) once the owner is
+        muted or the playout closed."""
         while self._buffered >= self.max_samples and not owner.muted and not self.closed:
             self._space.clear()
             await self._space.wait()
         if owner.muted or self.closed or (not len(pcm) and not source_samples):
-            return
+            return False
         self._chunks.append(_Chunk(owner, message, pcm, source_samples))
         self._buffered += len(pcm)
+        return True
 
     def end(self, owner: Owner) -> None:
         """The owner will write no more: ``stopped`` follows its last frame."""
@@ -102,16 +101,17 @@ class Playout:
         elif self._playing is owner:
             self._stop()
 
-    def drop(self, owner: Owner) -> Cut | None:
+    def drop(self, owner: Owner) -> tuple[Cut | None, list[tuple[Any, int]]]:
         """Remove what ``owner`` still has queued (it was muted). Returns what was cut if its audio
-        was playing."""
+        was playing, and (message, samples at the pipeline's rate) of each piece removed unplayed."""
         cut = self._cut() if self._playing is owner else None
+        dropped = [(c.message, c.source_samples - _scaled(c.pos, c)) for c in self._chunks if c.owner is owner]
         kept = deque(c for c in self._chunks if c.owner is not owner)
         self._buffered = sum(len(c.pcm) - c.pos for c in kept)
         self._chunks = kept
         self._ended.discard(id(owner))
         self._space.set()
-        return cut
+        return cut, dropped
 
     def clear(self) -> Cut | None:
         """Drop everything queued. Returns what was cut if audio was playing."""
@@ -155,13 +155,9 @@ class Playout:
             start, chunk.pos = chunk.pos, chunk.pos + take
             filled += take
             # the pipeline-rate samples this slice stands for, exact over the whole chunk
-            played = _scaled(chunk.pos, chunk) - _scaled(start, chunk)
-            self._message_played += played
-            chunk.owner.played(chunk.message, played)
+            self._message_played += _scaled(chunk.pos, chunk) - _scaled(start, chunk)
             if chunk.pos >= len(chunk.pcm):
                 self._chunks.popleft()
-                if not len(chunk.pcm) and chunk.source_samples:  # resampler latency: nothing to play
-                    chunk.owner.played(chunk.message, chunk.source_samples)
         self._buffered -= filled
         self._space.set()
         playing = self._playing
@@ -192,6 +188,7 @@ class Playout:
 
 
 def _scaled(pos: int, chunk: _Chunk) -> int:
+    """The pipeline-rate samples that ``pos`` playout samples of ``chunk`` stand for."""
     if not len(chunk.pcm):
         return 0
     return pos * chunk.source_samples // len(chunk.pcm)

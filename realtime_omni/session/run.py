@@ -7,6 +7,16 @@
     response.output_item.done, conversation.item.done
     response.done
 
+A run sees its session only through a narrow ``Port`` (send events, add items, drop its own queued
+deltas) and hands its audio to an ``AudioOut`` of one of two kinds, chosen when the session
+opened: ``EventAudio`` (``response.output_audio.delta`` events, for WebSocket) or ``PacedAudio`` (a
+media transport's playout). ``run()`` returns an ``Outcome`` (status, usage, timings); it calls
+nothing back.
+
+What the client got is known without asking anyone: every delta and every piece of paced audio
+carries its weight (samples, characters) when queued; a cut drops what is still queued and says
+how much that was; delivered = queued - dropped.
+
 Cancellation (barge-in, ``response.cancel``, ``output_audio_buffer.clear``) cancels the run's task,
 which closes the pipeline stream (aborting its engine work), drops this response's deltas still
 queued for sending, trims the assistant item to the audio the client actually got (and its
@@ -20,23 +30,21 @@ import base64
 import contextlib
 import logging
 import time
-from collections import deque
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from pipelines.base import AudioChunk, FunctionCall, Message, Part, ResponseRequest, StageTimes, TextDelta, ToolCall, Usage
+from pipelines.base import AudioChunk, Capabilities, FunctionCall, Message, OutputChunk, Part, StageTimes, TextDelta, ToolCall, Usage
 
-from ..protocol.audio import OutputConverter, WireFormat
-from .conversation import Alignment, to_wire
 from ..ids import new_id
 from ..media.resample import PolyphaseResampler
-from .playout import Cut
 from ..protocol import events as ev
+from ..protocol.audio import OutputConverter, WireFormat
 from .config import format_struct
-
-if TYPE_CHECKING:
-    from .session import Session
+from .conversation import Alignment, Conversation, to_wire
+from .playout import Cut, Playout
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +52,136 @@ log = logging.getLogger(__name__)
 CancelReason = Literal["turn_detected", "client_cancelled", "shutdown"]
 
 
+@dataclass(frozen=True)
+class Weight:
+    """What one queued delta carries of a message: samples of its audio (pipeline output rate)
+    and characters of its text."""
+
+    message: Any
+    samples: int = 0
+    chars: int = 0
+
+
+class Port(Protocol):
+    """All a response may do to its session."""
+
+    caps: Capabilities
+    conversation: Conversation  # read, and (in-band) items added through ``add_item``
+    timing_metadata: bool
+
+    async def emit(self, event: Any, owner: Any = None, weight: Weight | None = None) -> bool:
+        """Queue an event; False when it was not queued (the owner was muted, the session closed)."""
+
+    def purge(self, owner: Any) -> list[Weight]:
+        """Drop the owner's events still queued; the weights of what was dropped."""
+
+    def add_item(self, item: Message | FunctionCall, alignment: Alignment | None = None) -> str | None:
+        """Add an item to the conversation; its previous item's id."""
+
+    def rate_limits(self) -> ev.RateLimitsUpdated: ...
+
+
+class AudioOut(Protocol):
+    """Where a response's audio goes."""
+
+    async def write(self, run: ResponseRun, message: Message, index: int, pcm: np.ndarray) -> bool:
+        """Queue ``pcm`` (pipeline output rate) of ``message``, waiting while the way out is full.
+        True when something was queued."""
+
+    async def finish(self, run: ResponseRun, message: Message | None, index: int) -> None:
+        """No more audio from ``run``: send what is held back (a resampler's tail)."""
+
+    def drop(self, run: ResponseRun) -> tuple[Cut | None, list[Weight]]:
+        """Drop ``run``'s audio still queued here: what was cut if it was playing, and the weights
+        of what was dropped."""
+
+
+class EventAudio:
+    """Audio as ``response.output_audio.delta`` events in the outbox, converted to the session's
+    output format (the deltas are dropped from the outbox by ``Port.purge``)."""
+
+    def __init__(self, port: Port, rate: int, fmt: WireFormat) -> None:
+        self.port = port
+        self.rate = rate
+        self.format = fmt
+        self._converter: OutputConverter | None = None
+
+    async def write(self, run: ResponseRun, message: Message, index: int, pcm: np.ndarray) -> bool:
+        if self._converter is None:
+            self._converter = OutputConverter(self.rate, self.format)
+        return await self._send(run, message, index, self._converter(pcm), len(pcm))
+
+    async def finish(self, run: ResponseRun, message: Message | None, index: int) -> None:
+        converter, self._converter = self._converter, None
+        if converter is not None and message is not None:
+            tail = converter.flush()
+            if tail:
+                await self._send(run, message, index, tail, 0)
+
+    def drop(self, run: ResponseRun) -> tuple[Cut | None, list[Weight]]:
+        return None, []
+
+    async def _send(self, run: ResponseRun, message: Message, index: int, data: bytes, samples: int) -> bool:
+        if not data and not samples:
+            return False
+        delta = ev.ResponseOutputAudioDelta(
+            response_id=run.id, item_id=message.id, output_index=index, content_index=0, delta=base64.b64encode(data).decode()
+        )
+        return await self.port.emit(delta, run, Weight(message, samples=samples))
+
+
+class PacedAudio:
+    """Audio into a media transport's playout, resampled to its rate as it comes (a polyphase
+    filter: soxr's stream would hold 40-80 ms back)."""
+
+    def __init__(self, playout: Playout, rate: int) -> None:
+        self.playout = playout
+        self.rate = rate
+        self._resampler: PolyphaseResampler | None = None
+
+    async def write(self, run: ResponseRun, message: Message, index: int, pcm: np.ndarray) -> bool:
+        if self._resampler is None:
+            self._resampler = PolyphaseResampler(self.rate, self.playout.rate)
+        return await self.playout.write(run, message, self._resampler(pcm), len(pcm))
+
+    async def finish(self, run: ResponseRun, message: Message | None, index: int) -> None:
+        resampler, self._resampler = self._resampler, None
+        if resampler is not None and message is not None:
+            await self.playout.write(run, message, resampler.flush(), 0)
+        self.playout.end(run)
+
+    def drop(self, run: ResponseRun) -> tuple[Cut | None, list[Weight]]:
+        cut, dropped = self.playout.drop(run)
+        return cut, [Weight(message, samples=samples) for message, samples in dropped]
+
+
+@dataclass
+class Outcome:
+    """How a response ended, for the session's bookkeeping."""
+
+    status: str
+    usage: Usage
+    in_band: bool
+    started_at: float
+    done_at: float
+    first_audio_at: float = 0.0
+    cancel_requested_at: float = 0.0
+    audio_seconds: float = 0.0  # of answer audio kept in the output
+    stage_times: dict[str, float] = field(default_factory=dict)
+    stage_info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def first_audio_ms(self) -> float | None:
+        return round((self.first_audio_at - self.started_at) * 1000, 1) if self.first_audio_at else None
+
+
 class ResponseRun:
     def __init__(
         self,
-        session: "Session",
-        request: ResponseRequest,
+        port: Port,
+        request: Any,
+        chunks: AsyncIterator[OutputChunk],
+        audio_out: AudioOut,
         *,
         in_band: bool,
         output_format: WireFormat,
@@ -57,7 +190,7 @@ class ResponseRun:
         metadata: dict[str, str] | None,
         started_at: float,
     ) -> None:
-        self.session = session
+        self.port = port
         self.request = request
         self.id = request.response_id
         self.in_band = in_band
@@ -66,21 +199,17 @@ class ResponseRun:
         self.voice = voice
         self.max_output_tokens = max_output_tokens
         self.metadata = metadata
-        self.started_at = started_at  # when the user's turn ended / response.create arrived
         self.output: list[Message | FunctionCall] = []
-        self.usage = Usage()
         self.status: str = "in_progress"
         self.cancel_reason: CancelReason | None = None
-        self.cancel_requested_at = 0.0
-        self.first_audio_at = 0.0
-        self.done_at = 0.0
-        self.audio_seconds_sent = 0.0
-        self.stage_times: dict[str, float] = {}  # the pipeline's own per-stage timings (StageTimes)
-        self.stage_info: dict[str, Any] = {}
-        self.task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[Any] | None = None
+        self.muted = False
+        self.outcome = Outcome("in_progress", Usage(), in_band, started_at, 0.0)
+        self._chunks = chunks
+        self._audio_out = audio_out
+        self._rate = port.caps.output_rate
         self._started = False
         self._finishing = False
-        self.muted = False
         # the open assistant message
         self._message: Message | None = None
         self._index = 0
@@ -88,23 +217,11 @@ class ResponseRun:
         self._text_len = 0
         self._audio: list[np.ndarray] = []
         self._produced = 0  # samples produced (pipeline output rate)
-        self._alignment = Alignment(session.caps.output_rate)
-        self._converter: OutputConverter | None = None
-        self._resampler: PolyphaseResampler | None = None  # to the playout's rate (media transports)
-        # deltas queued in the outbox, oldest first: (message, samples, text chars) each carries
-        self._inflight: deque[tuple[Message | None, int, int]] = deque()
-        self._delivered_samples = 0
-        self._delivered_chars = 0
+        self._alignment = Alignment(self._rate)
+        self._sent = Weight(None)  # of the open message: queued for the client
+        self._dropped = Weight(None)  # of the open message: queued, then dropped by a cut
 
-    # ------------------------------------------------------------------ lifecycle
-
-    def start(self) -> None:
-        self.task = asyncio.create_task(self._run(), name=f"response:{self.id}")
-
-    @property
-    def first_audio_ms(self) -> float | None:
-        """From the response trigger to its first audio delta."""
-        return round((self.first_audio_at - self.started_at) * 1000, 1) if self.first_audio_at else None
+    # ------------------------------------------------------------------ control (from the session)
 
     @property
     def done(self) -> bool:
@@ -118,10 +235,11 @@ class ResponseRun:
         if self._finishing or self.muted:
             return None
         self.muted = True
-        self.session.outbox.purge(self)
-        self._inflight.clear()
-        playout = self.session.playout
-        return playout.drop(self) if playout is not None else None
+        cut, dropped = self._audio_out.drop(self)
+        for weight in [*self.port.purge(self), *dropped]:
+            if weight.message is self._message:
+                self._dropped = Weight(self._message, self._dropped.samples + weight.samples, self._dropped.chars + weight.chars)
+        return cut
 
     async def cancel(self, reason: CancelReason) -> None:
         task = self.task
@@ -129,11 +247,11 @@ class ResponseRun:
             return
         cut = self.mute()
         if cut is not None:
-            await self.session.emit(ev.OutputAudioBufferCleared(response_id=self.id))
+            await self.port.emit(ev.OutputAudioBufferCleared(response_id=self.id))
         if not self._finishing:
             self.cancel_reason = reason
-            self.cancel_requested_at = time.perf_counter()
-            # A task cancelled before its first step never runs a line of ``_run`` (so nothing
+            self.outcome.cancel_requested_at = time.perf_counter()
+            # A task cancelled before its first step never runs a line of ``run`` (so nothing
             # would ever say response.done): one not yet started sees ``cancel_reason`` instead.
             if self._started:
                 task.cancel()
@@ -145,38 +263,19 @@ class ResponseRun:
         if self.task is not None and not self.task.done():
             self.task.cancel()
 
-    # ------------------------------------------------------------------ outbox accounting
-
-    def taken(self, event: Any) -> None:
-        message, samples, chars = self._inflight.popleft()
-        if message is self._message:
-            self._delivered_samples += samples
-            self._delivered_chars += chars
-
-    def played(self, message: Any, samples: int) -> None:
-        """A media transport sent ``samples`` (pipeline output rate) of ``message``'s audio."""
-        if message is self._message:
-            self._delivered_samples += samples
-
-    async def _delta(self, event: Any, samples: int = 0, chars: int = 0) -> None:
-        if self.muted:
-            return
-        self._inflight.append((self._message, samples, chars))
-        await self.session.emit(event, owner=self)
-
     # ------------------------------------------------------------------ the run
 
-    async def _run(self) -> None:
+    async def run(self) -> Outcome:
         self._started = True
-        session = self.session
+        port = self.port
         error: BaseException | None = None
         try:
             # shielded: cancelled while the outbox is full, it still goes out before response.done
-            await asyncio.shield(session.emit(ev.ResponseCreated(response=self._wire())))
-            await session.emit(session.rate_limits())
+            await asyncio.shield(port.emit(ev.ResponseCreated(response=self._wire())))
+            await port.emit(port.rate_limits())
             if self.cancel_reason is not None:  # cancelled before it started
                 raise asyncio.CancelledError
-            async with contextlib.aclosing(session.pipe.respond(self.request)) as stream:
+            async with contextlib.aclosing(self._chunks) as stream:  # type: ignore[type-var]
                 async for chunk in stream:
                     if isinstance(chunk, AudioChunk):
                         await self._on_audio(chunk.pcm)
@@ -185,16 +284,13 @@ class ResponseRun:
                     elif isinstance(chunk, ToolCall):
                         await self._on_tool_call(chunk)
                     elif isinstance(chunk, Usage):
-                        self.usage = chunk
+                        self.outcome.usage = chunk
                     elif isinstance(chunk, StageTimes):
-                        self.stage_times, self.stage_info = chunk.stages, chunk.info
+                        self.outcome.stage_times, self.outcome.stage_info = chunk.stages, chunk.info
             self._finishing = True
-            self.status = "completed"
-            if self.usage.hit_max_tokens:
-                self.status = "incomplete"
-            await self._flush_audio()
-            if session.playout is not None:
-                session.playout.end(self)
+            self.status = "incomplete" if self.outcome.usage.hit_max_tokens else "completed"
+            if self.audio:
+                await self._audio_out.finish(self, self._message, self._index)
         except asyncio.CancelledError:
             if self.cancel_reason is None:
                 raise  # the session is closing
@@ -209,31 +305,37 @@ class ResponseRun:
         self._finishing = True
         await self._close_message()
         if error is not None:
-            await session.emit_error("The pipeline failed while generating this response.", code="pipeline_error", type="server_error")
-        self.done_at = time.perf_counter()
-        await session.emit(ev.ResponseDone(response=self._wire(error)))
-        session.response_finished(self)
+            await port.emit(
+                ev.Error(
+                    error=ev.ErrorDetail(
+                        type="server_error", code="pipeline_error", message="The pipeline failed while generating this response.", param=None, event_id=None
+                    )
+                )
+            )
+        self.outcome.status = self.status
+        self.outcome.done_at = time.perf_counter()
+        await port.emit(ev.ResponseDone(response=self._wire(error)))
+        return self.outcome
 
     # ------------------------------------------------------------------ chunks
 
     async def _open_message(self) -> Message:
         if self._message is not None:
             return self._message
-        session = self.session
+        port = self.port
         part = Part("audio" if self.audio else "text", text="")
         msg = self._message = Message(new_id("item"), "assistant", [part], status="in_progress")
         self._index = len(self.output)
         self.output.append(msg)
         self._text, self._text_len, self._audio, self._produced = [], 0, [], 0
-        self._delivered_samples = self._delivered_chars = 0
-        self._alignment = Alignment(session.caps.output_rate)
-        await session.emit(ev.ResponseOutputItemAdded(response_id=self.id, output_index=self._index, item=self._item_wire(msg)))
+        self._sent = self._dropped = Weight(msg)
+        self._alignment = Alignment(self._rate)
+        await port.emit(ev.ResponseOutputItemAdded(response_id=self.id, output_index=self._index, item=self._item_wire(msg)))
         if self.in_band:
-            previous = session.add_item(msg)
-            await session.emit(ev.ConversationItemAdded(previous_item_id=previous, item=self._item_wire(msg)))
-            session.conversation.alignment[msg.id] = self._alignment
+            previous = port.add_item(msg, self._alignment)
+            await port.emit(ev.ConversationItemAdded(previous_item_id=previous, item=self._item_wire(msg)))
         wire_part = ev.ContentPart(type="audio", transcript="") if self.audio else ev.ContentPart(type="text", text="")
-        await session.emit(
+        await port.emit(
             ev.ResponseContentPartAdded(response_id=self.id, item_id=msg.id, output_index=self._index, content_index=0, part=wire_part)
         )
         return msg
@@ -247,7 +349,10 @@ class ResponseRun:
         self._text.append(text)
         self._text_len += len(text)
         cls = ev.ResponseOutputAudioTranscriptDelta if self.audio else ev.ResponseOutputTextDelta
-        await self._delta(cls(response_id=self.id, item_id=msg.id, output_index=self._index, content_index=0, delta=text), chars=len(text))
+        if not self.muted:
+            delta = cls(response_id=self.id, item_id=msg.id, output_index=self._index, content_index=0, delta=text)
+            if await self.port.emit(delta, self, Weight(msg, chars=len(text))):
+                self._sent = Weight(msg, self._sent.samples, self._sent.chars + len(text))
 
     async def _on_audio(self, pcm: np.ndarray) -> None:
         if not self.audio or not len(pcm):
@@ -255,57 +360,25 @@ class ResponseRun:
         msg = await self._open_message()
         self._audio.append(pcm)
         self._produced += len(pcm)
-        playout = self.session.playout
-        if playout is not None:
-            self._mark_first_audio()
-            if self._resampler is None:
-                # paced media: convert each chunk as it comes (soxr streams in 40-80 ms blocks)
-                self._resampler = PolyphaseResampler(self.session.caps.output_rate, playout.rate)
-            await playout.write(self, msg, self._resampler(pcm), len(pcm))
-            return
-        if self._converter is None:
-            self._converter = OutputConverter(self.session.caps.output_rate, self.output_format)
-        await self._send_audio(msg, self._converter(pcm), len(pcm))
-
-    def _mark_first_audio(self) -> None:
-        if not self.first_audio_at:
-            self.first_audio_at = time.perf_counter()
-            self.session.metrics.first_audio.observe(self.first_audio_at - self.started_at)
-
-    async def _send_audio(self, msg: Message, data: bytes, samples: int) -> None:
-        if not data and not samples:
-            return
-        self._mark_first_audio()
-        delta = ev.ResponseOutputAudioDelta(
-            response_id=self.id, item_id=msg.id, output_index=self._index, content_index=0, delta=base64.b64encode(data).decode()
-        )
-        await self._delta(delta, samples=samples)
-
-    async def _flush_audio(self) -> None:
-        playout = self.session.playout
-        if self._resampler is not None and self._message is not None and playout is not None:
-            await playout.write(self, self._message, self._resampler.flush(), 0)
-            self._resampler = None
-        if self._converter is not None and self._message is not None:
-            tail = self._converter.flush()
-            if tail:
-                await self._send_audio(self._message, tail, 0)
-            self._converter = None
+        if not self.muted and await self._audio_out.write(self, msg, self._index, pcm):
+            self._sent = Weight(msg, self._sent.samples + len(pcm), self._sent.chars)
+            if not self.outcome.first_audio_at:
+                self.outcome.first_audio_at = time.perf_counter()
 
     async def _on_tool_call(self, call: ToolCall) -> None:
         await self._close_message()
-        session = self.session
+        port = self.port
         item = FunctionCall(new_id("item"), call.call_id or new_id("call"), call.name, "", status="in_progress")
         index = len(self.output)
         self.output.append(item)
-        await session.emit(ev.ResponseOutputItemAdded(response_id=self.id, output_index=index, item=self._item_wire(item)))
+        await port.emit(ev.ResponseOutputItemAdded(response_id=self.id, output_index=index, item=self._item_wire(item)))
         if self.in_band:
-            previous = session.add_item(item)
-            await session.emit(ev.ConversationItemAdded(previous_item_id=previous, item=self._item_wire(item)))
+            previous = port.add_item(item)
+            await port.emit(ev.ConversationItemAdded(previous_item_id=previous, item=self._item_wire(item)))
         ids = dict(response_id=self.id, item_id=item.id, output_index=index, call_id=item.call_id)
-        await session.emit(ev.ResponseFunctionCallArgumentsDelta(**ids, delta=call.arguments))
+        await port.emit(ev.ResponseFunctionCallArgumentsDelta(**ids, delta=call.arguments))
         item.arguments, item.status = call.arguments, "completed"
-        await session.emit(ev.ResponseFunctionCallArgumentsDone(**ids, name=call.name, arguments=call.arguments))
+        await port.emit(ev.ResponseFunctionCallArgumentsDone(**ids, name=call.name, arguments=call.arguments))
         await self._item_done(item, index)
 
     # ------------------------------------------------------------------ endings
@@ -314,15 +387,17 @@ class ResponseRun:
         """Keep only what the client got: audio delivered, and the transcript of that audio."""
         if self._message is None:
             return
+        delivered_samples = max(0, self._sent.samples - self._dropped.samples)
+        delivered_chars = max(0, self._sent.chars - self._dropped.chars)
         text = "".join(self._text)
         if self.audio:
-            text = self._alignment.cut(text, self._delivered_samples, self._produced, final=False)
-            self._alignment.trim(self._delivered_samples, len(text))
+            text = self._alignment.cut(text, delivered_samples, self._produced, final=False)
+            self._alignment.trim(delivered_samples, len(text))
             pcm = np.concatenate(self._audio) if self._audio else np.zeros(0, np.int16)
-            self._audio = [pcm[: self._delivered_samples]]
-            self._produced = min(self._produced, self._delivered_samples)
+            self._audio = [pcm[:delivered_samples]]
+            self._produced = min(self._produced, delivered_samples)
         else:
-            text = text[: self._delivered_chars]
+            text = text[:delivered_chars]
         self._text, self._text_len = [text], len(text)
 
     async def _close_message(self) -> None:
@@ -330,37 +405,38 @@ class ResponseRun:
         if msg is None:
             return
         self._message = None
-        session = self.session
+        port = self.port
         text = "".join(self._text)
         part = msg.parts[0]
         part.text = text
         ids = dict(response_id=self.id, item_id=msg.id, output_index=self._index, content_index=0)
         if self.audio:
             part.audio = np.concatenate(self._audio) if self._audio else np.zeros(0, np.int16)
-            self.audio_seconds_sent += len(part.audio) / session.caps.output_rate
-            await session.emit(ev.ResponseOutputAudioDone(**ids))
-            await session.emit(ev.ResponseOutputAudioTranscriptDone(**ids, transcript=text))
+            self.outcome.audio_seconds += len(part.audio) / self._rate
+            await port.emit(ev.ResponseOutputAudioDone(**ids))
+            await port.emit(ev.ResponseOutputAudioTranscriptDone(**ids, transcript=text))
             wire_part = ev.ContentPart(type="audio", transcript=text)
         else:
-            await session.emit(ev.ResponseOutputTextDone(**ids, text=text))
+            await port.emit(ev.ResponseOutputTextDone(**ids, text=text))
             wire_part = ev.ContentPart(type="text", text=text)
-        await session.emit(ev.ResponseContentPartDone(**ids, part=wire_part))
+        await port.emit(ev.ResponseContentPartDone(**ids, part=wire_part))
         msg.status = "completed" if self.status in ("completed", "in_progress") else "incomplete"
         if self.in_band:
-            session.conversation.trim_audio()
+            port.conversation.trim_audio()
         await self._item_done(msg, self._index)
 
     async def _item_done(self, item: Message | FunctionCall, index: int) -> None:
-        session = self.session
+        port = self.port
         wire = self._item_wire(item)
-        await session.emit(ev.ResponseOutputItemDone(response_id=self.id, output_index=index, item=wire))
-        if self.in_band and session.conversation.get(item.id) is item:
-            await session.emit(ev.ConversationItemDone(previous_item_id=session.conversation.previous_id(item), item=wire))
+        await port.emit(ev.ResponseOutputItemDone(response_id=self.id, output_index=index, item=wire))
+        conversation = port.conversation
+        if self.in_band and conversation.get(item.id) is item:
+            await port.emit(ev.ConversationItemDone(previous_item_id=conversation.previous_id(item), item=wire))
 
     # ------------------------------------------------------------------ wire forms
 
     def _item_wire(self, item: Message | FunctionCall) -> ev.Item:
-        return to_wire(item, self.session.caps)
+        return to_wire(item, self.port.caps)
 
     def _wire(self, error: BaseException | None = None) -> ev.Response:
         details = None
@@ -375,7 +451,7 @@ class ResponseRun:
             )
         usage = None
         if self.status != "in_progress":
-            u = self.usage
+            u = self.outcome.usage
             usage = ev.Usage(
                 total_tokens=u.input_tokens + u.output_tokens,
                 input_tokens=u.input_tokens,
@@ -398,7 +474,7 @@ class ResponseRun:
             status=self.status,  # type: ignore[arg-type]
             status_details=details,
             output=[self._item_wire(i) for i in self.output],
-            conversation_id=self.session.conversation.id if self.in_band else None,
+            conversation_id=self.port.conversation.id if self.in_band else None,
             output_modalities=["audio"] if self.audio else ["text"],
             max_output_tokens=self.max_output_tokens,
             audio=audio,
@@ -410,12 +486,13 @@ class ResponseRun:
         """The client's metadata, plus (when the server reports timings) the pipeline's stage
         timings of a finished response as ``timing.<stage>_ms``, in ms from the response trigger
         (the end of the user's turn, or response.create). Client keys win."""
-        if self.status == "in_progress" or not self.session.timing_metadata:
+        if self.status == "in_progress" or not self.port.timing_metadata:
             return self.metadata
         timings: dict[str, str] = {}
-        if self.first_audio_ms is not None:
-            timings["timing.first_audio_delta_ms"] = f"{self.first_audio_ms:.1f}"
-        for stage, ms in self.stage_times.items():
+        first_audio_ms = self.outcome.first_audio_ms
+        if first_audio_ms is not None:
+            timings["timing.first_audio_delta_ms"] = f"{first_audio_ms:.1f}"
+        for stage, ms in self.outcome.stage_times.items():
             timings[f"timing.{stage}_ms"] = f"{ms:.1f}"
         if not timings:
             return self.metadata

@@ -22,7 +22,7 @@ from pipelines.base import FunctionCall, Message, Part, Pipeline, ResponseReques
 from . import config as sc
 from ..protocol.audio import InputConverter, ms_to_samples, samples_to_ms, wire_bytes
 from ..config import InterruptionGuard, Limits
-from .conversation import Conversation, from_wire, to_wire
+from .conversation import Alignment, Conversation, from_wire, to_wire
 from ..errors import RealtimeError, invalid_value
 from ..ids import EventIds, new_id
 from .input_buffer import InputBuffer
@@ -31,7 +31,7 @@ from .outbox import Outbox, Owner
 from .playout import Cut, Playout
 from ..protocol import events as ev
 from ..protocol.codec import decode_client_event
-from .run import ResponseRun
+from .run import EventAudio, Outcome, PacedAudio, ResponseRun, Weight
 from .turns import ONSET_LOOKBACK_MS, Paused, Resumed, SpeechStarted, SpeechStopped, TurnDetector
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,16 @@ class _Turn:
     held_until: int = 0  # interruption guard: not yet a turn until the buffer reaches this position
 
 
+@dataclass(frozen=True)
+class Media:
+    """How a session's audio travels, fixed when it opens. The default is a WebSocket's: answer
+    audio as ``response.output_audio.delta`` events."""
+
+    playout_rate: int | None = None  # a media transport's: answer audio leaves paced, from a playout at this rate
+    playout_buffer_ms: int = 200
+    interruption_guard: InterruptionGuard | None = None  # telephony: see ``_guard_holds``
+
+
 class Session:
     def __init__(
         self,
@@ -57,6 +67,7 @@ class Session:
         limits: Limits,
         metrics: Metrics,
         *,
+        media: Media = Media(),
         beta: bool = False,
         timing_metadata: bool = False,
     ) -> None:
@@ -75,10 +86,10 @@ class Session:
         self.detector: TurnDetector | None = None
         self._turn: _Turn | None = None
         self.active: ResponseRun | None = None  # the in-band response, if any
-        self.playout: Playout | None = None  # set by media transports: audio goes out paced, not as deltas
-        self.interruption_guard: InterruptionGuard | None = None  # set by telephony transports
+        self.media = media
+        self.playout = Playout(media.playout_rate, self._notify, max_buffer_ms=media.playout_buffer_ms) if media.playout_rate else None
         self._agent_since = 0.0  # monotonic time the playout last started an answer
-        self.video_frame: str | None = None  # the latest sampled camera frame (data URL), for the next turn
+        self._video_frame: str | None = None  # the latest sampled camera frame (data URL), for the next turn
         self.out_of_band: set[ResponseRun] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._idle_timer: asyncio.Task[None] | None = None
@@ -108,15 +119,19 @@ class Session:
         await self.emit(ev.SessionCreated(session=self.config.wire))
         await self.emit(ev.ConversationCreated(conversation=ev.Conversation(id=self.conversation.id)))
 
-    async def emit(self, event: Any, owner: Owner | None = None) -> None:
+    async def emit(self, event: Any, owner: Owner | None = None, weight: Weight | None = None) -> bool:
         if isinstance(event, ev.ServerEvent):
             event.event_id = self._event_id()
-        await self.outbox.put(event, owner)
+        if isinstance(event, ev.Error):
+            self.metrics.errors.labels(event.error.code or "none").inc()
+        return await self.outbox.put(event, owner, weight)
+
+    def purge(self, owner: Owner) -> list[Weight]:
+        return self.outbox.purge(owner)
 
     async def emit_error(
         self, message: str, *, code: str | None, param: str | None = None, type: str = "invalid_request_error", event_id: str | None = None
     ) -> None:
-        self.metrics.errors.labels(code or "none").inc()
         await self.emit(ev.Error(error=ev.ErrorDetail(type=type, code=code, message=message, param=param, event_id=event_id)))
 
     async def report(self, err: RealtimeError) -> None:
@@ -129,12 +144,6 @@ class Session:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
-
-    def attach_playout(self, rate: int, *, max_buffer_ms: int = 200) -> Playout:
-        """For a media transport (WebRTC, SIP): responses' audio goes to a paced playout at
-        ``rate`` that the transport's clock drains, instead of ``response.output_audio.delta``."""
-        self.playout = Playout(rate, self._notify, max_buffer_ms=max_buffer_ms)
-        return self.playout
 
     def _notify(self, event: Any) -> None:
         if isinstance(event, ev.OutputAudioBufferStarted):
@@ -161,8 +170,10 @@ class Session:
     def ms(self, samples: int) -> int:
         return samples_to_ms(samples, self.caps.input_rate)
 
-    def add_item(self, item: Message | FunctionCall, previous_item_id: str | None = None) -> str | None:
+    def add_item(self, item: Message | FunctionCall, alignment: Alignment | None = None, previous_item_id: str | None = None) -> str | None:
         previous, evicted = self.conversation.add(item, previous_item_id)
+        if alignment is not None:
+            self.conversation.alignment[item.id] = alignment
         for item_id in evicted:
             self._spawn(self.emit(ev.ConversationItemDeleted(item_id=item_id)), "evict")
         return previous
@@ -211,6 +222,14 @@ class Session:
                 param="audio",
             )
         await self.push_audio(self._input(wire_bytes(e.audio, fmt, "audio")))
+
+    def camera_frame(self, data_url: str) -> None:
+        """The camera's latest frame (a media transport samples it); it goes with the user's next turn."""
+        self._video_frame = data_url
+
+    async def dtmf(self, digit: str) -> None:
+        """A key the caller pressed (telephony)."""
+        await self.emit(ev.InputAudioBufferDtmfEventReceived(event=digit, received_at=int(time.time())))
 
     async def push_audio(self, pcm: np.ndarray) -> None:
         """Audio at the pipeline's input rate, from an append or a media transport."""
@@ -270,7 +289,7 @@ class Session:
         agent's audio plays becomes a turn (and a barge-in) only once it has lasted
         ``min_speech_ms`` (the detector still hears speech that long after its onset), counted
         from the end of the ``grace_ms`` after the agent started."""
-        guard, playout = self.interruption_guard, self.playout
+        guard, playout = self.media.interruption_guard, self.playout
         if guard is None or playout is None or playout.playing is None:
             return False
         rate = self.caps.input_rate
@@ -329,9 +348,9 @@ class Session:
         self.buffer.drop_before(end)
         self.pipe.commit(item_id)
         parts = [Part("audio", audio=pcm)]
-        if self.video_frame is not None and self.caps.images:
-            parts.append(Part("image", image_url=self.video_frame))  # what the camera showed as the turn ended
-            self.video_frame = None
+        if self._video_frame is not None and self.caps.images:
+            parts.append(Part("image", image_url=self._video_frame))  # what the camera showed as the turn ended
+            self._video_frame = None
         item = Message(item_id, "user", parts)
         previous = self.add_item(item)
         await self.emit(ev.InputAudioBufferCommitted(previous_item_id=previous, item_id=item_id))
@@ -417,7 +436,7 @@ class Session:
     async def _on_item_create(self, e: ev.ConversationItemCreate) -> None:
         cfg = self.config
         item = from_wire(e.item, self.caps, cfg.input_format, cfg.output_format)
-        previous = self.add_item(item, e.previous_item_id)
+        previous = self.add_item(item, previous_item_id=e.previous_item_id)
         wire = to_wire(item, self.caps)
         await self.emit(ev.ConversationItemAdded(previous_item_id=previous, item=wire))
         await self.emit(ev.ConversationItemDone(previous_item_id=previous, item=wire))
@@ -502,16 +521,23 @@ class Session:
             self.active = run
         else:
             self.out_of_band.add(run)
-        run.start()
+        run.task = asyncio.create_task(self._respond(run), name=f"response:{run.id}")
         return run
+
+    async def _respond(self, run: ResponseRun) -> None:
+        self._finished(run, await run.run())
 
     def _build_run(self, params: ev.ResponseParams, in_band: bool, started_at: float) -> ResponseRun:
         request, voice, fmt, max_tokens = self._build_request(params)
+        wire_format = sc.wire_format(fmt)
+        audio_out = PacedAudio(self.playout, self.caps.output_rate) if self.playout else EventAudio(self, self.caps.output_rate, wire_format)
         return ResponseRun(
             self,
             request,
+            self.pipe.respond(request),
+            audio_out,
             in_band=in_band,
-            output_format=sc.wire_format(fmt),
+            output_format=wire_format,
             voice=voice,
             max_output_tokens=max_tokens,
             metadata=params.metadata if params.metadata is not UNSET else None,
@@ -522,51 +548,23 @@ class Session:
         """The pipeline request for ``params`` over this session's settings, and the wire settings
         (voice, audio format, max tokens) the response reports."""
         cfg, caps, wire = self.config, self.caps, self.config.wire
-        p = "response"
-        modalities = wire.output_modalities
-        if params.modalities is not UNSET:
-            modalities = sc.output_modalities(params.modalities, caps, f"{p}.modalities")
-        if params.output_modalities is not UNSET:
-            modalities = sc.output_modalities(params.output_modalities, caps, f"{p}.output_modalities")
-        voice, fmt = wire.audio.output.voice, wire.audio.output.format
-        if params.voice is not UNSET:
-            voice = sc.check_voice(params.voice, caps, f"{p}.voice")
-        if params.output_audio_format is not UNSET:
-            fmt = sc.beta_format(params.output_audio_format)
-        audio = params.audio.output if params.audio is not UNSET else UNSET
-        if audio is not UNSET:
-            if audio.voice is not UNSET:
-                voice = sc.check_voice(audio.voice, caps, f"{p}.audio.output.voice")
-            if audio.format is not UNSET:
-                fmt = sc.parse_format(audio.format, f"{p}.audio.output.format")
-        tools = wire.tools
-        if params.tools is not UNSET:
-            tools = sc.check_tools(params.tools, caps, f"{p}.tools")
-        choice = wire.tool_choice
-        if params.tool_choice is not UNSET:
-            choice = params.tool_choice
-        choice = sc.check_tool_choice(choice, tools, f"{p}.tool_choice")
-        max_tokens = wire.max_output_tokens
-        for value in (params.max_response_output_tokens, params.max_output_tokens):
-            if value is not UNSET:
-                max_tokens = value
-        if params.prompt not in (UNSET, None):
-            raise RealtimeError("Invalid 'response.prompt': prompt templates are not supported by this server.", code="unsupported_value", param="response.prompt")
+        out = sc.fold_output(params, sc.OutputChoice.of(wire), caps, "response")
         items = self._response_input(params) if params.input is not UNSET else list(self.conversation)
-        voice_name = voice.id if isinstance(voice, ev.VoiceId) else voice
+        voice_name = out.voice.id if isinstance(out.voice, ev.VoiceId) else out.voice
+        choice = out.tool_choice
         request = ResponseRequest(
             response_id=new_id("resp"),
             items=items,
             instructions=params.instructions if params.instructions is not UNSET else wire.instructions,
-            output_modalities=tuple(modalities),
+            output_modalities=tuple(out.modalities),
             voice=voice_name if voice_name in caps.voices else caps.voices[0],
             speed=wire.audio.output.speed,
-            max_output_tokens=None if max_tokens == "inf" else max_tokens,
+            max_output_tokens=None if out.max_output_tokens == "inf" else out.max_output_tokens,
             temperature=params.temperature if params.temperature is not UNSET else cfg.temperature,
-            tools=[Tool(t.name, t.description or "", t.parameters or {}) for t in tools],  # type: ignore[union-attr]
+            tools=[Tool(t.name, t.description or "", t.parameters or {}) for t in out.tools],
             tool_choice=choice.name if isinstance(choice, ev.ToolChoiceFunction) else choice,  # type: ignore[arg-type]
         )
-        return request, voice, fmt, max_tokens
+        return request, out.voice, out.format, out.max_output_tokens
 
     def _response_input(self, params: ev.ResponseParams) -> list[Any]:
         items: list[Any] = []
@@ -601,30 +599,39 @@ class Session:
             if cut is None:
                 await self.emit(ev.OutputAudioBufferCleared(response_id=run.id))
 
-    def response_finished(self, run: ResponseRun) -> None:
-        """Called by a run after its ``response.done``."""
-        self.metrics.responses.labels(run.status).inc()
-        self.metrics.response_duration.observe(run.done_at - run.started_at)
-        if run.cancel_requested_at:
-            self.metrics.cancel_latency.observe(run.done_at - run.cancel_requested_at)
-        self.metrics.response_timings(
-            {"response_id": run.id, "session_id": self.id, "status": run.status, "first_audio_ms": run.first_audio_ms, "stages": run.stage_times, **run.stage_info}
+    def _finished(self, run: ResponseRun, outcome: Outcome) -> None:
+        """A run has said ``response.done``."""
+        metrics = self.metrics
+        metrics.responses.labels(outcome.status).inc()
+        metrics.response_duration.observe(outcome.done_at - outcome.started_at)
+        if outcome.first_audio_at:
+            metrics.first_audio.observe(outcome.first_audio_at - outcome.started_at)
+        if outcome.cancel_requested_at:
+            metrics.cancel_latency.observe(outcome.done_at - outcome.cancel_requested_at)
+        metrics.response_timings(
+            {
+                "response_id": run.id,
+                "session_id": self.id,
+                "status": outcome.status,
+                "first_audio_ms": outcome.first_audio_ms,
+                "stages": outcome.stage_times,
+                **outcome.stage_info,
+            }
         )
-        u = run.usage
-        if run.in_band:
-            self._context_tokens = u.input_tokens + u.output_tokens
+        if outcome.in_band:
+            self._context_tokens = outcome.usage.input_tokens + outcome.usage.output_tokens
         if self.active is run:
             self.active = None
-            self._arm_idle_timer(run)
+            self._arm_idle_timer(outcome)
         self.out_of_band.discard(run)
 
     # ------------------------------------------------------------------ idle timeout
 
-    def _arm_idle_timer(self, run: ResponseRun) -> None:
+    def _arm_idle_timer(self, outcome: Outcome) -> None:
         vad = self.config.vad
         if vad is None or not vad.idle_timeout_ms or self.closed or self.ending:
             return
-        playback_end = max(run.done_at, (run.first_audio_at or run.done_at) + run.audio_seconds_sent)
+        playback_end = max(outcome.done_at, (outcome.first_audio_at or outcome.done_at) + outcome.audio_seconds)
         delay = playback_end - time.perf_counter() + vad.idle_timeout_ms / 1000.0
         self._idle_from = self.buffer.end
         self._idle_timer = self._spawn(self._idle_timeout(delay), "idle")

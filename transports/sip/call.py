@@ -33,6 +33,7 @@ from realtime_omni.ids import new_id
 from realtime_omni.media.resample import PolyphaseResampler
 from realtime_omni.protocol import events as ev
 from realtime_omni.server import Admission
+from realtime_omni.session import Media
 
 from . import message as sipmsg
 from . import rtp, sdp
@@ -196,16 +197,21 @@ class SipCall(Call):
         if self._ring_timer is not None:
             self._ring_timer.cancel()
         server = self.server
+        guard = self.config.interruption_guard
+        media = Media(
+            playout_rate=rtp.RATE,
+            playout_buffer_ms=self.config.max_buffer_ms,
+            interruption_guard=guard if guard.min_speech_ms or guard.grace_ms else None,
+        )
         try:
-            session = server.open_session(beta=False, transport="sip", model=None, admission=Admission(None, None), updates=(self.config.session, session_update))
+            session = server.open_session(
+                beta=False, transport="sip", model=None, admission=Admission(None, None), updates=(self.config.session, session_update), media=media
+            )
         except RealtimeError as err:
             self.state = "ringing"
             await self.reject(486 if err.code == "max_sessions_reached" else 503 if err.type == "server_error" else 488)
             raise
         self.session = session
-        guard = self.config.interruption_guard
-        session.interruption_guard = guard if guard.min_speech_ms or guard.grace_ms else None
-        session.attach_playout(rtp.RATE, max_buffer_ms=self.config.max_buffer_ms)
         try:
             await self._open_media()
         except OSError as exc:
@@ -330,7 +336,7 @@ class SipCall(Call):
                 digit = self.dtmf.put(packet)
                 if digit is not None:
                     self.dtmf_events += 1
-                    await session.emit(ev.InputAudioBufferDtmfEventReceived(event=digit, received_at=int(time.time())))
+                    await session.dtmf(digit)
                 continue
             if packet.payload_type != self.offer.codec:
                 continue  # comfort noise (13) and anything not negotiated
