@@ -19,10 +19,10 @@ from msgspec import UNSET, structs
 
 from pipelines.base import Capabilities
 
-from ..protocol.audio import WireFormat
 from ..errors import RealtimeError, invalid_value
 from ..protocol import beta as beta_names
 from ..protocol import events as ev
+from ..protocol.audio import WireFormat
 
 OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar"})
 

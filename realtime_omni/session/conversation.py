@@ -18,13 +18,20 @@ from collections.abc import Iterator
 import numpy as np
 from msgspec import UNSET
 
-from pipelines.base import Capabilities, ContextItem, FunctionCall, FunctionResult, Message, Part
+from pipelines.base import (
+    Capabilities,
+    ContextItem,
+    FunctionCall,
+    FunctionResult,
+    Message,
+    Part,
+)
 
-from ..media.resample import resample
-from ..protocol.audio import WireFormat, wire_bytes
 from ..errors import RealtimeError, invalid_value
 from ..ids import new_id
+from ..media.resample import resample
 from ..protocol import events as ev
+from ..protocol.audio import WireFormat, wire_bytes
 
 
 class Alignment:

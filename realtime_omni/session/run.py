@@ -36,7 +36,18 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from pipelines.base import AudioChunk, Capabilities, FunctionCall, Message, OutputChunk, Part, StageTimes, TextDelta, ToolCall, Usage
+from pipelines.base import (
+    AudioChunk,
+    Capabilities,
+    FunctionCall,
+    Message,
+    OutputChunk,
+    Part,
+    StageTimes,
+    TextDelta,
+    ToolCall,
+    Usage,
+)
 
 from ..ids import new_id
 from ..media.resample import PolyphaseResampler
