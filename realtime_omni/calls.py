@@ -1,11 +1,15 @@
 """Media calls (WebRTC, SIP): a session whose audio travels as a media stream, addressed by a
 ``call_id`` the way OpenAI's calls are.
 
-A call owns its session's outbox: one pump reads the session's events and hands each to every
-*sink* listening to the call: the WebRTC ``oai-events`` data channel, and any number of WebSocket
-sidebands (``GET /v1/realtime?call_id=``) an application attaches to watch and steer the call. A
-sink that cannot keep up is detached (a sideband) or ends the call (its own data channel) instead
-of stalling the others or growing memory.
+A call's session events go out through an ``EventPump`` (pump.py) to every sink listening: the
+WebRTC ``oai-events`` data channel, and any number of WebSocket sidebands (``GET
+/v1/realtime?call_id=``) an application attaches to watch and steer the call. A sink that cannot
+keep up is detached (a sideband) or ends the call (its own data channel) instead of stalling the
+others or growing memory.
+
+Incoming audio takes one path for every media transport (``MediaInput``: resampled frame by frame
+to the pipeline's rate, pushed into the session, refusals reported as ``error`` events), and one
+watchdog (``watch_media``) hangs up a call whose media never starts or stops arriving.
 
 Transports subclass ``Call`` and implement ``_teardown`` (close the media connection) and, for
 SIP, the call-control verbs ``accept``/``reject``/``refer``.
@@ -16,55 +20,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from .errors import RealtimeError
 from .ids import new_id
-from .protocol.codec import encode_server_event
+from .media.resample import PolyphaseResampler
+from .pump import EventPump, SidebandQueue, Sink, SinkGone
 
 if TYPE_CHECKING:
     from .server import Server
     from .session import Session
 
 log = logging.getLogger(__name__)
-
-
-class Sink:
-    """One consumer of a call's events. ``send`` gets each encoded event; a sink that returns
-    False (or raises) is detached and closed."""
-
-    def __init__(self, send: Callable[[str], Awaitable[bool]], *, beta: bool = False, name: str = "sink") -> None:
-        self.send = send
-        self.beta = beta
-        self.name = name
-
-    def close(self) -> None:
-        """No more events will come."""
-
-
-class SidebandQueue(Sink):
-    """The bounded queue between a call's pump and one sideband WebSocket. Full means the socket
-    fell ``maxsize`` events behind: it is dropped rather than let the call wait on it."""
-
-    def __init__(self, maxsize: int, *, beta: bool) -> None:
-        super().__init__(self.put, beta=beta, name="sideband")
-        self.queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize)
-
-    async def put(self, data: str) -> bool:
-        try:
-            self.queue.put_nowait(data)
-        except asyncio.QueueFull:
-            return False
-        return True
-
-    def close(self) -> None:
-        while True:  # make room for the end marker: the socket is going away anyway
-            try:
-                self.queue.put_nowait(None)
-                return
-            except asyncio.QueueFull:
-                self.queue.get_nowait()
 
 
 class Call:
@@ -75,12 +44,11 @@ class Call:
         self.id = call_id or new_id("rtc")
         self.session: Session | None = session
         self.created_at = time.time()
-        self.sinks: list[Sink] = []
+        self.pump: EventPump | None = None
         self.ended = asyncio.Event()
         self.end_reason: str | None = None
         self._pump: asyncio.Task[None] | None = None
         self._hangup: asyncio.Task[None] | None = None
-        self._sink_added = asyncio.Event()
 
     # ------------------------------------------------------------------ registry
 
@@ -88,70 +56,57 @@ class Call:
         self.server.calls[self.id] = self
 
     def start_events(self, *, wait_for_sink: float | None = None) -> None:
-        """Start pumping the session's events. With ``wait_for_sink``, the first events wait (up
-        to that many seconds) for a sink to attach, so a data channel that opens a moment after
-        the answer still gets ``session.created``."""
-        self._pump = asyncio.create_task(self._run_pump(wait_for_sink), name=f"call-events:{self.id}")
+        """Start pumping the session's events (see ``EventPump.run`` for ``wait_for_sink``)."""
+        assert self.session is not None and self.pump is None
+        self.pump = EventPump(self.session, self.server.metrics)
+        self._pump = asyncio.create_task(self._run_pump(self.pump, wait_for_sink), name=f"call-events:{self.id}")
+
+    async def _run_pump(self, pump: EventPump, wait_for_sink: float | None) -> None:
+        try:
+            await pump.run(wait_for_sink=wait_for_sink)
+        except SinkGone:
+            log.warning("call %s: the data channel stopped taking events; hanging up", self.id)
+            self._hangup = asyncio.get_running_loop().create_task(self.hangup("client_gone"))
 
     def add_sink(self, sink: Sink) -> None:
-        self.sinks.append(sink)
-        self._sink_added.set()
+        assert self.pump is not None
+        self.pump.add(sink)
 
     def attach_sideband(self, *, beta: bool) -> SidebandQueue:
         if self.ended.is_set():
             raise RealtimeError(f"Call {self.id!r} has ended.", code="call_not_found", param="call_id")
-        if self.session is None:
+        if self.session is None or self.pump is None:
             raise RealtimeError(f"Call {self.id!r} is still ringing: accept it first.", code="call_not_accepted", param="call_id")
         queue = SidebandQueue(self.server.config.limits.outbox_events, beta=beta)
         self.add_sink(queue)
         return queue
 
     def detach_sideband(self, queue: SidebandQueue) -> None:
-        if queue in self.sinks:
-            self.sinks.remove(queue)
-
-    async def _run_pump(self, wait_for_sink: float | None) -> None:
-        session = self.session
-        assert session is not None
-        if wait_for_sink:
-            try:
-                await asyncio.wait_for(self._sink_added.wait(), wait_for_sink)
-            except TimeoutError:
-                pass
-        metrics = self.server.metrics
-        while (event := await session.outbox.get()) is not None:
-            encoded: dict[bool, str | None] = {}
-            for sink in list(self.sinks):
-                if sink.beta not in encoded:
-                    data = encode_server_event(event, beta_names=sink.beta)
-                    encoded[sink.beta] = data.decode() if data is not None else None
-                data = encoded[sink.beta]
-                if data is None:
-                    continue
-                try:
-                    ok = await sink.send(data)
-                except Exception:
-                    log.debug("call %s: %s failed", self.id, sink.name, exc_info=True)
-                    ok = False
-                if not ok:
-                    self._drop_sink(sink)
-            metrics.event_out(event.__struct_config__.tag)
-        for sink in self.sinks:
-            sink.close()
+        if self.pump is not None:
+            self.pump.remove(queue)
 
     async def events_sent(self, timeout: float) -> None:
         """Wait (up to ``timeout``) until the pump has handed out everything of a closed outbox."""
         if self._pump is not None:
             await asyncio.wait({self._pump}, timeout=timeout)
 
-    def _drop_sink(self, sink: Sink) -> None:
-        if sink in self.sinks:
-            self.sinks.remove(sink)
-        sink.close()
-        log.warning("call %s: its %s stopped taking events; detaching it", self.id, sink.name)
-        if sink.name == "data-channel":
-            log.warning("call %s: the data channel stopped taking events; hanging up", self.id)
-            self._hangup = asyncio.get_running_loop().create_task(self.hangup("client_gone"))
+    async def watch_media(self, media: MediaInput, *, timeout: float, reason: str, connect_timeout: float | None = None) -> None:
+        """Hang up when no audio came for ``timeout`` s (``reason``), or, with ``connect_timeout``,
+        when none came at all that long after the watch began."""
+        started = time.monotonic()
+        while not self.ended.is_set():
+            await asyncio.sleep(min(0.5, timeout / 4))
+            now = time.monotonic()
+            if not media.last_at:
+                if connect_timeout is not None and now - started > connect_timeout:
+                    reason = "connect_timeout"
+                    break
+            elif now - media.last_at > timeout:
+                break
+        else:
+            return
+        log.info("call %s: %s; hanging up", self.id, reason)
+        self._hangup = asyncio.get_running_loop().create_task(self.hangup(reason))  # (hangup cancels this task)
 
     # ------------------------------------------------------------------ control
 
@@ -175,16 +130,43 @@ class Call:
         except Exception:
             log.exception("call %s: teardown failed", self.id)
         if self.session is not None:
-            self.session.outbox.close()
             await self.server.close_session(self.session)
         if self._pump is not None:
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
-        for sink in self.sinks:
-            sink.close()
-        self.sinks.clear()
+        if self.pump is not None:
+            for sink in self.pump.sinks:
+                sink.close()
+            self.pump.sinks.clear()
         self.server.calls.pop(self.id, None)
         log.info("call %s ended (%s)", self.id, reason)
 
     async def _teardown(self) -> None:
         """Close the transport's side (peer connection, SIP dialog)."""
+
+
+class MediaInput:
+    """A call's incoming audio, the one path for every media transport: each frame, at whatever
+    rate it comes, is resampled on its own (a polyphase filter: soxr's stream would hold 20-36 ms
+    of each 20 ms frame, delaying every turn's end that much) and pushed into the session; a frame
+    the session refuses becomes an ``error`` event. ``last_at`` (when media last arrived) is what
+    ``Call.watch_media`` reads."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.frames = 0
+        self.last_at = 0.0
+        self._resample: PolyphaseResampler | None = None
+
+    def arrived(self) -> None:
+        """Media arrived (a frame, or any packet that shows the peer is there)."""
+        self.last_at = time.monotonic()
+
+    async def push(self, pcm: np.ndarray, rate: int) -> None:
+        self.frames += 1
+        if self._resample is None or self._resample.in_rate != rate:
+            self._resample = PolyphaseResampler(rate, self.session.caps.input_rate)
+        try:
+            await self.session.push_audio(self._resample(pcm))
+        except RealtimeError as err:
+            await self.session.report(err)

@@ -184,10 +184,11 @@ async def test_silent_peer_is_dropped_after_the_media_timeout(make_server):
     await client.connect()
     await client.next("session.created")
     call = srv.server.calls[client.call_id]
-    while not call.audio_frames:  # media flows first (a call that never gets any hits connect_timeout_s)
+    while not call.media.frames:  # media flows first (a call that never gets any hits connect_timeout_s)
         await asyncio.sleep(0.05)
     client.mic.stop()  # the peer connection stays up; no more RTP arrives
     await settle(srv, timeout=10)
+    assert call.ended.is_set() and call.end_reason == "media_timeout"
     await client.close()
 
 

@@ -33,13 +33,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from realtime_omni.calls import Call, Sink
+from realtime_omni.calls import Call, MediaInput
 from realtime_omni.config import WebRTCConfig
 from realtime_omni.errors import RealtimeError
 from realtime_omni.session.playout import Playout
-from realtime_omni.media.resample import PolyphaseResampler
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import decode_session
+from realtime_omni.pump import Sink
 from realtime_omni.server import Admission, Server
 from realtime_omni.session import Media, Session
 
@@ -166,8 +166,7 @@ class WebRTCCall(Call):
         self.pc = pc
         self.config = config
         self.answer = ""
-        self.last_audio_at = 0.0
-        self.audio_frames = 0
+        self.media = MediaInput(session)
         self.video_frames = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._inbound: asyncio.Queue[str | bytes] = asyncio.Queue(INBOUND_EVENTS)
@@ -196,7 +195,8 @@ class WebRTCCall(Call):
         await session.start()
         # the first events wait for the data channel the offer announces (none: nothing to wait for)
         call.start_events(wait_for_sink=config.connect_timeout_s if "m=application" in sdp else None)
-        call._spawn(call._watch(), "watch")
+        watch = call.watch_media(call.media, timeout=config.media_timeout_s, reason="media_timeout", connect_timeout=config.connect_timeout_s)
+        call._spawn(watch, "watch")
         log.info("call %s: WebRTC session %s", call.id, session.id)
         return call
 
@@ -251,7 +251,7 @@ class WebRTCCall(Call):
             except asyncio.QueueFull:
                 self._dropped += 1
 
-        self.add_sink(Sink(send, beta=self.session.beta if self.session else False, name="data-channel"))
+        self.add_sink(Sink(send, beta=self.session.beta if self.session else False, name="data-channel", essential=True))
         self._spawn(self._read_events(), "events")
 
     async def _read_events(self) -> None:
@@ -274,23 +274,13 @@ class WebRTCCall(Call):
             self._spawn(self._read_video(track), "video-in")
 
     async def _read_audio(self, track: MediaStreamTrack) -> None:
-        session = self.session
-        assert session is not None
-        # a per-frame resampler: soxr's stream would hold 20-36 ms, delaying every turn's end that much
-        resample = PolyphaseResampler(OPUS_RATE, session.caps.input_rate)
         while True:
             try:
                 frame = await track.recv()
             except MediaStreamError:
                 return
-            self.last_audio_at = time.monotonic()
-            self.audio_frames += 1
-            if frame.sample_rate != resample.in_rate:
-                resample = PolyphaseResampler(frame.sample_rate, session.caps.input_rate)
-            try:
-                await session.push_audio(resample(_mono(frame)))
-            except RealtimeError as err:
-                await session.report(err)
+            self.media.arrived()
+            await self.media.push(_mono(frame), frame.sample_rate)
 
     async def _read_video(self, track: MediaStreamTrack) -> None:
         """Every frame is taken off the track (aiortc queues them unbounded otherwise); one per
@@ -324,18 +314,6 @@ class WebRTCCall(Call):
     def _on_state(self) -> None:
         if self.pc.connectionState in ("failed", "closed"):
             self._spawn(self.hangup(f"peer_{self.pc.connectionState}"), "hangup")
-
-    async def _watch(self) -> None:
-        """Drop a call whose media never starts or stops arriving."""
-        started = time.monotonic()
-        while not self.ended.is_set():
-            await asyncio.sleep(0.5)
-            now = time.monotonic()
-            if not self.last_audio_at:
-                if now - started > self.config.connect_timeout_s:
-                    await self.hangup("connect_timeout")
-            elif now - self.last_audio_at > self.config.media_timeout_s:
-                await self.hangup("media_timeout")
 
     async def _teardown(self) -> None:
         current = asyncio.current_task()

@@ -3,8 +3,8 @@
 One connection is one session. Auth is ``Authorization: Bearer <key>`` or, for browsers, the
 ``openai-insecure-api-key.<key>`` subprotocol; ``OpenAI-Beta: realtime=v1`` (or the
 ``openai-beta.realtime-v1`` subprotocol) selects beta event names. A reader task hands each
-message to the session; a writer task sends the session's outbox, and drops a client that does
-not take an event within the send timeout.
+message to the session; a writer task pumps the session's outbox to the socket (pump.py), and
+drops a client that does not take an event within the send timeout.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from realtime_omni.errors import RealtimeError
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import encode_server_event
+from realtime_omni.pump import EventPump, Sink
 from realtime_omni.server import Server
 from realtime_omni.session import Session
 
@@ -109,13 +110,6 @@ async def _sideband(ws: WebSocket, server: Server, call_id: str, beta: bool, sub
     assert session is not None
     await ws.accept(subprotocol)
 
-    async def read() -> None:
-        while True:
-            message = await ws.receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            await session.handle(message.get("text") or message.get("bytes") or b"")
-
     async def write() -> None:
         timeout = server.config.limits.send_timeout_s
         while (data := await queue.queue.get()) is not None:
@@ -124,7 +118,7 @@ async def _sideband(ws: WebSocket, server: Server, call_id: str, beta: bool, sub
         with contextlib.suppress(Exception):
             await ws.close(CLOSE_GOING_AWAY, "call ended")
 
-    tasks = [asyncio.create_task(read(), name=f"sideband-read:{call_id}"), asyncio.create_task(write(), name=f"sideband-write:{call_id}")]
+    tasks = [asyncio.create_task(_read(ws, session), name=f"sideband-read:{call_id}"), asyncio.create_task(write(), name=f"sideband-write:{call_id}")]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -169,18 +163,18 @@ async def _read(ws: WebSocket, session: Session) -> None:
 
 async def _write(ws: WebSocket, server: Server, session: Session) -> None:
     timeout = server.config.limits.send_timeout_s
-    metrics = server.metrics
-    beta = session.beta
-    while (event := await session.outbox.get()) is not None:
-        data = encode_server_event(event, beta_names=beta)
-        if data is None:
-            continue
+
+    async def send(data: str) -> bool:
         try:
             async with asyncio.timeout(timeout):
-                await ws.send_text(data.decode())
+                await ws.send_text(data)
         except TimeoutError:
             log.warning("session %s: client took no event for %.0f s; dropping it", session.id, timeout)
-            raise
-        except (WebSocketDisconnect, RuntimeError, OSError) as exc:
-            raise ConnectionError("client gone") from exc
-        metrics.event_out(event.__struct_config__.tag)
+            return False
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            return False  # the client is gone
+        return True
+
+    pump = EventPump(session, server.metrics)
+    pump.add(Sink(send, beta=session.beta, name="websocket", essential=True))
+    await pump.run()
