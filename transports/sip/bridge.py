@@ -1,7 +1,9 @@
 """The SIP user agent server: phone calls over a SIP trunk land on the session engine.
 
-One UDP socket takes every SIP message. This module is the signalling: server transactions with
-RFC 3261's retransmission rules over UDP, dialogs, and what each method means here:
+One UDP socket takes every SIP message. This module is the I/O and the dispatch: it parses what
+arrives, runs each request through its server transaction (``transaction``: the RFC 3261 state
+machines, which own no socket or timer; here each gets one event-loop timer at its ``deadline``),
+finds the dialog an in-dialog request belongs to (``dialog``), and says what each method means:
 
 * INVITE (new): 100 Trying; a call (``SipCall``) is created and either accepted at once with the
   configured default session, or, with a webhook, announced as ``realtime.call.incoming`` and left
@@ -11,13 +13,15 @@ RFC 3261's retransmission rules over UDP, dialogs, and what each method means he
 * ACK ends the final response's retransmissions; CANCEL ends a call still ringing (487); BYE ends
   a call (200); OPTIONS and REGISTER get 200 (trunks probe with OPTIONS, softphones register
   first); NOTIFY in a call we REFERred is taken; anything else is 405, and requests for dialogs
-  that do not exist get 481.
+  that do not exist get 481. Max-Forwards 0 is 483, a Require we do not know 420, a message we
+  cannot parse 400 (505 for another SIP version) when it says where an answer would go.
 
-Transactions (RFC 3261 17.2): a retransmitted request is answered with the response already sent
-(never handled twice). A final INVITE response is resent at T1, 2·T1, ... up to T2 until the ACK
-comes, and given up after 64·T1 (for a 2xx the call is then hung up: the caller never confirmed
-it). Finished transactions are remembered for 64·T1 to absorb late retransmissions, in a table
-with a fixed size. Our own requests (BYE, REFER) are resent the same way until answered.
+A 2xx to an INVITE that is never ACKed within 64·T1 hangs the call up: the caller never confirmed
+it. Finished transactions are remembered until their last timer (64·T1 at most) to absorb late
+retransmissions, in a table with a fixed size. Our own requests (BYE, REFER) are client
+transactions, resent until answered.
+
+It also owns the one 20 ms clock that paces every answered call's outgoing RTP (``_run_clock``).
 """
 
 from __future__ import annotations
@@ -25,9 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from realtime_omni.config import SipConfig
@@ -35,12 +37,13 @@ from realtime_omni.media.clock import Ticker
 
 from . import message as sipmsg
 from . import rtp
-from .message import Message, param, response, uri_of
+from .call import SipCall
+from .dialog import Dialog
+from .message import Addr, Message, param, response
+from .transaction import T2, T4, Answered, ClientTransaction, Output, Send, ServerTransaction, TimedOut, transaction_key
 
 if TYPE_CHECKING:
     from realtime_omni.server import Server
-
-    from .call import SipCall
 
 log = logging.getLogger(__name__)
 
@@ -48,35 +51,7 @@ ALLOW = "INVITE, ACK, CANCEL, BYE, OPTIONS, REGISTER, NOTIFY, REFER"
 MAX_TRANSACTIONS = 4096  # remembered server transactions (64·T1 each): a bound whatever the peers send
 MAX_CLIENT_TRANSACTIONS = 1024
 
-Addr = tuple[str, int]
-
-
-@dataclass
-class ServerTransaction:
-    key: tuple[str, ...]
-    addr: Addr
-    invite: bool
-    last: bytes | None = None  # the last response sent: resent on a retransmitted request
-    final: int = 0
-    acked: asyncio.Event = field(default_factory=asyncio.Event)
-    expires: float = 0.0
-    call: SipCall | None = None
-
-
-@dataclass
-class Dialog:
-    """Our side of a call's dialog (RFC 3261 12): what in-dialog requests we send must carry."""
-
-    call_id: str
-    local_tag: str
-    remote_tag: str
-    local_uri: str  # the To of the INVITE: becomes our From
-    remote_uri: str  # the From of the INVITE: becomes our To
-    remote_target: str  # the caller's Contact: the Request-URI of our requests
-    route: list[str]
-    addr: Addr  # where the caller's signalling comes from
-    local_cseq: int = 1
-    confirmed: bool = False  # ACK received
+Transaction = ServerTransaction | ClientTransaction
 
 
 class SipBridge(asyncio.DatagramProtocol):
@@ -84,16 +59,17 @@ class SipBridge(asyncio.DatagramProtocol):
         self.server = server
         self.config = config
         self.t1 = config.t1_ms / 1000
-        self.t2 = 4.0
+        self.t2 = T2
+        self.t4 = T4
         self.transport: asyncio.DatagramTransport | None = None
         self.address: Addr = (config.host, config.port or 0)
         self.transactions: OrderedDict[tuple[str, ...], ServerTransaction] = OrderedDict()
-        self.client: dict[str, asyncio.Future[Message]] = {}
+        self.client: dict[str, tuple[ClientTransaction, asyncio.Future[Message | None]]] = {}  # by branch
         self.calls: dict[str, SipCall] = {}  # by SIP Call-ID
         self.streaming: set[SipCall] = set()  # answered calls: one packet each per clock tick
         self.clock = Ticker(rtp.FRAME_SAMPLES / rtp.RATE)
+        self._timers: dict[Transaction, asyncio.TimerHandle] = {}  # one per transaction with a deadline
         self._tasks: set[asyncio.Task[object]] = set()
-        self._sweeper: asyncio.Task[None] | None = None
         self._clock: asyncio.Task[None] | None = None
         self.stats = {"received": 0, "malformed": 0, "retransmissions": 0, "responses_sent": 0}
 
@@ -104,17 +80,19 @@ class SipBridge(asyncio.DatagramProtocol):
         transport, _ = await loop.create_datagram_endpoint(lambda: self, local_addr=(self.config.host, self.config.port or 0))
         self.transport = transport  # type: ignore[assignment]
         self.address = transport.get_extra_info("sockname")[:2]
-        self._sweeper = asyncio.create_task(self._sweep(), name="sip-sweep")
         self._clock = asyncio.create_task(self._run_clock(), name="sip-rtp-clock")
         log.info("SIP bridge listening on udp %s:%d", *self.address)
 
     async def stop(self) -> None:
         for call in list(self.calls.values()):
             await call.hangup("server_shutting_down")
-        for task in [*self._tasks, self._sweeper, self._clock]:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        for task in [*self._tasks, self._clock]:
             if task is not None:
                 task.cancel()
-        await asyncio.gather(*self._tasks, *(t for t in [self._sweeper, self._clock] if t), return_exceptions=True)
+        await asyncio.gather(*self._tasks, *(t for t in [self._clock] if t), return_exceptions=True)
         if self.transport is not None:
             self.transport.close()
 
@@ -194,45 +172,55 @@ class SipBridge(asyncio.DatagramProtocol):
         except Exception:
             log.debug("could not answer a malformed message", exc_info=True)
 
+
+    # ------------------------------------------------------------------ transaction timers
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
+
+    def _apply(self, tx: Transaction, outputs: list[Output], addr: Addr, *, timer: bool = False) -> None:
+        """Carry out what a transaction asked for, then set its timer to its new deadline."""
+        for out in outputs:
+            if isinstance(out, Send):
+                if timer:
+                    self.stats["retransmissions"] += 1
+                self.send(out.data, addr)
+            elif isinstance(out, Answered):
+                self._settle(tx, out.response)
+            elif isinstance(out, TimedOut):
+                self._timed_out(tx, out.status)
+        old = self._timers.get(tx)
+        if old is not None and old.when() == tx.deadline:
+            return
+        if old is not None:
+            del self._timers[tx]
+            old.cancel()
+        if tx.deadline is not None:
+            self._timers[tx] = asyncio.get_running_loop().call_at(tx.deadline, self._fire, tx)
+        elif tx.terminated and isinstance(tx, ServerTransaction) and self.transactions.get(tx.key) is tx:
+            del self.transactions[tx.key]
+
+    def _fire(self, tx: Transaction) -> None:
+        self._timers.pop(tx, None)
+        self._apply(tx, tx.on_timer(self._now()), tx.addr, timer=True)
+
+    def _timed_out(self, tx: Transaction, status: int) -> None:
+        if isinstance(tx, ClientTransaction):
+            self._settle(tx, None)
+        elif 200 <= status < 300 and tx.call is not None:
+            log.warning("call %s: no ACK for the 200 OK; hanging up", tx.call.id)
+            self.spawn(tx.call.hangup("no_ack"), "sip-no-ack")
+
     # ------------------------------------------------------------------ server transactions
 
-    def _key(self, msg: Message) -> tuple[str, ...]:
-        method = "INVITE" if msg.method == "ACK" else msg.method or ""
-        branch = msg.branch
-        if branch and branch.startswith("z9hG4bK"):
-            return (branch, (msg.get("Via") or "").split(";")[0].strip(), method)
-        # RFC 2543 peers: no magic cookie; match on the dialog and CSeq instead
-        return (msg.call_id, param(msg.get("From") or "", "tag") or "", str(msg.cseq[0]), method)
-
     def respond(self, tx: ServerTransaction, msg: Message) -> None:
-        data = msg.encode()
-        tx.last = data
         self.stats["responses_sent"] += 1
-        self.send(data, tx.addr)
-        if msg.status >= 200 and not tx.final:
-            tx.final = msg.status
-            tx.expires = time.monotonic() + 64 * self.t1
-            if tx.invite:
-                self.spawn(self._retransmit_final(tx), "sip-retransmit")
+        self._apply(tx, tx.respond(msg, self._now()), tx.addr)
 
-    async def _retransmit_final(self, tx: ServerTransaction) -> None:
-        """Timer G (and the UAS core's 2xx retransmission): resend until the ACK; Timer H: give up."""
-        interval, deadline = self.t1, time.monotonic() + 64 * self.t1
-        while not tx.acked.is_set():
-            try:
-                await asyncio.wait_for(tx.acked.wait(), interval)
-                return
-            except TimeoutError:
-                pass
-            if time.monotonic() >= deadline:
-                if 200 <= tx.final < 300 and tx.call is not None:
-                    log.warning("call %s: no ACK for the 200 OK; hanging up", tx.call.id)
-                    await tx.call.hangup("no_ack")
-                return
-            if tx.last is not None:
-                self.stats["retransmissions"] += 1
-                self.send(tx.last, tx.addr)
-            interval = min(interval * 2, self.t2)
+    def acknowledged(self, tx: ServerTransaction) -> None:
+        """The ACK for ``tx``'s final response came (for a 2xx, in the call's dialog)."""
+        self._apply(tx, tx.on_ack(self._now()), tx.addr)
 
     async def _run_clock(self) -> None:
         """The one 20 ms clock of every call's outgoing RTP. One timer for all calls instead of one
@@ -244,28 +232,20 @@ class SipBridge(asyncio.DatagramProtocol):
             for call in list(self.streaming):
                 call.tick()
 
-    async def _sweep(self) -> None:
-        while True:
-            await asyncio.sleep(1.0)
-            now = time.monotonic()
-            for key in [k for k, tx in self.transactions.items() if tx.expires and tx.expires < now]:
-                del self.transactions[key]
-
     def _on_request(self, msg: Message, addr: Addr) -> None:
         if msg.method == "ACK":
             self._on_ack(msg)
             return
-        key = self._key(msg)
+        key = transaction_key(msg)
         tx = self.transactions.get(key)
         if tx is not None:  # a retransmission: answer as before, do nothing twice
             self.stats["retransmissions"] += 1
-            if tx.last is not None:
-                self.send(tx.last, addr)
+            self._apply(tx, tx.on_request(self._now()), addr)
             return
-        tx = ServerTransaction(key, addr, invite=msg.method == "INVITE")
+        tx = ServerTransaction(key, addr, msg.method or "", t1=self.t1, t2=self.t2, t4=self.t4)
         self.transactions[key] = tx
         while len(self.transactions) > MAX_TRANSACTIONS:
-            self.transactions.popitem(last=False)
+            self.transactions.popitem(last=False)  # its timers run on: a 2xx still wants its ACK
         max_forwards = msg.get("Max-Forwards")
         if max_forwards is not None and max_forwards.strip() == "0":
             self.respond(tx, response(msg, 483))
@@ -290,18 +270,14 @@ class SipBridge(asyncio.DatagramProtocol):
     def _dialog_call(self, msg: Message) -> SipCall | None:
         """The call an in-dialog request belongs to: Call-ID and both tags must match."""
         call = self.calls.get(msg.call_id)
-        if call is None or call.dialog is None:
-            return None
-        d = call.dialog
-        if param(msg.get("To") or "", "tag") != d.local_tag or param(msg.get("From") or "", "tag") != d.remote_tag:
+        if call is None or call.dialog is None or not call.dialog.matches(msg):
             return None
         return call
 
     def _on_ack(self, msg: Message) -> None:
-        tx = self.transactions.get(self._key(msg))
-        if tx is not None and tx.invite:  # ACK for a non-2xx final response (same transaction)
-            tx.acked.set()
-            tx.expires = time.monotonic() + 5.0  # Timer I (T4): absorb ACK retransmissions
+        tx = self.transactions.get(transaction_key(msg))
+        if tx is not None and tx.invite and not 200 <= tx.final < 300:  # ACK for a non-2xx final response (same transaction)
+            self.acknowledged(tx)
             return
         call = self._dialog_call(msg)  # ACK for a 2xx: a transaction of its own, in the dialog
         if call is not None:
@@ -319,12 +295,10 @@ class SipBridge(asyncio.DatagramProtocol):
         if msg.call_id in self.calls:  # same Call-ID, new branch, no To tag: a forked or looped copy
             self.respond(tx, response(msg, 482, reason="Loop Detected"))
             return
-        from .call import SipCall
-
         SipCall.incoming(self, msg, tx)
 
     def _on_cancel(self, msg: Message, tx: ServerTransaction) -> None:
-        invite = self.transactions.get(self._key(Message(method="INVITE", headers=msg.headers)))
+        invite = self.transactions.get(transaction_key(Message(method="INVITE", headers=msg.headers)))
         if invite is None or invite.call is None:
             self.respond(tx, response(msg, 481))
             return
@@ -363,63 +337,36 @@ class SipBridge(asyncio.DatagramProtocol):
     # ------------------------------------------------------------------ our requests
 
     def request(self, dialog: Dialog, method: str, extra: list[tuple[str, str]] | None = None, body: bytes = b"") -> Message:
-        dialog.local_cseq += 1
-        branch = "z9hG4bK" + sipmsg.token(16)
-        host, port = self.advertised(dialog.addr), self.address[1]
-        headers = [
-            ("Via", f"SIP/2.0/UDP {host}:{port};branch={branch};rport"),
-            ("Max-Forwards", "70"),
-            ("From", f"<{dialog.local_uri}>;tag={dialog.local_tag}"),
-            ("To", f"<{dialog.remote_uri}>;tag={dialog.remote_tag}"),
-            ("Call-ID", dialog.call_id),
-            ("CSeq", f"{dialog.local_cseq} {method}"),
-            *[("Route", r) for r in dialog.route],
-            ("Contact", f"<sip:realtime-omni@{host}:{port}>"),
-            ("User-Agent", "realtime-omni"),
-            *(extra or []),
-        ]
-        return Message(method=method, uri=dialog.remote_target, headers=headers, body=body)
+        return dialog.request(method, self.advertised(dialog.addr), self.address[1], extra, body)
 
     async def transact(self, msg: Message, addr: Addr) -> Message | None:
-        """Send a request and wait for its final response (Timer E: resend at T1 doubling to T2;
-        Timer F: give up after 64·T1). None when nothing final came back."""
-        branch = msg.branch or ""
+        """Send a request and wait for its final response (a client transaction: resent at T1
+        doubling to T2, given up after 64·T1). None when nothing final came back."""
         if len(self.client) >= MAX_CLIENT_TRANSACTIONS:
             return None
-        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self.client[branch] = future
-        data = msg.encode()
-        interval, deadline = self.t1, time.monotonic() + 64 * self.t1
+        tx = ClientTransaction(msg, addr, t1=self.t1, t2=self.t2, t4=self.t4)
+        future: asyncio.Future[Message | None] = asyncio.get_running_loop().create_future()
+        self.client[tx.branch] = (tx, future)
         try:
-            while True:
-                self.send(data, addr)
-                try:
-                    return await asyncio.wait_for(asyncio.shield(future), min(interval, max(0.0, deadline - time.monotonic())))
-                except TimeoutError:
-                    if time.monotonic() >= deadline:
-                        return None
-                interval = min(interval * 2, self.t2)
+            self._apply(tx, tx.start(self._now()), addr)
+            return await future
         finally:
-            self.client.pop(branch, None)
+            # a response retransmitted after this is dropped unmatched: the same as Timer K absorbing it
+            self.client.pop(tx.branch, None)
+            timer = self._timers.pop(tx, None)
+            if timer is not None:
+                timer.cancel()
+
+    def _settle(self, tx: Transaction, reply: Message | None) -> None:
+        entry = self.client.get(tx.branch) if isinstance(tx, ClientTransaction) else None
+        if entry is not None and entry[0] is tx and not entry[1].done():
+            entry[1].set_result(reply)
 
     def _on_response(self, msg: Message) -> None:
-        future = self.client.get(msg.branch or "")
-        if future is not None and not future.done() and msg.status >= 200:
-            future.set_result(msg)
-
-
-def dialog_for(msg: Message, local_tag: str, addr: Addr) -> Dialog:
-    contact = msg.get("Contact")
-    return Dialog(
-        call_id=msg.call_id,
-        local_tag=local_tag,
-        remote_tag=param(msg.get("From") or "", "tag") or "",
-        local_uri=uri_of(msg.get("To") or ""),
-        remote_uri=uri_of(msg.get("From") or ""),
-        remote_target=uri_of(contact) if contact else uri_of(msg.get("From") or ""),
-        route=msg.get_all("Record-Route"),
-        addr=addr,
-    )
+        entry = self.client.get(msg.branch or "")
+        if entry is not None:
+            tx = entry[0]
+            self._apply(tx, tx.on_response(msg, self._now()), tx.addr)
 
 
 async def start_bridge(server: Server) -> SipBridge | None:

@@ -23,7 +23,8 @@ import random
 import socket
 import time
 import urllib.request
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -37,10 +38,13 @@ from realtime_omni.session import Media
 
 from . import message as sipmsg
 from . import rtp, sdp
-from .bridge import Addr, Dialog, ServerTransaction, SipBridge, dialog_for
-from .message import Message, response
+from .dialog import Dialog, dialog_for
+from .message import Addr, Message, response
+from .transaction import ServerTransaction
 
 if TYPE_CHECKING:
+    from realtime_omni.config import SipConfig
+    from realtime_omni.server import Server
     from realtime_omni.session import Session
 
 log = logging.getLogger(__name__)
@@ -48,6 +52,24 @@ log = logging.getLogger(__name__)
 SILENCE = np.zeros(rtp.FRAME_SAMPLES, np.int16)
 INBOUND_PACKETS = 100  # 2 s of 20 ms packets between the socket and the decoder; more is dropped
 SIP_HEADERS_IN_WEBHOOK = ("From", "To", "Call-ID", "Contact", "User-Agent", "P-Asserted-Identity", "Diversion", "Subject")
+
+
+class SipBridge(Protocol):
+    """What a call asks of the bridge that carries its signalling (``bridge.SipBridge``), which
+    imports this module: a call never imports the bridge."""
+
+    server: Server
+    config: SipConfig
+    address: Addr
+    calls: dict[str, SipCall]  # by SIP Call-ID
+    streaming: set[SipCall]  # answered calls, paced by the bridge's 20 ms clock
+
+    def advertised(self, peer: Addr) -> str: ...
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]: ...
+    def respond(self, tx: ServerTransaction, msg: Message) -> None: ...
+    def acknowledged(self, tx: ServerTransaction) -> None: ...
+    def request(self, dialog: Dialog, method: str, extra: list[tuple[str, str]] | None = None, body: bytes = b"") -> Message: ...
+    async def transact(self, msg: Message, addr: Addr) -> Message | None: ...
 
 
 class RtpEndpoint(asyncio.DatagramProtocol):
@@ -284,7 +306,7 @@ class SipCall(Call):
 
     def on_ack(self, msg: Message) -> None:
         self.dialog.confirmed = True
-        self.tx.acked.set()
+        self.bridge.acknowledged(self.tx)
 
     def on_reinvite(self, msg: Message, tx: ServerTransaction) -> None:
         """A re-INVITE (hold, media move, session refresh): take the new address, keep our answer."""

@@ -7,6 +7,8 @@ import random
 import string
 from dataclasses import dataclass, field
 
+Addr = tuple[str, int]  # a UDP peer: where a message came from or goes to
+
 MAX_MESSAGE = 65535
 # RFC 3261 7.3.3 compact forms
 COMPACT = {"v": "via", "f": "from", "t": "to", "i": "call-id", "m": "contact", "l": "content-length", "c": "content-type", "k": "supported", "s": "subject", "r": "refer-to", "b": "referred-by"}

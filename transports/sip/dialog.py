@@ -1,0 +1,72 @@
+"""SIP dialogs (RFC 3261 12): our side of a call's dialog, and the requests we send in it.
+
+A dialog is made from the INVITE that opened the call (12.1.1): its Call-ID, the caller's tag and
+ours, the URIs the two ends go by, the caller's Contact (the target of our requests) and the
+Record-Route set. In-dialog requests from the caller must match Call-ID and both tags (12.2.2);
+ours carry the next local CSeq, the route set and a fresh branch (12.2.1.1). No I/O here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .message import Addr, Message, param, token, uri_of
+
+USER_AGENT = "realtime-omni"
+
+
+@dataclass
+class Dialog:
+    """Our side of a call's dialog (RFC 3261 12): what in-dialog requests we send must carry."""
+
+    call_id: str
+    local_tag: str
+    remote_tag: str
+    local_uri: str  # the To of the INVITE: becomes our From
+    remote_uri: str  # the From of the INVITE: becomes our To
+    remote_target: str  # the caller's Contact: the Request-URI of our requests
+    route: list[str]
+    addr: Addr  # where the caller's signalling comes from
+    local_cseq: int = 1
+    confirmed: bool = False  # ACK received
+
+    def matches(self, msg: Message) -> bool:
+        """Whether the caller's in-dialog request ``msg`` belongs to this dialog (12.2.2)."""
+        return (
+            msg.call_id == self.call_id
+            and param(msg.get("To") or "", "tag") == self.local_tag
+            and param(msg.get("From") or "", "tag") == self.remote_tag
+        )
+
+    def request(self, method: str, host: str, port: int, extra: list[tuple[str, str]] | None = None, body: bytes = b"") -> Message:
+        """Our next request in this dialog; ``host:port`` is where we take its responses."""
+        self.local_cseq += 1
+        branch = "z9hG4bK" + token(16)
+        headers = [
+            ("Via", f"SIP/2.0/UDP {host}:{port};branch={branch};rport"),
+            ("Max-Forwards", "70"),
+            ("From", f"<{self.local_uri}>;tag={self.local_tag}"),
+            ("To", f"<{self.remote_uri}>;tag={self.remote_tag}"),
+            ("Call-ID", self.call_id),
+            ("CSeq", f"{self.local_cseq} {method}"),
+            *[("Route", r) for r in self.route],
+            ("Contact", f"<sip:{USER_AGENT}@{host}:{port}>"),
+            ("User-Agent", USER_AGENT),
+            *(extra or []),
+        ]
+        return Message(method=method, uri=self.remote_target, headers=headers, body=body)
+
+
+def dialog_for(msg: Message, local_tag: str, addr: Addr) -> Dialog:
+    """The dialog a dialog-creating INVITE ``msg`` from ``addr`` opens, with our tag ``local_tag``."""
+    contact = msg.get("Contact")
+    return Dialog(
+        call_id=msg.call_id,
+        local_tag=local_tag,
+        remote_tag=param(msg.get("From") or "", "tag") or "",
+        local_uri=uri_of(msg.get("To") or ""),
+        remote_uri=uri_of(msg.get("From") or ""),
+        remote_target=uri_of(contact) if contact else uri_of(msg.get("From") or ""),
+        route=msg.get_all("Record-Route"),
+        addr=addr,
+    )
