@@ -50,7 +50,15 @@ def utterance(text: str, lead_ms: int = 1000, tail_ms: int = 1500, rate: int = 2
     return np.concatenate([silence(lead_ms, rate), espeak(text, rate), silence(tail_ms, rate)])
 
 
+def speech_bounds(pcm: np.ndarray) -> tuple[int, int] | None:
+    """Indices of the first and last non-silent sample; None when all of it is silence."""
+    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > 64)
+    return (int(loud[0]), int(loud[-1])) if len(loud) else None
+
+
 def speech_bounds_ms(pcm: np.ndarray, rate: int = 24000) -> tuple[int, int]:
     """First and last non-silent sample, in ms."""
-    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > 64)
-    return int(loud[0] * 1000 // rate), int(loud[-1] * 1000 // rate)
+    bounds = speech_bounds(pcm)
+    if bounds is None:
+        raise ValueError("no speech in the audio")
+    return bounds[0] * 1000 // rate, bounds[1] * 1000 // rate

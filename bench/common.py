@@ -1,4 +1,4 @@
-"""Shared by the benchmarks: a server in its own process, percentiles, result files."""
+"""Shared by the benchmarks: a server in its own process, the machine they ran on, result files."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 RESULTS = Path(__file__).parent / "results"
@@ -74,15 +73,6 @@ def server_process(config: dict[str, Any], startup_s: float = 600.0) -> Iterator
             proc.kill()
         log.close()
         os.unlink(path)
-
-
-def dist(values: list[float], digits: int = 3) -> dict[str, float]:
-    """mean / p50 / p90 / p99 / max of a sample (ms in, ms out)."""
-    if not values:
-        return {"n": 0}
-    a = np.asarray(values, dtype=float)
-    stats = {"mean": a.mean(), "p50": np.percentile(a, 50), "p90": np.percentile(a, 90), "p99": np.percentile(a, 99), "max": a.max()}
-    return {"n": int(a.size), **{k: round(float(v), digits) for k, v in stats.items()}}
 
 
 def machine() -> dict[str, Any]:

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import dataset, replay, report
+from bench import dataset, metrics, replay, report
+from bench.client import Options
 from bench.common import server_process
 from realtime_omni import config
 
@@ -50,9 +51,9 @@ def main() -> None:
     for level in args.levels:
         conversations = dataset.load("builtin", level, args.barge_in_every)
         with server_process(server_config(args.config), startup_s=900) as url:
-            options = replay.Options(url=url, turns=args.turns)
+            options = Options(url=url, turns=args.turns)
             result = asyncio.run(replay.replay(conversations, options, concurrency=level))
-        summary = report.summarize(result, {"url": args.config, "conversations": level, "load": f"concurrency {level}", "concurrency": level})
+        summary = metrics.summarize(result, {"url": args.config, "conversations": level, "load": f"concurrency {level}", "concurrency": level})
         report.write(root / f"c{level}", result, summary)
         rows.append((level, summary))
         print(report.table(summary), flush=True)

@@ -1,5 +1,6 @@
 """What a replay writes: ``summary.json``, ``turns.jsonl``, a table in the style of ``vllm bench
-serve``, PNG plots (latency CDFs; the timeline of one conversation), and side-by-side comparisons."""
+serve``, PNG plots (latency CDFs; the timeline of one conversation), and side-by-side comparisons.
+The figures themselves come from ``bench/metrics.py``."""
 
 from __future__ import annotations
 
@@ -9,43 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from . import common
-from .replay import _words, wer
-
-DISTRIBUTIONS = [
-    ("voice_to_voice_ms", "Voice to voice", "ms"),
-    ("ttft_ms", "Time to first text", "ms"),
-    ("audio_ttfp_ms", "Time to first audio packet", "ms"),
-    ("audio_rtf", "Audio real-time factor", ""),
-    ("barge_in_ms", "Barge-in", "ms"),
-    ("input_wer", "Input transcript WER", ""),
-]
-
-
-def dist(values: list[float]) -> dict[str, float] | None:
-    return common.dist(values, digits=4) if values else None
-
-
-def summarize(result: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
-    turns = result["turns"]
-    summary: dict[str, Any] = {**meta, "turns": len(turns), "wall_s": result["wall_s"]}
-    summary["completed"] = sum(1 for t in turns if t["status"] == "completed")
-    summary["cancelled"] = sum(1 for t in turns if t["status"] == "cancelled")
-    for key, _, _ in DISTRIBUTIONS:
-        summary[key] = dist([t[key] for t in turns if t[key] is not None])
-    gaps = [t["gaps_over_100ms"] for t in turns if t["status"] == "completed"]
-    summary["gaps_over_100ms"] = {"total": int(sum(gaps)), "turns_with_gaps": sum(1 for g in gaps if g), **(dist(gaps) or {})}
-    heard = [t for t in turns if t["heard"] is not None and t["text"]]
-    if heard:  # corpus-level WER as well as per turn
-        words = sum(len(_words(t["text"])) for t in heard)
-        summary["input_wer_overall"] = round(sum(wer(t["text"], t["heard"]) * len(_words(t["text"])) for t in heard) / max(1, words), 4)
-    errors = [e for t in turns for e in t["errors"]] + result["connection_errors"]
-    summary["errors"] = len(errors)
-    summary["error_messages"] = sorted(set(errors))[:20]
-    stages = sorted({s for t in turns for s in t["server_timings_ms"]})
-    summary["server_timings_ms"] = {s: dist([t["server_timings_ms"][s] for t in turns if s in t["server_timings_ms"]]) for s in stages}
-    summary["harness_mic_lag_ms"] = result.get("mic_lag_ms", {})
-    return summary
+from .metrics import DISTRIBUTIONS, playback_schedule
 
 
 def table(summary: dict[str, Any]) -> str:
@@ -134,11 +99,8 @@ def plots(out: Path, turns: list[dict[str, Any]]) -> list[Path]:
                 for j, (stage, ms) in enumerate(sorted(t["server_timings_ms"].items(), key=lambda kv: kv[1])):
                     x = base + ms / 1000
                     ax.plot([x], [y - 0.05], marker="|", ms=12, color=f"C{3 + j % 6}", label=stage if i == 0 else None)
-            end = 0.0
-            for arrival, seconds in t["playback"]:
-                start = max(end, arrival)
-                ax.barh(y - 0.2, seconds, left=start, height=0.3, color="tab:green", label="answer playing" if i == 0 and end == 0 else None)
-                end = start + seconds
+            for j, (start, seconds) in enumerate(playback_schedule(t["playback"])):
+                ax.barh(y - 0.2, seconds, left=start, height=0.3, color="tab:green", label="answer playing" if i == 0 and j == 0 else None)
         ax.set_yticks(range(len(first)))
         ax.set_yticklabels([f"turn {t['turn']}" + (" (barge-in)" if t["barge_in"] else "") for t in reversed(first)])
         ax.set_xlabel("seconds from the start of the conversation")

@@ -26,6 +26,8 @@ from openai import AsyncOpenAI
 from realtime_omni.media.resample import Resampler, resample
 from transports.webrtc import use_host_addresses
 
+from .microphone import FrameQueue
+
 RATE = 48000
 FRAME = RATE // 50
 MAX_FRAMES_KEPT = 50 * 600  # ten minutes of received audio
@@ -36,14 +38,14 @@ class Microphone(MediaStreamTrack):
 
     def __init__(self) -> None:
         super().__init__()
-        self._queue: list[np.ndarray] = []
+        self._frames = FrameQueue()
         self._pts = 0
         self._next: float | None = None
         self.spoken_until = 0.0  # monotonic time the last queued speech ends
 
     def say(self, pcm: np.ndarray, rate: int) -> None:
         audio = resample(pcm, rate, RATE)
-        self._queue.append(audio)
+        self._frames.push(audio)
         self.spoken_until = max(time.monotonic(), self.spoken_until) + len(audio) / RATE
 
     async def recv(self) -> av.AudioFrame:
@@ -53,18 +55,7 @@ class Microphone(MediaStreamTrack):
         self._next = now if self._next is None else self._next + FRAME / RATE
         if self._next > now:
             await asyncio.sleep(self._next - now)
-        frame_pcm = np.zeros(FRAME, np.int16)
-        filled = 0
-        while filled < FRAME and self._queue:
-            head = self._queue[0]
-            take = min(FRAME - filled, len(head))
-            frame_pcm[filled : filled + take] = head[:take]
-            filled += take
-            if take == len(head):
-                self._queue.pop(0)
-            else:
-                self._queue[0] = head[take:]
-        frame = av.AudioFrame.from_ndarray(frame_pcm.reshape(1, -1), format="s16", layout="mono")
+        frame = av.AudioFrame.from_ndarray(self._frames.take(FRAME).reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate = RATE
         frame.pts = self._pts
         frame.time_base = fractions.Fraction(1, RATE)

@@ -24,8 +24,10 @@ import numpy as np
 
 from bench import replay
 from bench.audio import espeak, speech_bounds_ms
-from bench.common import dist, free_port, machine, save, server_process
+from bench.client import Options
+from bench.common import free_port, machine, save, server_process
 from bench.dataset import RATE, Conversation, Turn
+from bench.metrics import dist
 from bench.sip_caller import FRAME, Media, Phone, pcm
 from realtime_omni import config as config_file
 from realtime_omni.media.g711 import pcm_to_ulaw, ulaw_to_pcm
@@ -91,7 +93,7 @@ def telephone(pcm: np.ndarray) -> np.ndarray:
 
 def over_websocket(url: str, questions: list[str]) -> list[float | None]:
     conversation = Conversation("sip-compare", [Turn(q, telephone(espeak(q, RATE))) for q in questions])
-    run = asyncio.run(replay.replay([conversation], replay.Options(url=url)))
+    run = asyncio.run(replay.replay([conversation], Options(url=url)))
     return [t["voice_to_voice_ms"] for t in run["turns"]]
 
 

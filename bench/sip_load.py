@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from bench.audio import espeak
-from bench.common import dist, free_port, machine, save, server_process
+from bench.common import free_port, machine, save, server_process
+from bench.metrics import dist
 from bench.sip_caller import Media, Phone, pcm
 from realtime_omni.media.resample import resample
 

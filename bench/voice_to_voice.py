@@ -26,8 +26,10 @@ from typing import Any
 
 from bench import replay
 from bench.audio import espeak
-from bench.common import dist, machine, save, server_process
+from bench.client import Options
+from bench.common import machine, save, server_process
 from bench.dataset import RATE, Conversation, Turn
+from bench.metrics import dist
 from realtime_omni import config as config_file
 
 QUESTIONS = [
@@ -90,7 +92,7 @@ def main() -> None:
     for variant in args.variants:
         print(f"{variant}: starting the server ...", flush=True)
         with server_process(config(variant, args.silence_ms), startup_s=900) as url:
-            run = asyncio.run(replay.replay([conversation], replay.Options(url=url)))
+            run = asyncio.run(replay.replay([conversation], Options(url=url)))
         turns = run["turns"]
         for t in turns:
             print(f"  turn {t['turn']:2d}: v2v {t['voice_to_voice_ms']} ms, cached {t['cached_tokens']}/{t['input_tokens']}: {(t['answer'] or '')[:60]!r}")

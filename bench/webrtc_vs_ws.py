@@ -25,7 +25,8 @@ import numpy as np
 
 from bench.audio import silence, speech_bounds_ms, write_wav
 from bench.audio import espeak as speak
-from bench.common import RESULTS, dist, server_process
+from bench.common import RESULTS, server_process
+from bench.metrics import dist
 from realtime_omni import config as config_file
 
 QUESTION = "What is the capital of France?"

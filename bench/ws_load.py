@@ -25,7 +25,8 @@ import numpy as np
 import websockets
 
 from bench.audio import espeak, silence, speech_bounds_ms
-from bench.common import dist, machine, save, server_process
+from bench.common import machine, save, server_process
+from bench.metrics import dist
 
 FRAME_MS = 20
 FRAME = 24000 * FRAME_MS // 1000

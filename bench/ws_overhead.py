@@ -18,7 +18,8 @@ import time
 import websockets
 
 from bench.audio import espeak
-from bench.common import dist, machine, save, server_process
+from bench.common import machine, save, server_process
+from bench.metrics import dist
 
 CONFIG = {
     "pipeline": {"kind": "synthetic", "options": {"reply": "One two three.", "first_chunk_ms": 0, "chunk_ms": 40}},

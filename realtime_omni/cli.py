@@ -6,6 +6,8 @@ import argparse
 import logging
 import sys
 
+from bench import replay as bench_replay
+
 from . import config as config_mod
 
 
@@ -43,41 +45,14 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    import asyncio
-    import json
-    import time
     from pathlib import Path
 
-    from bench import dataset, replay, report
+    from bench import report
 
     if args.action == "compare":
         print(report.compare(Path(args.a), Path(args.b)))
         return 0
-    try:
-        conversations = dataset.load(args.dataset, args.conversations or max(args.concurrency, 1), args.barge_in_every)
-    except (OSError, ValueError) as exc:
-        print(f"realtime-omni bench replay: {exc}", file=sys.stderr)
-        return 2
-    options = replay.Options(
-        url=args.url,
-        model=args.model,
-        api_key=args.api_key,
-        turns=args.turns,
-        seed=args.seed,
-        session=json.loads(args.session) if args.session else None,
-        transport=args.transport,
-    )
-    load = f"rate {args.rate}/s" if args.rate else f"concurrency {args.concurrency}"
-    print(f"replaying {len(conversations)} conversations from {args.dataset!r} into {args.url} ({load})", file=sys.stderr)
-    result = asyncio.run(replay.replay(conversations, options, concurrency=args.concurrency, rate=args.rate))
-    meta = {"url": args.url, "model": args.model, "dataset": args.dataset, "conversations": len(conversations), "load": load,
-            "concurrency": args.concurrency, "rate": args.rate, "transport": args.transport, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    summary = report.summarize(result, meta)
-    out = Path(args.out or f"bench/results/replay-{time.strftime('%Y%m%d-%H%M%S')}")
-    files = report.write(out, result, summary)
-    print(report.table(summary))
-    print("wrote " + ", ".join(str(f) for f in files))
-    return 0
+    return bench_replay.run(args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,20 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="the latency replay harness (bench/): replay conversations into a server, compare results")
     bench_sub = bench.add_subparsers(dest="action", required=True)
     rp = bench_sub.add_parser("replay", help="replay spoken conversations into an OpenAI-Realtime server at real-time pace")
-    rp.add_argument("--url", required=True, help="ws base URL, e.g. ws://127.0.0.1:8000/v1")
-    rp.add_argument("--model", default="realtime-omni")
-    rp.add_argument("--api-key", default=None)
-    rp.add_argument("--dataset", default="builtin", help="builtin, builtin-espeak, or a directory of recorded conversations")
-    rp.add_argument("--conversations", type=int, default=0, help="how many conversations (default: one per concurrent user)")
-    load = rp.add_mutually_exclusive_group()
-    load.add_argument("--concurrency", type=int, default=1, help="conversations at once")
-    load.add_argument("--rate", type=float, default=None, help="conversations started per second (Poisson)")
-    rp.add_argument("--turns", type=int, default=0, help="turns per conversation (default: all)")
-    rp.add_argument("--barge-in-every", type=int, default=0, help="every Nth turn interrupts the answer before it")
-    rp.add_argument("--session", default=None, help="JSON for a session.update sent first")
-    rp.add_argument("--seed", type=int, default=0)
-    rp.add_argument("--transport", default="websocket", choices=["websocket", "webrtc"], help="how the simulated users connect")
-    rp.add_argument("--out", default=None, help="output folder (default bench/results/replay-<time>)")
+    bench_replay.add_arguments(rp)
     cp = bench_sub.add_parser("compare", help="two summary.json side by side, with ratios")
     cp.add_argument("a")
     cp.add_argument("b")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.replay import wer
+from bench.metrics import wer
 from tests.conftest import cpu_config, synthetic_config
 from tests.support.audio import silence, spoken, write_wav
 

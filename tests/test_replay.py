@@ -16,10 +16,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import websockets
 
-from bench import dataset, replay, report
+from bench import dataset, metrics, replay
+from bench.client import Options
 
 KNOWN = dict(first_chunk_ms=300, chunk_ms=40, chunk_interval_ms=40, stall_after_chunks=10, stall_ms=250, reply=" ".join(["word"] * 20))
 SLACK_MS = 40
@@ -36,7 +38,7 @@ def conversations():
 
 
 async def test_reports_known_latencies(known_server, conversations):
-    result = await replay.replay(conversations, replay.Options(url=known_server.ws_base, turns=2), progress=False)
+    result = await replay.replay(conversations, Options(url=known_server.ws_base, turns=2), progress=False)
     turns = result["turns"]
     assert [t["status"] for t in turns] == ["completed", "completed"] and not result["connection_errors"]
     for t in turns:
@@ -50,14 +52,14 @@ async def test_reports_known_latencies(known_server, conversations):
         assert t["audio_rtf"] == pytest.approx((0.3 + 119 * 0.04 + 0.25) / 4.8, abs=SLACK_MS / 1000 / 4.8)
         assert 300 <= t["server_timings_ms"]["first_output"] <= 300 + SLACK_MS
         assert t["input_wer"] is not None and t["heard"].endswith("seconds of audio")  # synthetic transcripts
-    summary = report.summarize(result, {})
+    summary = metrics.summarize(result, {})
     assert summary["gaps_over_100ms"]["total"] == 2 and summary["errors"] == 0
     assert 300 <= summary["audio_ttfp_ms"]["p50"] <= 300 + SLACK_MS
 
 
 async def test_barge_in_turn_reports_its_latency(known_server, conversations):
     barging = dataset.builtin(1, barge_in_every=1, piper=False)
-    result = await replay.replay(barging, replay.Options(url=known_server.ws_base, turns=2), progress=False)
+    result = await replay.replay(barging, Options(url=known_server.ws_base, turns=2), progress=False)
     first, second = result["turns"]
     assert first["status"] == "cancelled" and second["barge_in"]
     # onset of speech -> playback stopped (speech_started) and -> response.done(cancelled): the VAD
@@ -73,7 +75,7 @@ async def test_barge_in_on_an_answer_still_playing(make_server):
     hearing it: the barge-in stops playback at speech_started; there is nothing left to cancel."""
     fast = make_server(**{**KNOWN, "chunk_interval_ms": 0, "stall_ms": 0, "stall_after_chunks": 0})
     barging = dataset.builtin(1, barge_in_every=1, piper=False)
-    result = await replay.replay(barging, replay.Options(url=fast.ws_base, turns=2), progress=False)
+    result = await replay.replay(barging, Options(url=fast.ws_base, turns=2), progress=False)
     first, second = result["turns"]
     assert first["status"] == "completed" and second["barge_in_cancel_ms"] is None
     assert 0 < second["barge_in_ms"] < 600 and not first["errors"] and not second["errors"], (first, second)
@@ -88,21 +90,21 @@ async def test_a_server_that_drops_the_connection_is_counted_not_fatal(conversat
 
     async with websockets.serve(rude, "127.0.0.1", 0) as srv:
         port = srv.sockets[0].getsockname()[1]
-        result = await replay.replay(conversations, replay.Options(url=f"ws://127.0.0.1:{port}/v1", turns=2), progress=False)
-    summary = report.summarize(result, {})
+        result = await replay.replay(conversations, Options(url=f"ws://127.0.0.1:{port}/v1", turns=2), progress=False)
+    summary = metrics.summarize(result, {})
     assert summary["errors"] >= 1 and "closed the connection" in " ".join(summary["error_messages"])
 
 
 async def test_unreachable_server_is_an_error(conversations):
-    result = await replay.replay(conversations, replay.Options(url="ws://127.0.0.1:9/v1", turns=1), progress=False)
+    result = await replay.replay(conversations, Options(url="ws://127.0.0.1:9/v1", turns=1), progress=False)
     assert result["turns"] == [] and result["connection_errors"][0].startswith("connect:")
 
 
 def test_word_error_rate():
-    assert replay.wer("What is the capital of France?", "what is the capital of france") == 0.0
-    assert replay.wer("What is the capital of France?", "What is the capital and friends?") == pytest.approx(2 / 6)
-    assert replay.wer("one two three", "one three") == pytest.approx(1 / 3)
-    assert replay.wer("one two", "one two three four") == pytest.approx(1.0)
+    assert metrics.wer("What is the capital of France?", "what is the capital of france") == 0.0
+    assert metrics.wer("What is the capital of France?", "What is the capital and friends?") == pytest.approx(2 / 6)
+    assert metrics.wer("one two three", "one three") == pytest.approx(1 / 3)
+    assert metrics.wer("one two", "one two three four") == pytest.approx(1.0)
 
 
 def test_recorded_dataset_directory(tmp_path: Path):
@@ -142,3 +144,38 @@ async def test_cli_writes_summary_turns_plots_and_compares(known_server, tmp_pat
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     compared = subprocess.run([sys.executable, "-m", "realtime_omni", "bench", "compare", str(out / "summary.json"), str(out / "summary.json")], capture_output=True, text=True, check=True)
     assert "voice_to_voice_ms" in compared.stdout and "1.00" in compared.stdout
+
+
+def test_playback_is_simulated_in_real_time_from_the_first_packet():
+    rec = metrics.TurnRecord("c", 0, "", False, deliveries=[(10.0, 0.5), (10.2, 0.5), (11.5, 0.25)])
+    assert metrics.playback_schedule(rec.deliveries) == [(10.0, 0.5), (10.5, 0.5), (11.5, 0.25)]
+    assert rec.playback_end() == 11.75
+    assert rec.gaps() == pytest.approx([0.5])  # the third packet came 0.5 s after the second had played
+    assert rec.played_s(10.75) == pytest.approx(0.75) and rec.played_s(20.0) == pytest.approx(1.25)
+    assert metrics.TurnRecord("c", 0, "", False).playback_end() == 0.0
+
+
+def test_microphone_frames_and_speech_positions():
+    from bench.microphone import CHUNK, FrameQueue, Mic
+
+    queue = FrameQueue()
+    queue.push(np.full(CHUNK + 10, 1000, np.int16))
+    assert queue.queued == CHUNK + 10
+    assert (queue.take(CHUNK) == 1000).all()
+    tail = queue.take(CHUNK)  # 10 samples of speech, then silence
+    assert (tail[:10] == 1000).all() and not tail[10:].any() and queue.queued == 0
+
+    async def send(_: bytes) -> None: ...
+
+    mic = Mic(send)
+    speech = np.concatenate([np.zeros(100, np.int16), np.full(200, 1000, np.int16), np.zeros(50, np.int16)])
+    assert mic.play(speech) == (100, 299)
+    assert mic.play(speech) == (350 + 100, 350 + 299)  # after what is still queued
+
+
+def test_both_command_lines_take_the_same_flags():
+    def flags(*cmd: str) -> str:
+        out = subprocess.run([sys.executable, *cmd, "--help"], capture_output=True, text=True, check=True).stdout
+        return out[out.index("options:") :]
+
+    assert flags("-m", "bench.replay") == flags("-m", "realtime_omni", "bench", "replay")
