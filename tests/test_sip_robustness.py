@@ -14,7 +14,8 @@ import pytest
 
 from tests.conftest import synthetic_config
 from tests.support.server import ServerThread
-from tests.support.sip import RawUac, rtp_packet, sdp_offer, wait_until
+from tests.support.sip import RawUac, RtpMic, rtp_packet, sdp_offer, wait_until
+from transports.sip.message import param
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -57,8 +58,6 @@ def establish(uac: RawUac, call_id: str, media_port: int) -> Any:
 
 
 def _tag(msg: Any) -> str:
-    from transports.sip.message import param
-
     return param(msg.get("To"), "tag") or ""
 
 
@@ -151,6 +150,43 @@ async def test_rtp_from_a_stranger_is_dropped_and_a_vanished_caller_is_hung_up(b
     finally:
         media.close()
         stranger.close()
+    assert await wait_until(lambda: clean(bridge))
+
+
+async def test_a_200_never_acked_is_resent_then_hung_up_with_a_bye_resent_until_answered(bridge: ServerThread, uac: RawUac) -> None:
+    """RFC 3261 13.3.1.4: the 2xx is resent until the ACK; none in 64·T1 ends the call (BYE), and
+    our BYE is itself resent until the caller answers it (17.1.2)."""
+    media = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    media.bind(("127.0.0.1", 0))
+    mic = None
+    try:
+        uac.send(uac.request("INVITE", "c-noack", body=sdp_offer(media.getsockname()[1])))
+        ok = uac.final("c-noack")
+        assert ok is not None and ok.status == 200
+        rtp_port = int(ok.body.decode().split("m=audio ")[1].split()[0])
+        mic = RtpMic(media, ("127.0.0.1", rtp_port))  # media flows: only the missing ACK can end the call
+        call = next(iter(bridge.app.state.sip.calls.values()))
+        copies, bye = 0, None
+        while bye is None:
+            msg = uac.recv(10, want=lambda m: m.call_id == "c-noack")
+            assert msg is not None, f"no BYE after {copies} copies of the 200"
+            if msg.is_request and msg.method == "BYE":
+                bye = msg
+            elif not msg.is_request and msg.status == 200:
+                assert _tag(msg) == _tag(ok) and msg.body == ok.body
+                copies += 1
+        assert copies >= 3  # T1 = 100 ms: resent at 0.1, 0.3, 0.7, 1.5, 3.1 and 6.3 s before giving up at 6.4 s
+        assert call.end_reason == "no_ack"
+        assert param(bye.get("From"), "tag") == _tag(ok)
+        again = uac.recv(5, want=lambda m: m.is_request and m.method == "BYE")  # unanswered: resent
+        assert again is not None and again.branch == bye.branch and again.cseq == bye.cseq
+        from transports.sip.message import response
+
+        uac.send(response(again, 200).encode())
+    finally:
+        if mic is not None:
+            mic.close()
+        media.close()
     assert await wait_until(lambda: clean(bridge))
 
 
