@@ -52,6 +52,15 @@ async def connect_websocket(url: str, model: str, api_key: str | None = None, **
     return await websockets.connect(f"{url.rstrip('/')}/realtime?model={model}", additional_headers=headers, max_size=None, **options)
 
 
+async def open_session(url: str, model: str, **options: Any) -> Any:
+    """A bare WebSocket connection whose session is ready: what the server says on connecting is
+    read and dropped up to its ``conversation.created``. For load tests that read raw messages."""
+    ws = await connect_websocket(url, model, **options)
+    while not (await ws.recv()).startswith('{"type":"conversation.created"'):
+        pass
+    return ws
+
+
 class WebSocketTransport:
     def __init__(self, ws: Any) -> None:
         self.ws = ws

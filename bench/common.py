@@ -1,8 +1,10 @@
-"""Shared by the benchmarks: a server in its own process, the machine they ran on, result files."""
+"""Shared by the benchmarks: a server config by name, a server in its own process, the machine they
+ran on, result files."""
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import platform
@@ -19,7 +21,15 @@ from typing import Any
 
 import yaml
 
+from realtime_omni import config as config_file
+
 RESULTS = Path(__file__).parent / "results"
+
+
+def server_config(name: str, synthetic: dict[str, Any]) -> dict[str, Any]:
+    """The config file ``name`` as plain data, except that "synthetic" is ``synthetic`` (a copy):
+    the benchmark's own synthetic pipeline settings."""
+    return copy.deepcopy(synthetic) if name == "synthetic" else config_file.raw(name)
 
 
 def free_port() -> int:

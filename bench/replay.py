@@ -25,6 +25,7 @@ import numpy as np
 
 from . import dataset, metrics, report
 from .client import TRANSPORTS, Options, SimulatedUser
+from .common import server_process
 from .dataset import Conversation
 
 
@@ -78,6 +79,13 @@ async def replay(
         "wall_s": round(time.perf_counter() - t0, 2),
         "mic_lag_ms": {"p50": float(np.percentile(lag, 50)), "p99": float(np.percentile(lag, 99))} if lag else {},
     }
+
+
+def replay_into(config: dict[str, Any], conversations: list[Conversation], turns: int = 0, concurrency: int = 1) -> dict[str, Any]:
+    """``replay`` into a server of its own, started with ``config`` (the CPU pipeline's may take
+    minutes to load) and stopped after."""
+    with server_process(config, startup_s=900) as url:
+        return asyncio.run(replay(conversations, Options(url=url, turns=turns), concurrency=concurrency))
 
 
 def write(out: Path, result: dict[str, Any], meta: dict[str, Any]) -> tuple[dict[str, Any], list[Path]]:

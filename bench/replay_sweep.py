@@ -12,16 +12,12 @@ audio every 40 ms) after 300 ms, so what changes with load is the server, not th
 from __future__ import annotations
 
 import argparse
-import asyncio
-import copy
 import time
 from pathlib import Path
 from typing import Any
 
-from bench import dataset, metrics, replay, report
-from bench.client import Options
-from bench.common import server_process
-from realtime_omni import config
+from bench import dataset, replay, report
+from bench.common import server_config
 
 SYNTHETIC: dict[str, Any] = {
     "pipeline": {
@@ -31,12 +27,6 @@ SYNTHETIC: dict[str, Any] = {
     "limits": {"max_sessions": 500},
     "session": {"audio": {"input": {"transcription": {"model": "synthetic"}}}},
 }
-
-
-def server_config(name: str) -> dict[str, Any]:
-    if name == "synthetic":
-        return copy.deepcopy(SYNTHETIC)
-    return config.raw(name)
 
 
 def main() -> None:
@@ -50,11 +40,9 @@ def main() -> None:
     rows = []
     for level in args.levels:
         conversations = dataset.load("builtin", level, args.barge_in_every)
-        with server_process(server_config(args.config), startup_s=900) as url:
-            options = Options(url=url, turns=args.turns)
-            result = asyncio.run(replay.replay(conversations, options, concurrency=level))
-        summary = metrics.summarize(result, {"url": args.config, "conversations": level, "load": f"concurrency {level}", "concurrency": level})
-        report.write(root / f"c{level}", result, summary)
+        result = replay.replay_into(server_config(args.config, SYNTHETIC), conversations, turns=args.turns, concurrency=level)
+        meta = {"url": args.config, "conversations": level, "load": f"concurrency {level}", "concurrency": level}
+        summary, _ = replay.write(root / f"c{level}", result, meta)
         rows.append((level, summary))
         print(report.table(summary), flush=True)
     print(f"\n{args.config}: medians / p99 in ms (harness mic lag p99 shows whether the client kept its own clock)")

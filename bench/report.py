@@ -68,7 +68,14 @@ def plots(out: Path, turns: list[dict[str, Any]]) -> list[Path]:
         import matplotlib.pyplot as plt
     except ImportError:
         return []
-    written = []
+    written: list[Path] = []
+
+    def save(fig: Any, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        written.append(out / name)
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for key, title, _ in DISTRIBUTIONS:
         if not key.endswith("_ms"):
@@ -81,10 +88,7 @@ def plots(out: Path, turns: list[dict[str, Any]]) -> list[Path]:
     ax.set_title("Latency CDFs")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "latency_cdf.png", dpi=110)
-    plt.close(fig)
-    written.append(out / "latency_cdf.png")
+    save(fig, "latency_cdf.png")
 
     first = [t for t in turns if t["conversation"] == turns[0]["conversation"]] if turns else []
     if first:
@@ -107,10 +111,7 @@ def plots(out: Path, turns: list[dict[str, Any]]) -> list[Path]:
         ax.set_title(f"Timeline: {first[0]['conversation']} (ticks: server stages)")
         ax.legend(loc="upper right", fontsize=7, ncol=2)
         ax.grid(axis="x", alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out / "timeline.png", dpi=110)
-        plt.close(fig)
-        written.append(out / "timeline.png")
+        save(fig, "timeline.png")
     return written
 
 

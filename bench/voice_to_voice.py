@@ -21,13 +21,11 @@ first clause, first audio. Variants (ablations) run one after another, each on a
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import Any
 
 from bench import replay
 from bench.audio import espeak
-from bench.client import Options
-from bench.common import machine, save, server_process
+from bench.common import machine, save
 from bench.dataset import RATE, Conversation, Turn
 from bench.metrics import dist
 from realtime_omni import config as config_file
@@ -91,8 +89,7 @@ def main() -> None:
     result: dict[str, Any] = {"machine": machine(), "turns": args.turns, "silence_ms": args.silence_ms, "variants": {}}
     for variant in args.variants:
         print(f"{variant}: starting the server ...", flush=True)
-        with server_process(config(variant, args.silence_ms), startup_s=900) as url:
-            run = asyncio.run(replay.replay([conversation], Options(url=url)))
+        run = replay.replay_into(config(variant, args.silence_ms), [conversation])
         turns = run["turns"]
         for t in turns:
             print(f"  turn {t['turn']:2d}: v2v {t['voice_to_voice_ms']} ms, cached {t['cached_tokens']}/{t['input_tokens']}: {(t['answer'] or '')[:60]!r}")

@@ -25,17 +25,12 @@ import numpy as np
 
 from bench.audio import silence, speech_bounds_ms, write_wav
 from bench.audio import espeak as speak
-from bench.common import RESULTS, server_process
+from bench.common import RESULTS, server_config, server_process
 from bench.metrics import dist
-from realtime_omni import config as config_file
 
 QUESTION = "What is the capital of France?"
-
-
-def config_for(name: str) -> dict[str, Any]:
-    if name == "synthetic":  # tones, first audio at once: only the path is measured
-        return {"pipeline": {"kind": "synthetic", "options": {}}, "session": {"audio": {"input": {"transcription": {"model": "synthetic"}}}}}
-    return config_file.raw(name)
+# tones, first audio at once: only the path is measured
+SYNTHETIC: dict[str, Any] = {"pipeline": {"kind": "synthetic", "options": {}}, "session": {"audio": {"input": {"transcription": {"model": "synthetic"}}}}}
 
 
 def replay(url: str, transport: str, turns: int, conversations: int, out: Path) -> dict[str, Any]:
@@ -70,7 +65,7 @@ def main() -> None:
     root = RESULTS / f"webrtc-vs-ws-{stamp}"
     rows: dict[str, Any] = {}
     for name in args.configs:
-        config = config_for(name)
+        config = server_config(name, SYNTHETIC)
         config["webrtc"] = {**config.get("webrtc", {}), "host_addresses": ["127.0.0.1"]}
         row: dict[str, Any] = {}
         with server_process(config) as url:

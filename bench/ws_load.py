@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 
 import numpy as np
 import websockets
 
 from bench.audio import espeak, silence, speech_bounds_ms
+from bench.client import append_message, open_session
 from bench.common import machine, save, server_process
 from bench.metrics import dist
 
@@ -49,7 +49,7 @@ def script() -> tuple[list[str], float]:
     _, end_ms = speech_bounds_ms(speech)
     cycle = np.concatenate([silence(300), speech, silence(3500)])
     frames = [cycle[i : i + FRAME] for i in range(0, len(cycle) - FRAME + 1, FRAME)]
-    msgs = [json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(f.tobytes()).decode()}) for f in frames]
+    msgs = [append_message(f.tobytes()) for f in frames]
     return msgs, 0.3 + end_ms / 1000
 
 
@@ -65,9 +65,7 @@ class Stats:
 
 async def session(url: str, msgs: list[str], speech_end_s: float, until: float, stats: Stats, offset: float) -> None:
     try:
-        async with websockets.connect(f"{url}/realtime?model=load", max_size=None, compression=None) as ws:
-            while not (await ws.recv()).startswith('{"type":"conversation.created"'):
-                pass
+        async with await open_session(url, "load", compression=None) as ws:
             loop = asyncio.get_running_loop()
             await asyncio.sleep(offset)  # spread sessions over the cycle
             t0 = loop.time()

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import time
 
-import websockets
-
 from bench.audio import espeak
+from bench.client import append_message, open_session
 from bench.common import machine, save, server_process
 from bench.metrics import dist
 
@@ -30,16 +28,12 @@ CONFIG = {
 
 async def run(url: str, turns: int) -> list[float]:
     speech = espeak("What time is it?")[: 24000 // 2]  # 500 ms of speech
-    appends = [
-        json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(speech[i : i + 480].tobytes()).decode()})
-        for i in range(0, len(speech), 480)
-    ]
+    appends = [append_message(speech[i : i + 480].tobytes()) for i in range(0, len(speech), 480)]
     commit = json.dumps({"type": "input_audio_buffer.commit"})
     create = json.dumps({"type": "response.create"})
     out = []
-    async with websockets.connect(f"{url}/realtime?model=bench", max_size=None) as ws:
-        while not (await ws.recv()).startswith('{"type":"conversation.created"'):
-            pass
+    ws = await open_session(url, "bench")
+    try:
         for turn in range(turns + 20):
             for msg in appends:
                 await ws.send(msg)
@@ -60,9 +54,9 @@ async def run(url: str, turns: int) -> list[float]:
             # keep the conversation short: the history is not what is measured here
             if turn % 10 == 9:
                 await ws.close()
-                ws = await websockets.connect(f"{url}/realtime?model=bench", max_size=None)
-                while not (await ws.recv()).startswith('{"type":"conversation.created"'):
-                    pass
+                ws = await open_session(url, "bench")
+    finally:
+        await ws.close()
     return out
 
 
