@@ -1,24 +1,31 @@
-"""The session state machine driven directly: no socket, no server thread. Client events go in
-through ``Session.handle`` exactly as a transport hands them over, and what the session emits is
-read straight from its outbox, so event orders that a socket makes racy are exact here."""
+"""The session core driven directly, state by state: no socket, no server thread. Client events go
+in through ``Session.handle`` and media through ``push_audio`` exactly as a transport hands them
+over, the pipeline is a faithful fake that records what it was asked (tests/support/
+fake_pipeline.py), and what the session emits is read straight from its outbox, so event orders a
+socket makes racy are exact here. Speech is real (espeak-ng) and the voice activity detector is
+the real one."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 
-import pipelines
-from realtime_omni.config import Limits
+from realtime_omni.config import InterruptionGuard, Limits
 from realtime_omni.metrics import Metrics
 from realtime_omni.protocol import events as ev
-from realtime_omni.session import Session
+from realtime_omni.session import Media, Session
 from realtime_omni.session.config import SessionConfig
+from tests.support.audio import silence, spoken
+from tests.support.fake_pipeline import FakePipeline, FakeSession
 
+RATE = 16000  # the fake pipeline's input rate: what push_audio takes
 MANUAL = msgspec.json.decode(b'{"type": "realtime", "audio": {"input": {"turn_detection": null}}}', type=ev.Session)
 TEXT_ITEM = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
 
@@ -28,14 +35,21 @@ def kind(event: Any) -> str:
 
 
 class Opened:
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, pipeline: FakePipeline) -> None:
         self.session = session
+        self.pipeline = pipeline
+        self.pipe: FakeSession = session.pipe  # type: ignore[assignment]
         self.events: list[Any] = []
 
     async def send(self, *events: dict[str, Any]) -> None:
         """Hand each event to the session back to back, as a transport's read loop would."""
         for event in events:
             await self.session.handle(json.dumps(event))
+
+    async def speak(self, pcm: np.ndarray) -> None:
+        """Media at the pipeline's rate, 20 ms at a time, as a media transport pushes it."""
+        for i in range(0, len(pcm), RATE // 50):
+            await self.session.push_audio(pcm[i : i + RATE // 50])
 
     async def until(self, tag: str, timeout: float = 5.0) -> list[Any]:
         """Everything emitted up to and including the next event of type ``tag``."""
@@ -48,18 +62,146 @@ class Opened:
                 if kind(event) == tag:
                     return self.events[start:]
 
+    async def first(self, tag: str, timeout: float = 5.0) -> Any:
+        """The first event of type ``tag`` emitted so far, or the next one."""
+        for event in self.events:
+            if kind(event) == tag:
+                return event
+        return (await self.until(tag, timeout))[-1]
+
+    def queued(self) -> list[str]:
+        """Types of the events waiting in the outbox now, without taking them."""
+        return [kind(e) for e, _, _ in self.session.outbox._items]
+
+
+async def open_session(update: ev.Session | None = None, media: Media = Media(), **fake: Any) -> Opened:
+    pipeline = FakePipeline(**fake)
+    caps = pipeline.capabilities
+    config = SessionConfig.default(caps, "m")
+    if update is not None:
+        config = config.updated(update, caps)
+    session = Session(pipeline, config, Limits(), Metrics(), media=media)
+    await session.start()
+    return Opened(session, pipeline)
+
 
 @pytest.fixture
 async def opened() -> AsyncIterator[Opened]:
-    pipeline = pipelines.create("synthetic", {"chunk_interval_ms": 40, "reply": " ".join(["word"] * 40)})
-    await pipeline.start()
-    caps = pipeline.capabilities
-    session = Session(pipeline, SessionConfig.default(caps, "m").updated(MANUAL, caps), Limits(), Metrics())
-    await session.start()
-    yield Opened(session)
-    await session.close()
-    assert pipeline.stats()["active_responses"] == 0
-    await pipeline.stop()
+    o = await open_session(MANUAL, reply=" ".join(["word"] * 40), word_interval_s=0.04)
+    yield o
+    await o.session.close()
+    assert o.pipeline.stats()["active_responses"] == 0 and o.pipe.closed
+
+
+@pytest.fixture
+async def vad() -> AsyncIterator[Opened]:
+    """Server VAD (the default turn detection) with input transcription, an answer of three words at once."""
+    o = await open_session(msgspec.json.decode(b'{"audio": {"input": {"transcription": {"model": "fake"}}}}', type=ev.Session))
+    yield o
+    await o.session.close()
+    assert o.pipeline.stats()["active_responses"] == 0 and o.pipe.closed
+
+
+QUESTION = spoken("What is the weather like today?", RATE)
+
+
+# ------------------------------------------------------------------------------ listening
+
+
+async def test_listening_silence_emits_nothing_and_keeps_only_a_preroll(vad):
+    await vad.speak(silence(3000, RATE))
+    assert vad.queued() == ["session.created", "conversation.created"]
+    assert vad.pipe.pending == 0 and not vad.pipe.calls
+    assert len(vad.session.buffer) <= RATE  # prefix padding + onset window, not 3 s
+
+
+# ------------------------------------------------------------------------------ a turn
+
+
+async def test_a_turn_feeds_every_sample_once_then_commits_transcribes_and_answers(vad):
+    await vad.speak(np.concatenate([silence(500, RATE), QUESTION, silence(1000, RATE)]))
+    events = await vad.until("response.done")
+    types = [kind(e) for e in events]
+    started, stopped = events[types.index("input_audio_buffer.speech_started")], events[types.index("input_audio_buffer.speech_stopped")]
+    committed = events[types.index("input_audio_buffer.committed")]
+    assert started.item_id == stopped.item_id == committed.item_id
+    assert 150 <= started.audio_start_ms <= 260  # speech begins at 500 ms; the item starts prefix_padding_ms (300) before it
+    assert started.audio_start_ms < stopped.audio_end_ms
+    assert types.index("input_audio_buffer.speech_stopped") < types.index("input_audio_buffer.committed") < types.index("response.created")
+    commits = [c for c in vad.pipe.calls if c[0] == "commit"]
+    assert commits == [("commit", committed.item_id, commits[0][2])]
+    item = vad.session.conversation.get(committed.item_id)
+    assert commits[0][2] == len(item.parts[0].audio)  # what was fed is exactly the item's audio
+    assert events[-1].response.status == "completed"
+    transcript = await vad.first("conversation.item.input_audio_transcription.completed")
+    assert transcript.item_id == committed.item_id and transcript.transcript == f"{len(item.parts[0].audio)} samples"
+
+
+async def test_a_pause_starts_speculation_with_the_history_before_the_turn_and_speech_voids_it(vad):
+    await vad.send({"type": "conversation.item.create", "item": TEXT_ITEM})
+    await vad.until("conversation.item.done")
+    words = spoken("one two", RATE)
+    await vad.speak(np.concatenate([silence(300, RATE), words, silence(300, RATE), words]))
+    kinds = [c[0] for c in vad.pipe.calls]
+    assert kinds[:2] == ["pause", "resume"], kinds
+    request = vad.pipe.calls[0][1]
+    assert [item.id for item in request.items] == [item.id for item in vad.session.conversation]  # the history before the turn
+    await vad.speak(silence(1000, RATE))
+    await vad.until("response.done")
+    assert [c[0] for c in vad.pipe.calls].count("commit") == 1  # one turn, not two
+
+
+async def test_barge_in_cuts_the_answer_before_speech_started_and_keeps_only_what_was_sent():
+    o = await open_session(reply=" ".join(["word"] * 40), word_interval_s=0.05)
+    try:
+        await o.send({"type": "conversation.item.create", "item": TEXT_ITEM}, {"type": "response.create"})
+        await o.until("response.output_audio.delta")
+        await o.speak(np.concatenate([silence(200, RATE), QUESTION[: RATE // 2]]))  # the user talks over it
+        events = await o.until("response.done")
+        types = [kind(e) for e in events]
+        i = types.index("input_audio_buffer.speech_started")
+        assert "response.output_audio.delta" not in types[i:]  # nothing of the old answer after speech_started
+        done = events[-1]
+        assert done.response.status == "cancelled" and done.response.status_details.reason == "turn_detected"
+        sent = sum(len(base64.b64decode(e.delta)) // 2 for e in o.events if kind(e) == "response.output_audio.delta")
+        answer = o.session.conversation.get(done.response.output[0].id)
+        assert len(answer.parts[0].audio) == sent  # the item keeps exactly the audio the client got
+        assert answer.parts[0].text.split() == ["word"] * len(answer.parts[0].text.split())
+        assert o.pipeline.stats()["active_responses"] == 0
+    finally:
+        await o.session.close()
+
+
+# ------------------------------------------------------------------------------ manual turns
+
+
+async def test_manual_commit_needs_100_ms_and_clear_discards(opened):
+    pcm = base64.b64encode(bytes(24000 * 2 // 20)).decode()  # 50 ms at 24 kHz
+    await opened.send({"type": "input_audio_buffer.append", "audio": pcm}, {"type": "input_audio_buffer.commit"})
+    assert (await opened.until("error"))[-1].error.code == "input_audio_buffer_commit_empty"
+    await opened.send({"type": "input_audio_buffer.clear"})
+    await opened.until("input_audio_buffer.cleared")
+    assert opened.pipe.calls[-1][0] == "clear" and len(opened.session.buffer) == 0
+    await opened.send(*[{"type": "input_audio_buffer.append", "audio": pcm}] * 3, {"type": "input_audio_buffer.commit"})
+    committed = (await opened.until("input_audio_buffer.committed"))[-1]
+    assert opened.pipe.calls[-1][:2] == ("commit", committed.item_id)
+    assert opened.pipe.calls[-1][2] == 2400  # 150 ms at 16 kHz, every sample fed before the commit
+
+
+# ------------------------------------------------------------------------------ responses
+
+
+async def test_one_in_band_response_at_a_time_and_cancel_needs_one(opened):
+    await opened.send({"type": "response.cancel", "event_id": "c0"})
+    error = (await opened.until("error"))[-1]
+    assert (error.error.code, error.error.event_id) == ("response_cancel_not_active", "c0")
+    await opened.send({"type": "response.create"}, {"type": "response.create", "event_id": "again"})
+    error = (await opened.until("error"))[-1]
+    assert (error.error.code, error.error.event_id) == ("conversation_already_has_active_response", "again")
+    await opened.send({"type": "response.cancel"})
+    assert (await opened.until("response.done"))[-1].response.status == "cancelled"
+    await opened.send({"type": "response.create"})
+    assert (await opened.until("response.created"))[-1].response.status == "in_progress"
 
 
 @pytest.mark.parametrize("stop", [{"type": "response.cancel"}, {"type": "output_audio_buffer.clear"}])
@@ -106,3 +248,86 @@ async def test_unreadable_messages_are_errors_not_exceptions(opened, data):
     assert error.error.type == "invalid_request_error" and error.error.code in ("invalid_json", "invalid_event")
     await opened.send({"type": "input_audio_buffer.clear"})
     await opened.until("input_audio_buffer.cleared")
+
+
+# ------------------------------------------------------------------------------ media sessions
+
+
+async def drain(playout: Any, stop: asyncio.Event) -> None:
+    """A media transport's clock: one frame every 20 ms until ``stop``."""
+    while not stop.is_set():
+        playout.frame()
+        await asyncio.sleep(0.02)
+
+
+async def test_a_media_session_plays_the_answer_paced_and_reports_it_instead_of_deltas():
+    o = await open_session(MANUAL, media=Media(playout_rate=8000, playout_buffer_ms=100))
+    stop = asyncio.Event()
+    clock = asyncio.create_task(drain(o.session.playout, stop))
+    try:
+        await o.send({"type": "conversation.item.create", "item": TEXT_ITEM}, {"type": "response.create"})
+        events = await o.until("output_audio_buffer.stopped")
+        types = [kind(e) for e in events]
+        assert "response.output_audio.delta" not in types
+        assert types.index("output_audio_buffer.started") < types.index("response.done")
+        done = events[types.index("response.done")]
+        answer = o.session.conversation.get(done.response.output[0].id)
+        assert len(answer.parts[0].audio) == 3 * 24000 * 200 // 1000 and answer.parts[0].text == "one two three"
+    finally:
+        stop.set()
+        await clock
+        await o.session.close()
+
+
+async def test_clearing_a_finished_answer_still_playing_truncates_it_to_what_was_played():
+    o = await open_session(MANUAL, media=Media(playout_rate=8000, playout_buffer_ms=2000))
+    try:
+        await o.send({"type": "conversation.item.create", "item": TEXT_ITEM}, {"type": "response.create"})
+        done = (await o.until("response.done"))[-1]  # generated at once: it all waits in the playout
+        for _ in range(10):  # 200 ms leave
+            o.session.playout.frame()
+        await o.send({"type": "output_audio_buffer.clear"})
+        events = await o.until("conversation.item.truncated")
+        assert "output_audio_buffer.cleared" in [kind(e) for e in events]
+        truncated = events[-1]
+        assert (truncated.item_id, truncated.audio_end_ms) == (done.response.output[0].id, 200)
+        answer = o.session.conversation.get(truncated.item_id)
+        assert len(answer.parts[0].audio) == 24000 * 200 // 1000 and answer.parts[0].text == "one"
+        assert o.session.playout.frame() is None  # nothing more to play
+    finally:
+        await o.session.close()
+
+
+@pytest.mark.parametrize("min_speech_ms,cut", [(400, False), (0, True)], ids=["guarded", "unguarded"])
+async def test_the_interruption_guard_ignores_a_short_sound_over_the_agent(min_speech_ms, cut):
+    guard = InterruptionGuard(min_speech_ms=min_speech_ms) if min_speech_ms else None
+    o = await open_session(media=Media(playout_rate=8000, interruption_guard=guard), reply=" ".join(["word"] * 40), word_interval_s=0.02)
+    stop = asyncio.Event()
+    clock = asyncio.create_task(drain(o.session.playout, stop))
+    try:
+        await o.send({"type": "conversation.item.create", "item": TEXT_ITEM}, {"type": "response.create"})
+        await o.until("output_audio_buffer.started")
+        answer = o.session.active
+        await o.speak(np.concatenate([spoken("No.", RATE), silence(800, RATE)]))
+        await asyncio.sleep(0.1)
+        assert answer is not None and (answer.status == "cancelled") is cut
+        types = [kind(e) for e in o.events] + o.queued()
+        assert ("input_audio_buffer.speech_started" in types) is cut
+        if not cut:  # real speech still interrupts
+            await o.speak(np.concatenate([QUESTION, silence(800, RATE)]))
+            done = (await o.until("response.done"))[-1]
+            assert done.response.status_details.reason == "turn_detected"
+    finally:
+        stop.set()
+        await clock
+        await o.session.close()
+
+
+async def test_closing_mid_answer_stops_the_pipeline_and_leaves_nothing_running(opened):
+    await opened.send({"type": "conversation.item.create", "item": TEXT_ITEM}, {"type": "response.create"})
+    await opened.until("response.output_audio.delta")
+    run = opened.session.active
+    await opened.session.close()
+    assert run is not None and run.done and opened.session.active is None
+    assert opened.pipeline.stats()["active_responses"] == 0 and opened.pipe.closed
+    assert not opened.session._tasks

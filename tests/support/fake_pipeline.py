@@ -1,0 +1,97 @@
+"""A stand-in pipeline for driving the session core directly, faithful to ``pipelines.base``:
+``feed``/``pause``/``resume``/``commit``/``clear`` never block, ``respond`` streams an answer (a
+transcript delta, then its audio, word by word) until it ends or is closed, ``transcribe``
+answers for committed audio. It records what the session asked of it, so a test can check the
+session's side of the contract (every sample of a turn fed once, speculation started at a pause
+and voided on resume, no response left open)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+
+from pipelines.base import (
+    AudioChunk,
+    Capabilities,
+    OutputChunk,
+    Pipeline,
+    PipelineSession,
+    ResponseRequest,
+    TextDelta,
+    Transcript,
+    Usage,
+)
+
+CAPS = Capabilities(name="fake", transcribes_input=True, transcription_model="fake", voices=("fake",))
+WORD_MS = 200  # of answer audio per word
+
+
+class FakeSession(PipelineSession):
+    def __init__(self, pipeline: FakePipeline) -> None:
+        self.pipeline = pipeline
+        self.calls: list[tuple[Any, ...]] = []  # ("pause", request) ("resume",) ("commit", id, samples) ("clear", samples)
+        self.pending = 0  # samples fed since the last commit or clear
+        self.requests: list[ResponseRequest] = []
+        self.open_responses = 0
+        self.closed = False
+
+    def feed(self, pcm: np.ndarray) -> None:
+        self.pending += len(pcm)
+
+    def pause(self, request: ResponseRequest | None) -> None:
+        self.calls.append(("pause", request))
+
+    def resume(self) -> None:
+        self.calls.append(("resume",))
+
+    def commit(self, item_id: str) -> None:
+        self.calls.append(("commit", item_id, self.pending))
+        self.pending = 0
+
+    def clear(self) -> None:
+        self.calls.append(("clear", self.pending))
+        self.pending = 0
+
+    async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript | None:
+        return Transcript(f"{len(pcm)} samples", len(pcm) / CAPS.input_rate)
+
+    async def respond(self, request: ResponseRequest) -> AsyncIterator[OutputChunk]:
+        self.requests.append(request)
+        self.open_responses += 1
+        try:
+            for n, word in enumerate(self.pipeline.reply.split()):
+                await asyncio.sleep(self.pipeline.word_interval_s)
+                yield TextDelta(word if n == 0 else " " + word)
+                if "audio" in request.output_modalities:
+                    yield AudioChunk(np.full(CAPS.output_rate * WORD_MS // 1000, 1000 + n, np.int16))
+            yield Usage(input_tokens=10, output_tokens=len(self.pipeline.reply.split()))
+        finally:
+            self.open_responses -= 1
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class FakePipeline(Pipeline):
+    def __init__(self, reply: str = "one two three", word_interval_s: float = 0.0) -> None:
+        self.capabilities = CAPS
+        self.reply = reply
+        self.word_interval_s = word_interval_s
+        self.sessions: list[FakeSession] = []
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    def open(self, session_id: str) -> FakeSession:
+        session = FakeSession(self)
+        self.sessions.append(session)
+        return session
+
+    def stats(self) -> dict[str, float]:
+        return {"active_responses": sum(s.open_responses for s in self.sessions)}
