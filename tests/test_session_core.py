@@ -330,4 +330,4 @@ async def test_closing_mid_answer_stops_the_pipeline_and_leaves_nothing_running(
     await opened.session.close()
     assert run is not None and run.done and opened.session.active is None
     assert opened.pipeline.stats()["active_responses"] == 0 and opened.pipe.closed
-    assert not opened.session._tasks
+    assert not len(opened.session.tasks)

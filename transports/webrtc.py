@@ -42,6 +42,7 @@ from realtime_omni.protocol.codec import decode_session
 from realtime_omni.pump import Sink
 from realtime_omni.server import Admission, Server
 from realtime_omni.session import Media, Session
+from realtime_omni.tasks import TaskSet
 
 from .http import bearer, error_response, status_for
 
@@ -168,7 +169,7 @@ class WebRTCCall(Call):
         self.answer = ""
         self.media = MediaInput(session)
         self.video_frames = 0
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self.tasks = TaskSet(self.id)
         self._inbound: asyncio.Queue[str | bytes] = asyncio.Queue(INBOUND_EVENTS)
         self._dropped = 0
 
@@ -196,7 +197,7 @@ class WebRTCCall(Call):
         # the first events wait for the data channel the offer announces (none: nothing to wait for)
         call.start_events(wait_for_sink=config.connect_timeout_s if "m=application" in sdp else None)
         watch = call.watch_media(call.media, timeout=config.media_timeout_s, reason="media_timeout", connect_timeout=config.connect_timeout_s)
-        call._spawn(watch, "watch")
+        call.tasks.spawn(watch, "watch")
         log.info("call %s: WebRTC session %s", call.id, session.id)
         return call
 
@@ -220,11 +221,6 @@ class WebRTCCall(Call):
         except Exception as exc:
             raise RealtimeError(f"Could not answer the SDP offer: {exc}", code="invalid_offer", param="sdp") from None
         self.answer = pc.localDescription.sdp
-
-    def _spawn(self, coro: Any, name: str) -> None:
-        task = asyncio.create_task(coro, name=f"{name}:{self.id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     # ------------------------------------------------------------------ events
 
@@ -252,7 +248,7 @@ class WebRTCCall(Call):
                 self._dropped += 1
 
         self.add_sink(Sink(send, beta=self.session.beta if self.session else False, name="data-channel", essential=True))
-        self._spawn(self._read_events(), "events")
+        self.tasks.spawn(self._read_events(), "events")
 
     async def _read_events(self) -> None:
         assert self.session is not None
@@ -269,9 +265,9 @@ class WebRTCCall(Call):
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         if track.kind == "audio":
-            self._spawn(self._read_audio(track), "audio-in")
+            self.tasks.spawn(self._read_audio(track), "audio-in")
         elif track.kind == "video":
-            self._spawn(self._read_video(track), "video-in")
+            self.tasks.spawn(self._read_video(track), "video-in")
 
     async def _read_audio(self, track: MediaStreamTrack) -> None:
         while True:
@@ -313,13 +309,10 @@ class WebRTCCall(Call):
 
     def _on_state(self) -> None:
         if self.pc.connectionState in ("failed", "closed"):
-            self._spawn(self.hangup(f"peer_{self.pc.connectionState}"), "hangup")
+            self.tasks.spawn(self.hangup(f"peer_{self.pc.connectionState}"), "hangup")
 
     async def _teardown(self) -> None:
-        current = asyncio.current_task()
-        for task in list(self._tasks):
-            if task is not current:
-                task.cancel()
+        await self.tasks.cancel()
         await self.pc.close()
 
 

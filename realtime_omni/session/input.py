@@ -235,7 +235,7 @@ class InputHandling:
             return
         for index, part in enumerate(item.parts):
             if part.kind == "audio" and part.audio is not None and part.text is None:
-                self._spawn(self._run_transcription(item, index, part), "transcribe")
+                self.tasks.spawn(self._run_transcription(item, index, part), "transcribe")
 
     async def _run_transcription(self, item: Message, index: int, part: Part) -> None:
         assert part.audio is not None
@@ -262,7 +262,7 @@ class InputHandling:
         playback_end = max(outcome.done_at, (outcome.first_audio_at or outcome.done_at) + outcome.audio_seconds)
         delay = playback_end - time.perf_counter() + vad.idle_timeout_ms / 1000.0
         self._idle_from = self.buffer.end
-        self._idle_timer = self._spawn(self._idle_timeout(delay), "idle")
+        self._idle_timer = self.tasks.spawn(self._idle_timeout(delay), "idle")
 
     def _cancel_idle_timer(self) -> None:
         self._idle_from = None

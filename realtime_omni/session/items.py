@@ -88,7 +88,7 @@ class ItemHandling:
         if isinstance(event, ev.OutputAudioBufferStarted):
             self._agent_since = time.monotonic()
         if not self.closed:
-            self._spawn(self.emit(event), "notify")
+            self.tasks.spawn(self.emit(event), "notify")
 
     def _cut_playout(self) -> Cut | None:
         """Silence the media stream now (barge-in, ``output_audio_buffer.clear``)."""

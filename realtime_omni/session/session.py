@@ -23,6 +23,7 @@ from pipelines.base import FunctionCall, Message, Pipeline
 from ..config import InterruptionGuard, Limits
 from ..errors import RealtimeError
 from ..ids import EventIds, new_id
+from ..tasks import TaskSet
 from ..metrics import Metrics
 from ..protocol import events as ev
 from ..protocol.audio import InputConverter, samples_to_ms
@@ -82,7 +83,7 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
         self._agent_since = 0.0  # monotonic time the playout last started an answer
         self._video_frame: str | None = None  # the latest sampled camera frame (data URL), for the next turn
         self.out_of_band: set[ResponseRun] = set()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self.tasks = TaskSet(self.id)  # transcriptions, timers, events emitted from callbacks
         self._idle_timer: asyncio.Task[None] | None = None
         self._idle_from: int | None = None  # buffer position the idle period started at
         self._event_id = EventIds()
@@ -129,13 +130,6 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
         """A client mistake (or a transport's trouble with its input) as an ``error`` event."""
         await self.emit_error(err.message, code=err.code, param=err.param, type=err.type, event_id=err.event_id)
 
-    def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
-        task = asyncio.ensure_future(coro)
-        task.set_name(f"{name}:{self.id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
     def ms(self, samples: int) -> int:
         return samples_to_ms(samples, self.caps.input_rate)
 
@@ -144,7 +138,7 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
         if alignment is not None:
             self.conversation.alignment[item.id] = alignment
         for item_id in evicted:
-            self._spawn(self.emit(ev.ConversationItemDeleted(item_id=item_id)), "evict")
+            self.tasks.spawn(self.emit(ev.ConversationItemDeleted(item_id=item_id)), "evict")
         return previous
 
     def rate_limits(self) -> ev.RateLimitsUpdated:
@@ -227,9 +221,8 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
         runs = [r for r in (self.active, *self.out_of_band) if r is not None]
         for run in runs:
             run.abandon()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*(r.task for r in runs if r.task), *self._tasks, return_exceptions=True)
+        await self.tasks.cancel()
+        await asyncio.gather(*(r.task for r in runs if r.task), return_exceptions=True)
         self.active = None
         self.out_of_band.clear()
         try:
