@@ -30,10 +30,12 @@ import asyncio
 import logging
 import socket
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 from realtime_omni.config import SipConfig
 from realtime_omni.media.clock import Ticker
+from realtime_omni.tasks import TaskSet
 
 from . import message as sipmsg
 from . import rtp
@@ -69,7 +71,7 @@ class SipBridge(asyncio.DatagramProtocol):
         self.streaming: set[SipCall] = set()  # answered calls: one packet each per clock tick
         self.clock = Ticker(rtp.FRAME_SAMPLES / rtp.RATE)
         self._timers: dict[Transaction, asyncio.TimerHandle] = {}  # one per transaction with a deadline
-        self._tasks: set[asyncio.Task[object]] = set()
+        self.tasks = TaskSet("sip")
         self._clock: asyncio.Task[None] | None = None
         self.stats = {"received": 0, "malformed": 0, "retransmissions": 0, "responses_sent": 0}
 
@@ -89,10 +91,10 @@ class SipBridge(asyncio.DatagramProtocol):
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        for task in [*self._tasks, self._clock]:
-            if task is not None:
-                task.cancel()
-        await asyncio.gather(*self._tasks, *(t for t in [self._clock] if t), return_exceptions=True)
+        if self._clock is not None:
+            self._clock.cancel()
+        await self.tasks.cancel()
+        await asyncio.gather(*(t for t in [self._clock] if t), return_exceptions=True)
         if self.transport is not None:
             self.transport.close()
 
@@ -111,12 +113,8 @@ class SipBridge(asyncio.DatagramProtocol):
             except OSError:
                 return "127.0.0.1"
 
-    def spawn(self, coro: object, name: str) -> asyncio.Task[object]:
-        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
-        task.set_name(name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        return self.tasks.spawn(coro, name)
 
     # ------------------------------------------------------------------ wire
 

@@ -1,8 +1,9 @@
 """One phone call: call control (ring, accept, reject, refer, hang up) and its RTP media.
 
 Media in: RTP packets from the caller go through a bounded queue to one task that orders them
-(``JitterBuffer``), decodes G.711 and converts 8 kHz to the pipeline's input rate once, then
-``session.push_audio``. RFC 4733 DTMF packets become ``input_audio_buffer.dtmf_event_received``.
+(``JitterBuffer``), decodes G.711 and hands the frames to the calls' one media-input path
+(``MediaInput``: 8 kHz to the pipeline's rate, into the session). RFC 4733 DTMF packets become
+``session.dtmf`` (``input_audio_buffer.dtmf_event_received``).
 Media out: the session's ``Playout`` at 8 kHz is drained by the bridge's one 20 ms clock
 (``SipBridge._run_clock``), one packet per call per tick (silence between answers, so the stream
 and any NAT binding stay alive).
@@ -11,7 +12,7 @@ Symmetric RTP (RFC 4961): we send to the address in the caller's SDP, unless its
 from another host (a NAT rewrote the address): then we answer where they come from. Once the
 first packet has fixed the caller's source, packets from anywhere else are dropped, so a third
 party cannot inject audio into the call. No packet for ``rtp_timeout_s`` ends a call whose
-caller vanished without a BYE.
+caller vanished without a BYE (the calls' one watchdog, ``Call.watch_media``).
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from realtime_omni.calls import Call
+from realtime_omni.calls import Call, MediaInput
 from realtime_omni.errors import RealtimeError
 from realtime_omni.ids import new_id
-from realtime_omni.media.resample import PolyphaseResampler
 from realtime_omni.protocol import events as ev
 from realtime_omni.server import Admission
 from realtime_omni.session import Media
+from realtime_omni.tasks import TaskSet
 
 from . import message as sipmsg
 from . import rtp, sdp
@@ -97,7 +98,8 @@ class RtpEndpoint(asyncio.DatagramProtocol):
         if packet is None:
             self.invalid += 1
             return
-        call.last_rx = time.monotonic()
+        if call.media is not None:
+            call.media.arrived()
         try:
             self.queue.put_nowait(packet)
         except asyncio.QueueFull:
@@ -132,13 +134,13 @@ class SipCall(Call):
         self.state = "ringing"  # ringing -> answered -> ended
         self.answer_sdp = b""
         self.endpoint: RtpEndpoint | None = None
-        self.last_rx = time.monotonic()
+        self.media: MediaInput | None = None  # once answered
+        self.tasks = TaskSet(self.id)
         self.jitter = rtp.JitterBuffer(offer.codec, depth=self.config.jitter_depth, max_depth=self.config.jitter_max_depth)
         self.dtmf = rtp.DtmfReceiver()
         self.sender = rtp.Sender(offer.codec)
         self.packets_sent = 0
         self.dtmf_events = 0
-        self._media_tasks: list[asyncio.Task[Any]] = []
         self._refer: asyncio.Future[int] | None = None
         self._ring_timer: asyncio.TimerHandle | None = None
         self._sdp_id = random.randrange(1, 2**31)
@@ -246,11 +248,10 @@ class SipCall(Call):
         host, port = self.bridge.advertised(self.dialog.addr), self.endpoint.transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
         self.answer_sdp = sdp.answer(self.offer, host, port, session_id=self._sdp_id).encode()
         self.state = "answered"
-        self.last_rx = time.monotonic()
-        self._media_tasks = [
-            asyncio.create_task(self._receive(session), name=f"sip-rtp-in:{self.id}"),
-            asyncio.create_task(self._watch(), name=f"sip-rtp-watch:{self.id}"),
-        ]
+        self.media = media = MediaInput(session)
+        media.arrived()  # the caller has rtp_timeout_s from the answer to send audio
+        self.tasks.spawn(self._receive(session, media), "sip-rtp-in")
+        self.tasks.spawn(self.watch_media(media, timeout=self.config.rtp_timeout_s, reason="rtp_timeout"), "sip-rtp-watch")
         self.bridge.streaming.add(self)
         self.bridge.respond(self.tx, self._ok(self.invite))
         log.info("call %s: answered (session %s)", self.id, session.id)
@@ -294,9 +295,7 @@ class SipCall(Call):
             self.bridge.spawn(self.bridge.transact(self.bridge.request(self.dialog, "BYE"), self.dialog.addr), f"sip-bye-out:{self.id}")
         self.state = "ended"
         self.bridge.streaming.discard(self)
-        for task in self._media_tasks:
-            task.cancel()
-        await asyncio.gather(*self._media_tasks, return_exceptions=True)
+        await self.tasks.cancel()
         if self.endpoint is not None and self.endpoint.transport is not None:
             self.endpoint.transport.close()
         if self.bridge.calls.get(self.dialog.call_id) is self:
@@ -348,10 +347,9 @@ class SipCall(Call):
         transport, _ = await loop.create_datagram_endpoint(lambda: self.endpoint, sock=sock)  # type: ignore[arg-type,return-value]
         self.endpoint.transport = transport  # type: ignore[assignment]
 
-    async def _receive(self, session: Session) -> None:
+    async def _receive(self, session: Session, media: MediaInput) -> None:
         assert self.endpoint is not None
         queue = self.endpoint.queue
-        resample = PolyphaseResampler(rtp.RATE, session.caps.input_rate)  # no block buffering: see media/resample.py
         while True:
             packet = await queue.get()
             if packet.payload_type == self.offer.dtmf:
@@ -365,11 +363,7 @@ class SipCall(Call):
             frames = self.jitter.put(packet.seq, packet.payload)
             if not frames:
                 continue
-            pcm = resample(np.concatenate(frames) if len(frames) > 1 else frames[0])
-            try:
-                await session.push_audio(pcm)
-            except RealtimeError as err:
-                await session.report(err)
+            await media.push(np.concatenate(frames) if len(frames) > 1 else frames[0], rtp.RATE)
 
     def tick(self) -> None:
         """One tick of the bridge's 20 ms clock: the next frame of the answer, or silence."""
@@ -382,11 +376,3 @@ class SipCall(Call):
         endpoint.transport.sendto(self.sender.packet(pcm, speech=playout.playing is not None), self.remote)
         self.packets_sent += 1
 
-    async def _watch(self) -> None:
-        timeout = self.config.rtp_timeout_s
-        while True:
-            await asyncio.sleep(min(1.0, timeout / 4))
-            if time.monotonic() - self.last_rx > timeout:
-                log.info("call %s: no RTP for %.1f s; hanging up", self.id, timeout)
-                self.bridge.spawn(self.hangup("rtp_timeout"), f"sip-timeout:{self.id}")
-                return
