@@ -36,6 +36,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def live_call(server: Server, call_id: str) -> Call:
+    """The live call ``call_id``, or ``RealtimeError`` ``call_not_found``."""
+    call = server.calls.get(call_id)
+    if not isinstance(call, Call):
+        raise RealtimeError(f"No live call with id {call_id!r}.", code="call_not_found", param="call_id")
+    return call
+
+
 class Call:
     kind = "call"
 

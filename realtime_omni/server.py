@@ -8,11 +8,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import pipelines
 from pipelines.base import Pipeline
 
-from .calls import Call
 from .config import ServerConfig
 from .errors import RealtimeError
 from .keys import EphemeralKeys, is_ephemeral
@@ -22,6 +22,14 @@ from .session import Media, Session
 from .session.config import SessionConfig
 
 log = logging.getLogger(__name__)
+
+
+class LiveCall(Protocol):
+    """What the server asks of a live call (``calls.Call``) when it shuts down."""
+
+    async def events_sent(self, timeout: float) -> None: ...
+
+    async def hangup(self, reason: str = "hangup") -> None: ...
 
 
 @dataclass(frozen=True)
@@ -44,7 +52,7 @@ class Server:
         self.pipeline = pipeline or pipelines.create(config.pipeline.kind, config.pipeline.options)
         self.metrics.watch_pipeline(self.pipeline.stats)
         self.sessions: set[Session] = set()
-        self.calls: dict[str, Call] = {}  # live WebRTC / SIP calls by call_id
+        self.calls: dict[str, LiveCall] = {}  # live WebRTC / SIP calls (calls.Call) by call_id
         self.keys = EphemeralKeys()
         self.defaults: SessionConfig | None = None
         self.ready = False

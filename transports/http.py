@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from realtime_omni import keys
-from realtime_omni.calls import Call
+from realtime_omni.calls import Call, live_call
 from realtime_omni.errors import RealtimeError
 from realtime_omni.ids import new_id
 from realtime_omni.protocol import events as ev
@@ -158,12 +158,7 @@ async def beta_sessions(request: Request) -> Response:
 
 
 def _call(request: Request) -> Call:
-    server: Server = request.app.state.server
-    call_id = request.path_params["call_id"]
-    call = server.calls.get(call_id)
-    if call is None:
-        raise RealtimeError(f"No live call with id {call_id!r}.", code="call_not_found", param="call_id")
-    return call
+    return live_call(request.app.state.server, request.path_params["call_id"])
 
 
 async def call_action(request: Request) -> Response:

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from realtime_omni.calls import live_call
 from realtime_omni.errors import RealtimeError
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import encode_server_event
@@ -98,10 +99,8 @@ async def realtime(ws: WebSocket) -> None:
 async def _sideband(ws: WebSocket, server: Server, call_id: str, beta: bool, subprotocol: str | None) -> None:
     """``?call_id=``: watch and steer a live WebRTC or SIP call. The socket gets every event of
     the call's session from now on, and what it sends goes to that session."""
-    call = server.calls.get(call_id)
     try:
-        if call is None:
-            raise RealtimeError(f"No live call with id {call_id!r}.", code="call_not_found", param="call_id")
+        call = live_call(server, call_id)
         queue = call.attach_sideband(beta=beta)
     except RealtimeError as err:
         await _deny(ws, 404, err)
