@@ -53,7 +53,7 @@ def server_process(config: dict[str, Any], startup_s: float = 600.0) -> Iterator
         path = f.name
     log = open(Path(tempfile.gettempdir()) / f"realtime-omni-bench-{port}.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "realtime_omni", "serve", "--config", path, "--log-level", "warning"],
+        [sys.executable, "-m", "host", "serve", "--config", path, "--log-level", "warning"],
         stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -66,9 +66,9 @@ def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch):
 
 def test_models_cli_lists_and_prepares(home: Path):
     env = {**os.environ, "REALTIME_OMNI_HOME": str(home)}
-    out = subprocess.run([sys.executable, "-m", "realtime_omni", "models", "list"], env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-m", "host", "models", "list"], env=env, capture_output=True, text=True, check=True).stdout
     assert "whisper-tiny.en" in out and "ready" in out and "whisper-base" in out and "not prepared" in out
-    run = subprocess.run([sys.executable, "-m", "realtime_omni", "models", "prepare", "whisper-base", "nope"], env=env, capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "host", "models", "prepare", "whisper-base", "nope"], env=env, capture_output=True, text=True)
     assert run.returncode == 1 and "whisper-base: ready" in run.stdout and "unknown model" in run.stderr
 
 
@@ -181,6 +181,6 @@ def test_serve_with_a_missing_model_fails_clearly(tmp_path: Path):
     config["port"] = 0
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
-    run = subprocess.run([sys.executable, "-m", "realtime_omni", "serve", "--config", str(path)], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-m", "host", "serve", "--config", str(path)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 1
     assert "startup failed" in run.stderr and "unknown model 'whisper-huge'" in run.stderr

@@ -193,7 +193,7 @@ async def test_cli_serves_and_shuts_down_gracefully(tmp_path: Path):
     )
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "realtime_omni", "serve", "--config", str(config), "--port", str(port), "--log-level", "warning"],
+        [sys.executable, "-m", "host", "serve", "--config", str(config), "--port", str(port), "--log-level", "warning"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -230,7 +230,7 @@ async def test_cli_serves_and_shuts_down_gracefully(tmp_path: Path):
 
 
 async def test_healthz_is_ready_only_between_start_and_drain():
-    from realtime_omni.app import create_app
+    from host.app import create_app
     from realtime_omni.config import from_dict
     from realtime_omni.server import Server
 

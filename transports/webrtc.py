@@ -36,6 +36,7 @@ from starlette.routing import Route
 from realtime_omni.calls import Call, MediaInput
 from realtime_omni.config import WebRTCConfig
 from realtime_omni.errors import RealtimeError
+from realtime_omni.http import bearer, error_response, read_body, status_for
 from realtime_omni.session.playout import Playout
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import decode_session
@@ -44,7 +45,6 @@ from realtime_omni.server import Admission, Server
 from realtime_omni.session import Media, Session
 from realtime_omni.tasks import TaskSet
 
-from .http import bearer, error_response, status_for
 
 log = logging.getLogger(__name__)
 
@@ -109,9 +109,10 @@ async def _read_offer(request: Request) -> tuple[str, ev.Session | None]:
         if not sdp:
             raise RealtimeError("Missing required parameter: 'sdp'.", code="missing_required_parameter", param="sdp")
         return sdp, decode_session(session) if session else None
-    body = await request.body()
-    if len(body) > MAX_SDP_BYTES:
-        raise RealtimeError(f"The SDP offer is larger than {MAX_SDP_BYTES} bytes.", code="invalid_offer", param="sdp")
+    try:
+        body = await read_body(request, MAX_SDP_BYTES)
+    except RealtimeError:
+        raise RealtimeError(f"The SDP offer is larger than {MAX_SDP_BYTES} bytes.", code="invalid_offer", param="sdp") from None
     if not body.strip():
         raise RealtimeError("The request has no SDP offer (send it as application/sdp or multipart 'sdp').", code="missing_required_parameter", param="sdp")
     try:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from realtime_omni.app import create_app
+from host.app import create_app
 from realtime_omni.config import ServerConfig, from_dict
 from realtime_omni.runner import RealtimeUvicorn, uvicorn_config
 from realtime_omni.server import Server

@@ -19,7 +19,7 @@ from starlette.staticfiles import StaticFiles
 from realtime_omni.errors import RealtimeError
 from realtime_omni.server import Server
 
-from .http import error_response
+from realtime_omni.http import error_response
 
 WEB_DEMO = Path(__file__).resolve().parent.parent / "web_demo"
 

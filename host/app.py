@@ -1,4 +1,4 @@
-"""The ASGI application: health, metrics, and the routes of every transport."""
+"""The ASGI application: health, metrics, the routes of every transport, HTTP control and the demo."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from transports import demo, http, sip, webrtc, websocket
+from realtime_omni.server import Server
+from transports import sip, webrtc, websocket
 
-from .server import Server
+from . import control, demo
 
 
 async def healthz(request: Request) -> Response:
@@ -55,7 +56,7 @@ def create_app(server: Server) -> Starlette:
             await server.stop()
 
     app = Starlette(
-        routes=[Route("/healthz", healthz), Route("/metrics", metrics), *http.routes(), *webrtc.routes(), *websocket.routes(), *demo.routes(server)],
+        routes=[Route("/healthz", healthz), Route("/metrics", metrics), *control.routes(), *webrtc.routes(), *websocket.routes(), *demo.routes(server)],
         lifespan=lifespan,
     )
     app.state.server = server

@@ -1,4 +1,4 @@
-"""Plain HTTP endpoints beside the realtime transports: ephemeral keys and call control.
+"""Plain HTTP control endpoints beside the realtime transports: ephemeral keys and call control.
 
     POST   /v1/realtime/client_secrets            mint an ephemeral key (needs the API key)
     POST   /v1/realtime/sessions                  the same, beta shape
@@ -8,7 +8,8 @@
     POST   /v1/realtime/calls/{call_id}/hangup    end any call
     DELETE /v1/realtime/calls/{call_id}           the same
 
-Errors are OpenAI-shaped: ``{"error": {"type", "code", "message", "param"}}``.
+Errors are OpenAI-shaped (realtime_omni/http.py). Call control works on any live call through
+``calls.Call``'s verbs; it knows no transport.
 """
 
 from __future__ import annotations
@@ -23,13 +24,11 @@ from starlette.routing import Route
 from realtime_omni import keys
 from realtime_omni.calls import Call, live_call
 from realtime_omni.errors import RealtimeError
+from realtime_omni.http import error_response, json_body, require_api_key, status_for
 from realtime_omni.ids import new_id
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import decode_session
 from realtime_omni.server import Server
-
-MAX_BODY = 1024 * 1024
-
 
 def routes() -> list[Route]:
     return [
@@ -38,56 +37,6 @@ def routes() -> list[Route]:
         Route("/v1/realtime/calls/{call_id}/{action}", call_action, methods=["POST"]),
         Route("/v1/realtime/calls/{call_id}", delete_call, methods=["DELETE"]),
     ]
-
-
-STATUS = {
-    "invalid_api_key": 401,
-    "forbidden": 403,
-    "call_not_found": 404,
-    "not_found": 404,
-    "invalid_call_action": 409,
-    "call_not_accepted": 409,
-    "call_state": 409,
-    "max_sessions_reached": 429,
-    "rate_limit_exceeded": 429,
-    "server_unavailable": 503,
-}
-
-
-def status_for(err: RealtimeError) -> int:
-    """The HTTP status of an error: by its code, 400 for anything the request got wrong."""
-    return STATUS.get(err.code or "", 400)
-
-
-def error_response(status: int, err: RealtimeError) -> JSONResponse:
-    body = {"error": {"type": err.type, "code": err.code, "message": err.message, "param": err.param}}
-    return JSONResponse(body, status_code=status)
-
-
-def bearer(request: Request) -> str | None:
-    auth = request.headers.get("authorization", "")
-    return auth[7:].strip() if auth.lower().startswith("bearer ") else None
-
-
-def require_api_key(request: Request) -> None:
-    server: Server = request.app.state.server
-    if not server.authorized(bearer(request)):
-        raise RealtimeError("This endpoint needs the server's API key (not an ephemeral key).", code="invalid_api_key", type="authentication_error")
-
-
-async def json_body(request: Request) -> dict[str, Any]:
-    data = await request.body()
-    if len(data) > MAX_BODY:
-        raise RealtimeError("The request body is too large.", code="request_too_large")
-    if not data.strip():
-        return {}
-    try:
-        body = msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
-        raise RealtimeError(f"The request body is not valid JSON ({exc}).", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise RealtimeError("The request body must be a JSON object.", code="invalid_json")
-    return body
 
 
 # ---------------------------------------------------------------------------------- keys
