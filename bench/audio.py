@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from realtime_omni.media.resample import resample
+from dsp.resample import resample
 
 
 def read_wav(path: Path) -> tuple[np.ndarray, int]:

@@ -86,7 +86,9 @@ class WebSocketTransport:
 async def open_transport(kind: str, url: str, model: str, api_key: str | None) -> Transport:
     """A connected transport of ``kind`` (one of ``TRANSPORTS``)."""
     if kind == "webrtc":
-        from .rtc import WebRTCTransport  # aiortc, PyAV and the openai SDK load only for WebRTC runs
+        from .rtc import (
+            WebRTCTransport,  # aiortc, PyAV and the openai SDK load only for WebRTC runs
+        )
 
         return await WebRTCTransport.open(url, model, api_key)
     if kind == "websocket":

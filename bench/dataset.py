@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from realtime_omni.media.resample import resample
+from dsp.resample import resample
 
 from .audio import espeak, read_wav
 
@@ -57,8 +57,8 @@ class Conversation:
 
 def _piper():  # type: ignore[no-untyped-def]
     try:
-        from pipelines.talker import PiperTalker
         from pipelines import models
+        from pipelines.talker import PiperTalker
 
         folder = models.path("piper-joe")
         onnx = next(folder.glob("*.onnx"))

@@ -13,17 +13,22 @@ import base64
 import fractions
 import json
 import time
-from urllib.parse import urlsplit
 from collections.abc import AsyncIterator, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import av
 import numpy as np
-from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import (
+    MediaStreamTrack,
+    RTCConfiguration,
+    RTCPeerConnection,
+    RTCSessionDescription,
+)
 from aiortc.mediastreams import MediaStreamError
 from openai import AsyncOpenAI
 
-from realtime_omni.media.resample import Resampler, resample
+from dsp.resample import Resampler, resample
 from transports.webrtc import use_host_addresses
 
 from .microphone import FrameQueue

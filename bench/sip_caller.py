@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from realtime_omni.media.g711 import pcm_to_ulaw, ulaw_to_pcm
+from dsp.g711 import pcm_to_ulaw, ulaw_to_pcm
 
 FRAME = 160  # 20 ms at 8 kHz
 

@@ -29,9 +29,9 @@ from bench.common import free_port, machine, save, server_process
 from bench.dataset import RATE, Conversation, Turn
 from bench.metrics import dist
 from bench.sip_caller import FRAME, Media, Phone, pcm
+from dsp.g711 import pcm_to_ulaw, ulaw_to_pcm
+from dsp.resample import resample
 from realtime_omni import config as config_file
-from realtime_omni.media.g711 import pcm_to_ulaw, ulaw_to_pcm
-from realtime_omni.media.resample import resample
 
 QUESTIONS = [
     "Hi there, how are you today?",

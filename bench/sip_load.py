@@ -27,7 +27,7 @@ from bench.audio import espeak
 from bench.common import free_port, machine, save, server_process
 from bench.metrics import dist
 from bench.sip_caller import Media, Phone, pcm
-from realtime_omni.media.resample import resample
+from dsp.resample import resample
 
 TARGET_P99_MS = 5.0
 WARMUP_S = 3.0

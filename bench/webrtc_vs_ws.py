@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.audio import silence, speech_bounds_ms, write_wav
 from bench.audio import espeak as speak
+from bench.audio import silence, speech_bounds_ms, write_wav
 from bench.common import RESULTS, server_config, server_process
 from bench.metrics import dist
 

@@ -30,6 +30,7 @@ from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import decode_session
 from realtime_omni.server import Server
 
+
 def routes() -> list[Route]:
     return [
         Route("/v1/realtime/client_secrets", client_secrets, methods=["POST"]),

@@ -17,9 +17,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from realtime_omni.errors import RealtimeError
-from realtime_omni.server import Server
-
 from realtime_omni.http import error_response
+from realtime_omni.server import Server
 
 WEB_DEMO = Path(__file__).resolve().parent.parent / "web_demo"
 

@@ -30,7 +30,7 @@ from typing import Literal
 import msgspec
 import numpy as np
 
-from realtime_omni.media.resample import resample
+from dsp.resample import resample
 
 from .base import (
     AudioChunk,

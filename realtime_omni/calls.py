@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dsp.resample import PolyphaseResampler
+
 from .errors import RealtimeError
 from .ids import new_id
-from .media.resample import PolyphaseResampler
 from .pump import EventPump, SidebandQueue, Sink, SinkGone
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pipelines import models
-from realtime_omni.media.resample import resample
+from dsp.resample import resample
 from tests.support.audio import silence, spoken, utterance
 from tests.support.client import audio_of, connect
 

@@ -18,7 +18,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from pipelines import models
-from realtime_omni.media.resample import resample
+from dsp.resample import resample
 from tests.conftest import synthetic_config
 from tests.support.audio import rms, utterance
 from tests.support.server import ServerThread

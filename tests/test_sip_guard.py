@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from openai import AsyncOpenAI
 
-from realtime_omni.media.resample import resample
+from dsp.resample import resample
 from tests.conftest import synthetic_config
 from tests.support.audio import spoken
 from tests.support.server import ServerThread

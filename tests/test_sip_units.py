@@ -9,8 +9,8 @@ import struct
 import numpy as np
 import pytest
 
-from realtime_omni.media.g711 import pcm_to_ulaw
-from realtime_omni.media.resample import PolyphaseResampler
+from dsp.g711 import pcm_to_ulaw
+from dsp.resample import PolyphaseResampler
 from transports.sip import message as sipmsg
 from transports.sip import rtp, sdp
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from pipelines.stages import chain
-from realtime_omni.media import g711
-from realtime_omni.media.resample import Resampler, resample
+from dsp import g711
+from dsp.resample import Resampler, resample
 from realtime_omni.protocol.audio import InputConverter, WireFormat
 from realtime_omni.session.conversation import Alignment
 from realtime_omni.session.input_buffer import InputBuffer

@@ -25,7 +25,13 @@ from typing import Any
 import aioice.ice
 import av
 import numpy as np
-from aiortc import MediaStreamTrack, RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc import (
+    MediaStreamTrack,
+    RTCConfiguration,
+    RTCIceServer,
+    RTCPeerConnection,
+    RTCSessionDescription,
+)
 from aiortc.jitterbuffer import JitterBuffer
 from aiortc.mediastreams import MediaStreamError
 from starlette.datastructures import UploadFile
@@ -37,14 +43,13 @@ from realtime_omni.calls import Call, MediaInput
 from realtime_omni.config import WebRTCConfig
 from realtime_omni.errors import RealtimeError
 from realtime_omni.http import bearer, error_response, read_body, status_for
-from realtime_omni.session.playout import Playout
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import decode_session
 from realtime_omni.pump import Sink
 from realtime_omni.server import Admission, Server
 from realtime_omni.session import Media, Session
+from realtime_omni.session.playout import Playout
 from realtime_omni.tasks import TaskSet
-
 
 log = logging.getLogger(__name__)
 

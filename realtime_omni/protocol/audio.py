@@ -12,9 +12,11 @@ import enum
 
 import numpy as np
 
+from dsp.g711 import alaw_to_pcm, pcm_to_alaw, pcm_to_ulaw, ulaw_to_pcm
+from dsp.resample import Resampler
+
 from ..errors import invalid_value
-from ..media.g711 import alaw_to_pcm, pcm_to_alaw, pcm_to_ulaw, ulaw_to_pcm
-from ..media.resample import Resampler
+
 
 class WireFormat(enum.Enum):
     PCM16 = ("audio/pcm", 24000, 2)

@@ -16,7 +16,6 @@ from typing import Annotated, Any, Literal, Union
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-
 # ---------------------------------------------------------------------------------------------
 # Shared value types
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import numpy as np
 from msgspec import UNSET
 
+from dsp.resample import resample
 from pipelines.base import (
     Capabilities,
     ContextItem,
@@ -29,7 +30,6 @@ from pipelines.base import (
 
 from ..errors import RealtimeError, invalid_value
 from ..ids import new_id
-from ..media.resample import resample
 from ..protocol import events as ev
 from ..protocol.audio import WireFormat, wire_bytes
 

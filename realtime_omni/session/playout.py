@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..media.clock import Ticker
+from ..clock import Ticker
 from ..protocol import events as ev
 
 

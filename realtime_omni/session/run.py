@@ -36,6 +36,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from dsp.resample import PolyphaseResampler
 from pipelines.base import (
     AudioChunk,
     Capabilities,
@@ -50,7 +51,6 @@ from pipelines.base import (
 )
 
 from ..ids import new_id
-from ..media.resample import PolyphaseResampler
 from ..protocol import events as ev
 from ..protocol.audio import OutputConverter, WireFormat
 from .config import format_struct

@@ -23,11 +23,11 @@ from pipelines.base import FunctionCall, Message, Pipeline
 from ..config import InterruptionGuard, Limits
 from ..errors import RealtimeError
 from ..ids import EventIds, new_id
-from ..tasks import TaskSet
 from ..metrics import Metrics
 from ..protocol import events as ev
 from ..protocol.audio import InputConverter, samples_to_ms
 from ..protocol.codec import decode_client_event
+from ..tasks import TaskSet
 from . import config as sc
 from .conversation import Alignment, Conversation
 from .input import InputHandling, Turn

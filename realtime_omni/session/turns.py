@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import webrtcvad
 
-from ..media.resample import Resampler
+from dsp.resample import Resampler
+
 from .config import VadSettings
 
 FRAME_MS = 20

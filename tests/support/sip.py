@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from realtime_omni.media.g711 import alaw_to_pcm, pcm_to_alaw, pcm_to_ulaw, ulaw_to_pcm
-from realtime_omni.media.resample import resample
+from dsp.g711 import alaw_to_pcm, pcm_to_alaw, pcm_to_ulaw, ulaw_to_pcm
+from dsp.resample import resample
 
 SIPP = shutil.which("sipp")
 

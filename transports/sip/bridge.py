@@ -33,8 +33,8 @@ from collections import OrderedDict
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
+from realtime_omni.clock import Ticker
 from realtime_omni.config import SipConfig
-from realtime_omni.media.clock import Ticker
 from realtime_omni.tasks import TaskSet
 
 from . import message as sipmsg
@@ -42,7 +42,17 @@ from . import rtp
 from .call import SipCall
 from .dialog import Dialog
 from .message import Addr, Message, param, response
-from .transaction import T2, T4, Answered, ClientTransaction, Output, Send, ServerTransaction, TimedOut, transaction_key
+from .transaction import (
+    T2,
+    T4,
+    Answered,
+    ClientTransaction,
+    Output,
+    Send,
+    ServerTransaction,
+    TimedOut,
+    transaction_key,
+)
 
 if TYPE_CHECKING:
     from realtime_omni.server import Server

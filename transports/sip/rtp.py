@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from realtime_omni.media.g711 import alaw_to_pcm, pcm_to_alaw, pcm_to_ulaw, ulaw_to_pcm
+from dsp.g711 import alaw_to_pcm, pcm_to_alaw, pcm_to_ulaw, ulaw_to_pcm
 
 RATE = 8000
 FRAME_SAMPLES = 160  # 20 ms at 8 kHz

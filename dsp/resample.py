@@ -17,6 +17,7 @@ from math import gcd
 import numpy as np
 import soxr
 
+
 class Resampler:
     """Streaming int16 resampler (soxr); a no-op when the rates match.
 
