@@ -19,6 +19,8 @@ def _serve(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config, host=args.host, port=args.port, api_key=args.api_key)
     if args.sip_port is not None:  # the SIP bridge beside HTTP, on the config's other SIP settings
         cfg.sip.port = args.sip_port
+    if args.engine_url is not None:  # a remote engine's deployment (omni configs)
+        cfg.pipeline.options.setdefault("remote", {})["url"] = args.engine_url
     server = Server(cfg)
     RealtimeUvicorn(uvicorn_config(create_app(server), server, args.log_level), server).run()
     return 1 if server.startup_error else 0
@@ -65,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=None, help="port (default from config: 8000)")
     serve.add_argument("--api-key", default=None, help="require this key (also REALTIME_OMNI_API_KEY)")
     serve.add_argument("--sip-port", type=int, default=None, help="also answer SIP calls on this UDP port (default from config: off)")
+    serve.add_argument("--engine-url", default=None, help="a remote engine's OpenAI base URL, e.g. http://gpu-host:8091/v1 (omni configs)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=_serve)
 

@@ -11,6 +11,7 @@ from .base import Pipeline
 KINDS = {
     "synthetic": "pipelines.synthetic",
     "cascade": "pipelines.cascade",
+    "omni": "pipelines.omni",
 }
 
 

@@ -1,0 +1,192 @@
+"""The omni pipeline (pipelines/omni.py) on a vLLM-Omni deployment: the stock openai SDK talks to
+this server, which talks to the faithful fake deployment (bench/fake_omni.py, the only stand-in:
+no GPU here). Every server event is validated strictly against the SDK's models."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from bench.fake_async_omni import FakeOmniConfig
+from bench.fake_omni import FakeOmniServer, Faults
+from realtime_omni import config as config_file
+from tests.support.audio import utterance
+from tests.support.client import audio_of, connect
+from tests.support.server import ServerThread
+
+QUESTION = utterance("What is the capital of France?", lead_ms=500, tail_ms=1200)
+TEXT_ITEM = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello there."}]}
+
+
+def omni_config(url: str, profile: str = "qwen3-omni") -> dict[str, Any]:
+    """The shipped config (configs/<profile>.yaml), pointed at the fake deployment."""
+    config = config_file.raw(profile)
+    config["pipeline"]["options"]["remote"].update(url=f"{url}/v1", stall_s=2.0, probe_interval_s=0.2)
+    config["session"]["instructions"] = "Be brief."
+    return config
+
+
+def warm(fake: FakeOmniServer) -> FakeOmniServer:
+    """One request first: the fake's first answer pays one-time costs (imports, tone tables) that
+    would read as a stall."""
+    body = {"model": fake.fake.config.served_model, "messages": [{"role": "user", "content": "hi"}], "stream": False}
+    httpx.post(f"{fake.url}/v1/chat/completions", json=body, timeout=30).raise_for_status()
+    fake.fake.reset()
+    return fake
+
+
+@pytest.fixture(scope="module")
+def deployment() -> Iterator[FakeOmniServer]:
+    with FakeOmniServer(FakeOmniConfig(profile="qwen3-omni")) as fake:
+        yield warm(fake)
+
+
+@pytest.fixture(scope="module")
+def omni(deployment: FakeOmniServer) -> Iterator[ServerThread]:
+    srv = ServerThread(omni_config(deployment.url)).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(autouse=True)
+def clean(deployment: FakeOmniServer) -> Iterator[None]:
+    deployment.fake.reset()
+    deployment.fake.faults = Faults()
+    yield
+    deployment.fake.faults = Faults()
+
+
+async def spoken_turn(c: Any) -> Any:
+    """Speak the question in real time; the response.done of the answer it gets."""
+    await c.speak(QUESTION)
+    return await c.expect("response.done", timeout=15)
+
+
+async def test_a_spoken_turn_goes_to_the_thinker_as_audio_and_comes_back_as_speech(omni, deployment):
+    async with connect(omni.ws_base) as c:
+        created = await c.expect("session.created")
+        assert created.session.audio.input.transcription is None  # no ASR in the loop unless configured
+        done = await spoken_turn(c)
+        assert done.response.status == "completed"
+        transcript = done.response.output[0].content[0].transcript
+        assert transcript.startswith("I heard") and transcript.endswith("seconds of audio.")
+        audio = np.frombuffer(audio_of(c.events), "<i2")
+        assert len(audio) == pytest.approx(len(transcript.split()) * 0.240 * 24000, rel=0.05)  # one 240 ms tone a word
+    body = deployment.fake.bodies()[-1]
+    assert body["modalities"] == ["text", "audio"] and body["audio"] == {"format": "pcm"} and body["stream"] is True
+    assert body["messages"][0] == {"role": "system", "content": "Be brief."}
+    audio_part = body["messages"][-1]["content"][0]
+    assert audio_part["type"] == "input_audio" and audio_part["input_audio"]["format"] == "wav"
+    heard = float(transcript.split()[2])  # what the deployment received: the turn's audio, at 16 kHz
+    assert 1.5 < heard < 3.5
+
+
+async def test_the_second_turn_resends_the_first_byte_for_byte_and_hits_the_prefix_cache(omni, deployment):
+    async with connect(omni.ws_base) as c:
+        await c.expect("session.created")
+        first = await spoken_turn(c)
+        second = await spoken_turn(c)
+    bodies = [r.body for r in deployment.fake.requests if r.outcome == "done"]
+    b = bodies[-1]  # the second turn's answer
+    a = next(x for x in bodies if len(x["messages"]) == 2)  # the first turn's: system, user
+    assert a["cache_salt"] == b["cache_salt"]
+    assert json.dumps(b["messages"][: len(a["messages"])]) == json.dumps(a["messages"])  # the same bytes
+    assert b["messages"][len(a["messages"])] == {"role": "assistant", "content": first.response.output[0].content[0].transcript}
+    assert second.response.usage.input_token_details.cached_tokens > 0
+    assert first.response.usage.input_token_details.cached_tokens <= second.response.usage.input_token_details.cached_tokens
+
+
+async def test_sessions_never_share_a_cache_salt(omni, deployment):
+    async with connect(omni.ws_base) as a, connect(omni.ws_base) as b:
+        for c in (a, b):
+            await c.expect("session.created")
+            await c.send({"type": "conversation.item.create", "item": TEXT_ITEM})
+            await c.send({"type": "response.create"})
+        await a.expect("response.done")
+        await b.expect("response.done")
+    salts = {r.body["cache_salt"] for r in deployment.fake.requests}
+    assert len(salts) == 2
+
+
+async def test_barge_in_aborts_the_upstream_request(omni, deployment):
+    deployment.fake.faults = Faults(chunk_ms=60)  # an answer that takes seconds to stream
+    async with connect(omni.ws_base) as c:
+        await c.expect("session.created")
+        await c.send({"type": "conversation.item.create", "item": TEXT_ITEM})
+        await c.send({"type": "response.create"})
+        await c.expect("response.output_audio.delta", timeout=10)
+        request_id = deployment.fake.requests[-1].request_id
+        await c.speak(QUESTION[: 24000 * 3 // 2])  # the user talks over it
+        done = await c.expect("response.done")
+        assert done.response.status == "cancelled" and done.response.status_details.reason == "turn_detected"
+    assert await asyncio.to_thread(deployment.fake.wait_outcome, request_id, 10) == "aborted"
+
+
+async def test_out_of_band_and_text_only_responses(omni, deployment):
+    async with connect(omni.ws_base) as c:
+        await c.expect("session.created")
+        await c.send({"type": "response.create", "response": {"conversation": "none", "output_modalities": ["text"], "input": [TEXT_ITEM]}})
+        done = await c.expect("response.done")
+        assert done.response.conversation_id is None and done.response.output[0].content[0].text.startswith("I heard")
+        assert not c.of("response.output_audio.delta")
+    assert deployment.fake.bodies()[-1]["modalities"] == ["text"]
+
+
+@pytest.mark.parametrize(
+    "faults,reason",
+    [
+        (Faults(status=503), "503"),
+        (Faults(cut_after=3), "before the answer ended"),
+        (Faults(stall_after=3), "stalled"),
+        (Faults(error_after=3), "injected error mid-stream"),
+    ],
+    ids=["http-503", "cut-stream", "stall", "in-stream-error"],
+)
+async def test_engine_faults_fail_the_response_and_the_session_lives_on(omni, deployment, faults, reason):
+    deployment.fake.faults = faults
+    async with connect(omni.ws_base) as c:
+        await c.expect("session.created")
+        await c.send({"type": "conversation.item.create", "item": TEXT_ITEM})
+        await c.send({"type": "response.create"})
+        done = await c.expect("response.done", timeout=15)
+        assert done.response.status == "failed" and done.response.status_details.error.code == "pipeline_error"
+        assert any(e.type == "error" and e.error.code == "pipeline_error" for e in c.events)
+        assert reason in done.response.status_details.error.message
+        async with httpx.AsyncClient() as http:
+            health = await http.get(f"{omni.http_url}/healthz")
+            assert health.status_code == 503 and health.json()["status"] == "unhealthy"
+            deployment.fake.faults = Faults()  # the deployment recovers: so does the server, without a restart
+            for _ in range(100):
+                if (await http.get(f"{omni.http_url}/healthz")).status_code == 200:
+                    break
+                await asyncio.sleep(0.05)
+            assert (await http.get(f"{omni.http_url}/healthz")).status_code == 200
+            metrics = (await http.get(f"{omni.http_url}/metrics")).text
+            assert "realtime_pipeline_engine_failures" in metrics
+        await c.send({"type": "response.create"})
+        assert (await c.expect("response.done", timeout=15)).response.status == "completed"
+
+
+async def test_ming_audio_at_44100_is_resampled_once_for_the_client():
+    with FakeOmniServer(FakeOmniConfig(profile="ming-omni")) as fake:
+        warm(fake)
+        srv = ServerThread(omni_config(fake.url, profile="ming-omni")).start()
+        try:
+            async with connect(srv.ws_base) as c:
+                await c.expect("session.created")
+                await c.send({"type": "conversation.item.create", "item": TEXT_ITEM})
+                await c.send({"type": "response.create"})
+                done = await c.expect("response.done", timeout=15)
+                words = done.response.output[0].content[0].transcript.split()
+                audio = np.frombuffer(audio_of(c.events), "<i2")
+                assert len(audio) == pytest.approx(len(words) * 0.240 * 24000, rel=0.05)  # 24 kHz pcm16 on the wire
+                spectrum = np.abs(np.fft.rfft(audio[: 24000 // 5].astype(float)))
+                assert 50 < np.argmax(spectrum) * 5 < 12000  # a tone, not noise from misread samples
+        finally:
+            srv.stop()
