@@ -27,6 +27,10 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     send_timeout_s: float = 10.0  # a client that does not take an event for this long is dropped
     max_out_of_band: int = 4  # concurrent conversation:"none" responses per session
     pause_ms: int = 200  # silence after which pipelines may start speculative work
+    # An HTTP request's head (WebSocket upgrades included): bytes of the request target and of every
+    # header name and value, and the number of header fields. Over either: 431, connection closed.
+    max_header_bytes: int = 32 * 1024
+    max_headers: int = 100
 
 
 class WebRTCConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

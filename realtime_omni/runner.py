@@ -7,6 +7,7 @@ import socket
 import uvicorn
 from starlette.applications import Starlette
 
+from .http_limits import http_protocol
 from .server import Server
 
 
@@ -33,6 +34,8 @@ def uvicorn_config(app: Starlette, server: Server, log_level: str = "info") -> u
         app,
         host=cfg.host,
         port=cfg.port,
+        # Too large a request head, or too many header fields: 431 (uvicorn itself has no limit).
+        http=http_protocol(cfg.limits),
         ws_max_size=cfg.limits.max_message_bytes,
         # Audio in base64 hardly compresses, and deflate costs CPU and latency on every event.
         ws_per_message_deflate=False,
