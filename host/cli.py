@@ -11,10 +11,10 @@ from realtime_omni import config as config_mod
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from realtime_omni.runner import RealtimeUvicorn, uvicorn_config
     from realtime_omni.server import Server
 
     from .app import create_app
+    from .runner import RealtimeUvicorn, uvicorn_config
 
     cfg = config_mod.load(args.config, host=args.host, port=args.port, api_key=args.api_key)
     if args.sip_port is not None:  # the SIP bridge beside HTTP, on the config's other SIP settings

@@ -19,9 +19,10 @@ import httpx
 import pytest
 import websockets
 
+from tests.conftest import synthetic_config
 from tests.support.client import connect
 from tests.support.server import ServerThread
-from tests.conftest import synthetic_config
+
 
 async def wait_until(predicate, timeout=10.0):
     deadline = time.monotonic() + timeout

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.audio import espeak, read_wav, silence, speech_bounds_ms, utterance, write_wav
+from bench.audio import (
+    espeak,
+    read_wav,
+    silence,
+    speech_bounds_ms,
+    utterance,
+    write_wav,
+)
 
 __all__ = ["espeak", "read_wav", "rms", "silence", "speech_bounds_ms", "spoken", "utterance", "write_wav"]
 

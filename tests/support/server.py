@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from host.app import create_app
+from host.runner import RealtimeUvicorn, uvicorn_config
 from realtime_omni.config import ServerConfig, from_dict
-from realtime_omni.runner import RealtimeUvicorn, uvicorn_config
 from realtime_omni.server import Server
 
 T = TypeVar("T")

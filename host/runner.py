@@ -7,8 +7,8 @@ import socket
 import uvicorn
 from starlette.applications import Starlette
 
-from .http_limits import http_protocol
-from .server import Server
+from realtime_omni.http_limits import http_protocol
+from realtime_omni.server import Server
 
 
 class RealtimeUvicorn(uvicorn.Server):
