@@ -99,7 +99,7 @@ class EventPump:
         try:
             while (event := await outbox.get()) is not None:
                 encoded: dict[bool, str | None] = {}
-                for sink in list(self.sinks):
+                for sink in self.sinks[:]:
                     if sink.beta not in encoded:
                         data = encode_server_event(event, beta_names=sink.beta)
                         encoded[sink.beta] = data.decode() if data is not None else None

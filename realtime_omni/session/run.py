@@ -32,7 +32,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import numpy as np
 
@@ -63,8 +63,7 @@ log = logging.getLogger(__name__)
 CancelReason = Literal["turn_detected", "client_cancelled", "shutdown"]
 
 
-@dataclass(frozen=True)
-class Weight:
+class Weight(NamedTuple):
     """What one queued delta carries of a message: samples of its audio (pipeline output rate)
     and characters of its text."""
 
@@ -220,6 +219,7 @@ class ResponseRun:
         self._audio_out = audio_out
         self._rate = port.caps.output_rate
         self._started = False
+        self._announced = False  # response.created is queued
         self._finishing = False
         # the open assistant message
         self._message: Message | None = None
@@ -281,8 +281,7 @@ class ResponseRun:
         port = self.port
         error: BaseException | None = None
         try:
-            # shielded: cancelled while the outbox is full, it still goes out before response.done
-            await asyncio.shield(port.emit(ev.ResponseCreated(response=self._wire())))
+            self._announced = await port.emit(ev.ResponseCreated(response=self._wire()))
             await port.emit(port.rate_limits())
             if self.cancel_reason is not None:  # cancelled before it started
                 raise asyncio.CancelledError
@@ -314,6 +313,8 @@ class ResponseRun:
             self.mute()
             self._trim_to_delivered()
         self._finishing = True
+        if not self._announced:  # cancelled while the outbox was full: say it began before it ended
+            await port.emit(ev.ResponseCreated(response=self._wire()))
         await self._close_message()
         if error is not None:
             await port.emit(
