@@ -153,6 +153,7 @@ class RecordedRequest:
     fault: str | None
     received_at: float
     outcome: str = "pending"  # done | aborted | cut | error-event | status <n> | rejected
+    first_audio_at: float | None = None  # time.perf_counter() as the first audio chunk was handed to the socket
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -162,6 +163,7 @@ class RecordedRequest:
             "fault": self.fault,
             "received_at": self.received_at,
             "outcome": self.outcome,
+            "first_audio_at": self.first_audio_at,
         }
 
 
@@ -758,6 +760,8 @@ class _EventStream:
                     await send({"type": "http.response.body", "body": f"data: {json.dumps(err)}\n\n".encode(), "more_body": True})
                     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
                     return "error-event"
+                if self.record.first_audio_at is None and '"modality":"audio"' in event:
+                    self.record.first_audio_at = time.perf_counter()
                 await send({"type": "http.response.body", "body": event.encode(), "more_body": True})
                 sent += 1
         if f.cut_after is not None and sent >= f.cut_after:
