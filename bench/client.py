@@ -83,6 +83,20 @@ class WebSocketTransport:
         await self.ws.close()
 
 
+async def first_audio(ws: Any) -> float | None:
+    """Read a bare WebSocket until ``response.done``; when (``time.perf_counter``) its first
+    ``response.output_audio.delta`` arrived. An ``error`` raises."""
+    first = None
+    while True:
+        msg = await ws.recv()
+        if first is None and msg.startswith('{"type":"response.output_audio.delta"'):
+            first = time.perf_counter()
+        elif msg.startswith('{"type":"response.done"'):
+            return first
+        elif msg.startswith('{"type":"error"'):
+            raise RuntimeError(msg)
+
+
 async def open_transport(kind: str, url: str, model: str, api_key: str | None) -> Transport:
     """A connected transport of ``kind`` (one of ``TRANSPORTS``)."""
     if kind == "webrtc":

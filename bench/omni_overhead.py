@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-from bench.client import open_session
+from bench.client import first_audio, open_session
 from bench.common import free_port, machine, save, server_process
 from bench.metrics import dist
 from realtime_omni import config as config_file
@@ -79,15 +79,7 @@ async def one_session(url: str, index: int, turns: int, think_s: float, firsts: 
         for _ in range(turns):
             await ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
             await ws.send(json.dumps({"type": "response.create"}))
-            first = None
-            while True:
-                msg = await ws.recv()
-                if first is None and msg.startswith('{"type":"response.output_audio.delta"'):
-                    first = time.perf_counter()
-                elif msg.startswith('{"type":"response.done"'):
-                    break
-                elif msg.startswith('{"type":"error"'):
-                    raise RuntimeError(msg)
+            first = await first_audio(ws)
             mine.append(first if first is not None else float("nan"))
             await asyncio.sleep(random.uniform(0.5, 1.5) * think_s)
     finally:

@@ -15,7 +15,7 @@ import json
 import time
 
 from bench.audio import espeak
-from bench.client import append_message, open_session
+from bench.client import append_message, first_audio, open_session
 from bench.common import machine, save, server_process
 from bench.metrics import dist
 
@@ -40,15 +40,7 @@ async def run(url: str, turns: int) -> list[float]:
             t0 = time.perf_counter()
             await ws.send(commit)
             await ws.send(create)
-            first = None
-            while True:
-                msg = await ws.recv()
-                if first is None and msg.startswith('{"type":"response.output_audio.delta"'):
-                    first = time.perf_counter()
-                elif msg.startswith('{"type":"response.done"'):
-                    break
-                elif msg.startswith('{"type":"error"'):
-                    raise RuntimeError(msg)
+            first = await first_audio(ws)
             if turn >= 20:  # warm-up turns are not counted
                 out.append((first - t0) * 1000)
             # keep the conversation short: the history is not what is measured here
