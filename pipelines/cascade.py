@@ -47,7 +47,7 @@ from .base import (
 )
 from .stages import Handoff, chain
 from .talker import PiperTalker, clauses
-from .thinker import Generation, ThinkerOptions, Turn, VllmThinker
+from .thinker import Generation, ThinkerOptions, Turn, thinker
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class CascadePipeline(Pipeline):
             voices=("joe",),
             context_tokens=options.thinker.max_model_len,
         )
-        self.thinker = VllmThinker(options.thinker)
+        self.thinker = thinker(options.thinker)
         self.listener = None
         self.talker: PiperTalker | None = None
         # one thread each: ASR and TTS never queue behind one another, and never run on the loop

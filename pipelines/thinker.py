@@ -18,6 +18,7 @@ quarters of it; dropping that much at once keeps the new prefix stable (cacheabl
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -30,11 +31,18 @@ from typing import Any, Literal
 
 import msgspec
 
+from .remote import RemoteEngine, RemoteOptions
+
 log = logging.getLogger(__name__)
 
 
 class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     model: str = "smollm2-135m-instruct"  # a model name from `realtime-omni models`, or a path / HF id
+    # in_process: vLLM in this server; remote: a `vllm serve` of the same model that many frontends
+    # share (its OpenAI completions, the prompt as token ids rendered here, this session's cache_salt)
+    engine: Literal["in_process", "remote"] = "in_process"
+    remote: RemoteOptions = msgspec.field(default_factory=RemoteOptions)
+    served_model: str | None = None  # remote: the name the deployment serves it under (default: its only model)
     prompt_format: Literal["chat", "transcript"] = "chat"  # transcript: for base models (Gemma 270M)
     # example exchanges put before the conversation (a base model answers well only after a few)
     examples: list[tuple[str, str]] = []
@@ -74,6 +82,27 @@ class Generation:
     first_token_at: float = 0.0
     hit_max_tokens: bool = False
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+class SentenceLimit:
+    """Cuts an answer's text deltas at the end of its ``most``-th sentence: spoken answers stay short."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.sentences = 0
+        self.text = ""
+        self.done = False
+
+    def __call__(self, delta: str) -> str:
+        """The part of ``delta`` to keep; after it, ``done`` says whether to stop."""
+        full = self.text + delta
+        for m in SENTENCE_END.finditer(full, len(self.text)):
+            self.sentences += 1
+            if self.sentences >= self.most:
+                self.done = True
+                return full[len(self.text) : m.end()]
+        self.text = full
+        return delta
 
 
 def _cpu_environment(options: ThinkerOptions) -> None:
@@ -216,8 +245,7 @@ class VllmThinker:
         )
         g.prompt_tokens = len(prompt_ids)
         finished = False
-        sentences = 0
-        text = ""
+        cut = SentenceLimit(o.max_sentences)
         try:
             async for out in self.engine.generate(tokens_input(prompt_ids, cache_salt=salt), params, request_id=g.request_id):
                 if out.num_cached_tokens is not None:
@@ -230,19 +258,13 @@ class VllmThinker:
                 if c.finish_reason:
                     g.finish_reason = c.finish_reason
                     g.hit_max_tokens = c.finish_reason == "length"
-                delta = c.text
-                if not delta:
+                if not c.text:
                     continue
-                # stop at the end of the last allowed sentence
-                full = text + delta
-                for m in SENTENCE_END.finditer(full, len(text)):
-                    sentences += 1
-                    if sentences >= o.max_sentences:
-                        g.finish_reason = "stop"
-                        yield full[len(text) : m.end()]
-                        return
-                text = full
+                delta = cut(c.text)  # stop at the end of the last allowed sentence
                 yield delta
+                if cut.done:
+                    g.finish_reason = "stop"
+                    return
         finally:
             if not finished and self.engine is not None:
                 await self.engine.abort(g.request_id)
@@ -265,3 +287,90 @@ class VllmThinker:
             if name and isinstance(metric, (Counter, Gauge)):
                 out[name] = out.get(name, 0.0) + float(metric.value)
         return out
+
+
+class RemoteThinker(VllmThinker):
+    """The same Thinker on a remote ``vllm serve`` of the same model: prompts are rendered here
+    (the same token ids, so the deployment's prefix cache sees the same prefixes), sent to its
+    OpenAI completions with this session's ``cache_salt``, and streamed back; closing the stream
+    aborts the request upstream."""
+
+    def __init__(self, options: ThinkerOptions) -> None:
+        super().__init__(options)
+        self.remote = RemoteEngine(options.remote)
+
+    async def start(self, progress: Any = log.info) -> None:
+        from pipelines import models
+
+        o = self.options
+        self.model_path = str(models.ensure(o.model, progress) if o.model in models.MODELS else o.model)
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.stop_strings = ["\n"] if o.prompt_format == "transcript" else []
+        await self.remote.start()
+
+    async def stop(self) -> None:
+        await self.remote.stop()
+
+    @property
+    def healthy(self) -> bool:
+        return self.remote.healthy
+
+    async def stream(
+        self,
+        prompt_ids: list[int],
+        salt: str,
+        *,
+        max_tokens: int | None = None,
+        generation: Generation | None = None,
+    ) -> AsyncIterator[str]:
+        o = self.options
+        g = generation or Generation()
+        body: dict[str, Any] = {
+            "prompt": prompt_ids,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": o.max_tokens if max_tokens is None else max(1, min(max_tokens, o.max_tokens)),
+            "temperature": o.temperature,
+            "repetition_penalty": o.repetition_penalty,
+            "cache_salt": salt,
+        }
+        if o.served_model:
+            body["model"] = o.served_model
+        if o.seed is not None:
+            body["seed"] = o.seed
+        if self.stop_strings:
+            body["stop"] = self.stop_strings
+        g.prompt_tokens = len(prompt_ids)
+        cut = SentenceLimit(o.max_sentences)
+        chunks = self.remote.stream(body, path="/completions")
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                usage = chunk.get("usage")
+                if usage:
+                    g.prompt_tokens = usage.get("prompt_tokens") or g.prompt_tokens
+                    g.output_tokens = usage.get("completion_tokens") or g.output_tokens
+                    g.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+                for choice in chunk.get("choices") or ():
+                    if choice.get("finish_reason"):
+                        g.finish_reason = choice["finish_reason"]
+                        g.hit_max_tokens = g.finish_reason == "length"
+                    text = choice.get("text")
+                    if not text:
+                        continue
+                    if not g.first_token_at:
+                        g.first_token_at = time.perf_counter()
+                    delta = cut(text)
+                    yield delta
+                    if cut.done:
+                        g.finish_reason = "stop"
+                        return  # closing the stream aborts the rest upstream
+
+    def stats(self) -> dict[str, float]:
+        return self.remote.stats()
+
+
+def thinker(options: ThinkerOptions) -> VllmThinker:
+    return RemoteThinker(options) if options.engine == "remote" else VllmThinker(options)
+
