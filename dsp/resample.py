@@ -55,6 +55,7 @@ def resample(pcm: np.ndarray, in_rate: int, out_rate: int) -> np.ndarray:
         return pcm
     return soxr.resample(pcm, in_rate, out_rate, quality="HQ")
 
+
 MAX_BLOCK = 4800  # input samples converted per step (100 ms at 48 kHz)
 MAX_PLANS = 64  # cached per resampler (frame size x phase); odd-sized calls beyond it are planned each time
 

@@ -59,6 +59,7 @@ MAX_CHANNEL_BUFFER = 1024 * 1024  # bytes queued on the data channel before the 
 INBOUND_EVENTS = 256  # client events from the data channel waiting for the session
 VIDEO_MAX_SIDE = 512  # sampled frames are scaled down to this before JPEG encoding
 
+
 def routes() -> list[Route]:
     return [
         Route("/v1/realtime/calls", create_call, methods=["POST"]),

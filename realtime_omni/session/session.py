@@ -41,6 +41,7 @@ from .turns import TurnDetector
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class Media:
     """How a session's audio travels, fixed when it opens. The default is a WebSocket's: answer

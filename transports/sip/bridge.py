@@ -180,7 +180,6 @@ class SipBridge(asyncio.DatagramProtocol):
         except Exception:
             log.debug("could not answer a malformed message", exc_info=True)
 
-
     # ------------------------------------------------------------------ transaction timers
 
     @staticmethod
