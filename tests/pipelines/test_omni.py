@@ -5,6 +5,8 @@ no GPU here). Every server event is validated strictly against the SDK's models.
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from PIL import Image
 
 from bench.fake_async_omni import FakeOmniConfig
 from bench.fake_omni import FakeOmniServer, Faults
@@ -190,3 +193,17 @@ async def test_ming_audio_at_44100_is_resampled_once_for_the_client():
                 assert 50 < np.argmax(spectrum) * 5 < 12000  # a tone, not noise from misread samples
         finally:
             srv.stop()
+
+
+async def test_images_reach_the_thinker_with_the_words(omni, deployment):
+    png = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 30, 30)).save(png, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()
+    item = {"type": "message", "role": "user", "content": [{"type": "input_image", "image_url": url}, {"type": "input_text", "text": "What is this?"}]}
+    async with connect(omni.ws_base) as c:
+        await c.expect("session.created")
+        await c.send({"type": "conversation.item.create", "item": item})
+        await c.send({"type": "response.create"})
+        assert (await c.expect("response.done", timeout=15)).response.status == "completed"
+    parts = deployment.fake.bodies()[-1]["messages"][-1]["content"]
+    assert parts == [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "What is this?"}]
