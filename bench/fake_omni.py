@@ -273,7 +273,8 @@ def render_messages(body: dict[str, Any], audio_tokens_per_second: float) -> Ren
 # --- engine outputs -> chunks (serving_chat.py's stream generator, in miniature) --------------
 
 
-def _wav_bytes(pcm: bytes, rate: int) -> bytes:
+def wav_bytes(pcm: bytes, rate: int) -> bytes:
+    """A mono 16-bit WAV of raw s16le ``pcm``."""
     buf = io.BytesIO()
     with wave.open(buf, "wb") as w:
         w.setnchannels(1)
@@ -301,7 +302,7 @@ def _sample_rate(mm: dict[str, Any]) -> int:
 def encode_audio(waveform: np.ndarray, rate: int, fmt: str) -> tuple[str, dict[str, Any]]:
     """Base64 of one audio chunk, and its ``audio_metadata``."""
     pcm = to_pcm16(waveform)
-    data = _wav_bytes(pcm, rate) if fmt == "wav" else pcm
+    data = wav_bytes(pcm, rate) if fmt == "wav" else pcm
     meta = {"format": fmt, "sample_rate_hz": rate, "frame_count": int(len(waveform)), "channels": 1}
     return base64.b64encode(data).decode(), meta
 

@@ -109,11 +109,11 @@ def decode_audio(data: str, default_rate: int) -> tuple[np.ndarray, int]:
     if raw[:4] == b"RIFF":
         with wave.open(io.BytesIO(raw)) as w:
             frames = w.readframes(w.getnframes())
-            pcm = np.frombuffer(frames, "<i2").astype(np.int16)
+            pcm = np.frombuffer(frames, "<i2").astype(np.int16, copy=False)
             if w.getnchannels() > 1:
                 pcm = pcm.reshape(-1, w.getnchannels()).mean(axis=1).astype(np.int16)
             return pcm, w.getframerate()
-    return np.frombuffer(raw[: len(raw) // 2 * 2], "<i2").astype(np.int16), default_rate
+    return np.frombuffer(raw[: len(raw) // 2 * 2], "<i2").astype(np.int16, copy=False), default_rate
 
 
 class OmniPipeline(Pipeline):
@@ -261,10 +261,14 @@ class OmniSession(PipelineSession):
     def _drop_speculation(self) -> None:
         spec, self.speculation = self.speculation, None
         if spec is not None:
-            self.pipeline.counts["speculations_discarded"] += 1
-            task = asyncio.ensure_future(spec.production.cancel())  # closes the stream: the engine aborts it
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._discard(spec)
+
+    def _discard(self, spec: Speculation) -> None:
+        """Void a speculation in the background: closing its stream makes the engine abort it."""
+        self.pipeline.counts["speculations_discarded"] += 1
+        task = asyncio.ensure_future(spec.production.cancel())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # ------------------------------------------------------------------ requests
 
@@ -386,10 +390,7 @@ class OmniSession(PipelineSession):
         if spec.body == body:
             self.pipeline.counts["speculations_adopted"] += 1
             return spec.production
-        self.pipeline.counts["speculations_discarded"] += 1
-        task = asyncio.ensure_future(spec.production.cancel())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._discard(spec)
         return None
 
     async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript | None:

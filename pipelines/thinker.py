@@ -141,17 +141,13 @@ class VllmThinker:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, progress: Any = log.info) -> None:
-        from pipelines import models
 
         o = self.options
-        self.model_path = str(models.ensure(o.model, progress) if o.model in models.MODELS else o.model)
+        self._load_tokenizer(progress)
         _cpu_environment(o)
-        from transformers import AutoTokenizer
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.stop_strings = ["\n"] if o.prompt_format == "transcript" else []  # one line is one turn
         args: dict[str, Any] = dict(
             model=self.model_path,
             dtype=o.dtype,
@@ -172,6 +168,22 @@ class VllmThinker:
         async for _ in self.stream(self.render("You are a helpful assistant.", [Turn("user", "Hello.")]), "warmup", max_tokens=2):
             pass
         progress(f"vLLM ready in {time.monotonic() - t0:.0f} s")
+
+    def _load_tokenizer(self, progress: Any) -> None:
+        """The model's files (prepared from its package) and its tokenizer: prompts are rendered here."""
+        from transformers import AutoTokenizer
+
+        from pipelines import models
+
+        o = self.options
+        self.model_path = str(models.ensure(o.model, progress) if o.model in models.MODELS else o.model)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.stop_strings = ["\n"] if o.prompt_format == "transcript" else []  # one line is one turn
+
+    def _limit(self, max_tokens: int | None) -> int:
+        """The answer budget: the config's, lowered by a response's ``max_output_tokens``."""
+        o = self.options
+        return o.max_tokens if max_tokens is None else max(1, min(max_tokens, o.max_tokens))
 
     async def stop(self) -> None:
         if self.engine is not None:
@@ -234,9 +246,8 @@ class VllmThinker:
 
         o = self.options
         g = generation or Generation()
-        limit = o.max_tokens if max_tokens is None else max(1, min(max_tokens, o.max_tokens))
         params = SamplingParams(
-            max_tokens=limit,
+            max_tokens=self._limit(max_tokens),
             temperature=o.temperature,
             repetition_penalty=o.repetition_penalty,
             stop=self.stop_strings or None,
@@ -300,14 +311,7 @@ class RemoteThinker(VllmThinker):
         self.remote = RemoteEngine(options.remote)
 
     async def start(self, progress: Any = log.info) -> None:
-        from pipelines import models
-
-        o = self.options
-        self.model_path = str(models.ensure(o.model, progress) if o.model in models.MODELS else o.model)
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.stop_strings = ["\n"] if o.prompt_format == "transcript" else []
+        self._load_tokenizer(progress)
         await self.remote.start()
 
     async def stop(self) -> None:
@@ -331,7 +335,7 @@ class RemoteThinker(VllmThinker):
             "prompt": prompt_ids,
             "stream": True,
             "stream_options": {"include_usage": True},
-            "max_tokens": o.max_tokens if max_tokens is None else max(1, min(max_tokens, o.max_tokens)),
+            "max_tokens": self._limit(max_tokens),
             "temperature": o.temperature,
             "repetition_penalty": o.repetition_penalty,
             "cache_salt": salt,

@@ -52,7 +52,7 @@ from bench.fake_async_omni import (
     reply_words,
     to_pcm16,
 )
-from bench.fake_omni import FakeOmniServer, parse_fault_header
+from bench.fake_omni import FakeOmniServer, parse_fault_header, wav_bytes
 
 REPLY = "I heard 2.0 seconds of audio."
 WORD_MS = 240
@@ -146,13 +146,7 @@ def real_models() -> Any:
 def wav_b64(seconds: float, rate: int = 16000, freq: float = 300.0) -> str:
     t = np.arange(int(seconds * rate)) / rate
     pcm = (0.3 * np.sin(2 * np.pi * freq * t) * 32767).astype("<i2").tobytes()
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm)
-    return base64.b64encode(buf.getvalue()).decode()
+    return base64.b64encode(wav_bytes(pcm, rate)).decode()
 
 
 def user_audio(seconds: float, freq: float = 300.0) -> dict[str, Any]:
