@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Literal
+from typing import Any
 
 from msgspec import UNSET
 
@@ -58,8 +58,8 @@ class ResponseHandling:
         self._finished(run, await run.run())
 
     def _build_run(self, params: ev.ResponseParams, in_band: bool, started_at: float) -> ResponseRun:
-        request, voice, fmt, max_tokens = self._build_request(params)
-        wire_format = sc.wire_format(fmt)
+        request, out = self._build_request(params)
+        wire_format = sc.wire_format(out.format)
         audio_out = PacedAudio(self.playout, self.caps.output_rate) if self.playout else EventAudio(self, self.caps.output_rate, wire_format)
         return ResponseRun(
             self,
@@ -68,14 +68,14 @@ class ResponseHandling:
             audio_out,
             in_band=in_band,
             output_format=wire_format,
-            voice=voice,
-            max_output_tokens=max_tokens,
+            voice=out.voice,
+            max_output_tokens=out.max_output_tokens,
             metadata=params.metadata if params.metadata is not UNSET else None,
             started_at=started_at,
         )
 
-    def _build_request(self, params: ev.ResponseParams) -> tuple[ResponseRequest, ev.Voice, Any, int | Literal["inf"]]:
-        """The pipeline request for ``params`` over this session's settings, and the wire settings
+    def _build_request(self, params: ev.ResponseParams) -> tuple[ResponseRequest, sc.OutputChoice]:
+        """The pipeline request for ``params`` over this session's settings, and the output settings
         (voice, audio format, max tokens) the response reports."""
         cfg, caps, wire = self.config, self.caps, self.config.wire
         out = sc.fold_output(params, sc.OutputChoice.of(wire), caps, "response")
@@ -94,7 +94,7 @@ class ResponseHandling:
             tools=[Tool(t.name, t.description or "", t.parameters or {}) for t in out.tools],
             tool_choice=choice.name if isinstance(choice, ev.ToolChoiceFunction) else choice,  # type: ignore[arg-type]
         )
-        return request, out.voice, out.format, out.max_output_tokens
+        return request, out
 
     def _response_input(self, params: ev.ResponseParams) -> list[Any]:
         items: list[Any] = []
