@@ -32,9 +32,11 @@ How faithful (read from vllm_omni 0.30.0: ``entrypoints/async_omni.py``, ``outpu
   are recorded in ``aborted``. An aborted request yields one last output for the stage it was in
   with ``finish_reason="abort"`` when it is aborted through ``abort()``.
 - Streaming input: ``generate()`` also takes an async generator of ``StreamingInput``-shaped
-  items (``.prompt``, ``.sampling_params``), as vLLM's ``StreamingInput`` dataclass defines them.
-  Deliberate difference: vLLM runs a resumable turn per input chunk; the fake gathers every
-  chunk and answers once, after the input stream ends (with what all chunks held).
+  items (``.prompt``, ``.sampling_params``), as vLLM's ``StreamingInput`` dataclass defines them:
+  one resumable request that runs a turn per input chunk, with that chunk's sampling params (or
+  the request's), over everything sent so far (the prefix cache sees the earlier chunks), and
+  ends when the input does. Difference: a chunk limited to one token (a prefill) gets that token
+  as text only; what vLLM-Omni's Talker makes of it is not reproduced.
 
 Not reproduced: real tokenization (a text part costs ceil(utf8 bytes / 4) tokens, audio
 ``audio_tokens_per_second`` tokens per second), sampling, n > 1, tools, reasoning, images/video,
@@ -412,6 +414,7 @@ class AsyncOmni:
         self.default_sampling_params_list: list[Any] = []
         self.prefix_cache = PrefixCache(config.block_size, config.prefix_caching)
         self.prompts: list[tuple[str, PromptInfo]] = []
+        self.inputs: list[tuple[str, Any]] = []  # every prompt as given (each chunk of a streamed one)
         self.aborted: list[str] = []
         self.completed: list[str] = []
         self._live: dict[str, _Live] = {}
@@ -488,39 +491,59 @@ class AsyncOmni:
         modalities = output_modalities or self.output_modalities
         live = _Live()
         self._live[request_id] = live
-        stage = 0
         try:
-            if isinstance(prompt, AsyncGenerator):
-                info = _merge_prompts(
-                    [read_prompt(chunk.prompt, self.fake_config.audio_tokens_per_second) async for chunk in prompt]
-                )
+            if isinstance(prompt, AsyncGenerator):  # one resumable request: a turn per input chunk
+                infos: list[PromptInfo] = []
+                async for chunk in prompt:
+                    self.inputs.append((request_id, chunk.prompt))
+                    infos.append(read_prompt(chunk.prompt, self.fake_config.audio_tokens_per_second))
+                    params = list(sampling_params_list or [None])
+                    if chunk.sampling_params is not None:
+                        params[0] = chunk.sampling_params
+                    prefill = _max_tokens(params) == 1  # a segment's one sampled token: text only here
+                    plan = self._plan(_merge_prompts(infos), request_id, ["text"] if prefill else modalities, params)
+                    async for output in self._play(plan, live, timing):
+                        yield output
+                    if live.aborted.is_set():
+                        return
             else:
-                info = read_prompt(prompt, self.fake_config.audio_tokens_per_second)
-            cached = self.prefix_cache.lookup(info.cache_salt, info.token_ids)
-            self.prefix_cache.insert(info.cache_salt, info.token_ids)
-            self.prompts.append((request_id, info))
-            plan = _Plan(self.fake_config, info, cached, request_id, modalities, sampling_params_list)
-            first = True
-            for output in plan.outputs():
-                delay = timing.first_chunk_ms if first else timing.chunk_ms
-                first = False
-                if delay > 0:
-                    try:
-                        await asyncio.wait_for(live.aborted.wait(), delay / 1000)
-                    except TimeoutError:
-                        pass
+                self.inputs.append((request_id, prompt))
+                plan = self._plan(read_prompt(prompt, self.fake_config.audio_tokens_per_second), request_id, modalities, sampling_params_list)
+                async for output in self._play(plan, live, timing):
+                    yield output
                 if live.aborted.is_set():
-                    self.aborted.append(request_id)
-                    yield plan.aborted(stage)
                     return
-                stage = output.stage_id or 0
-                yield output
             self.completed.append(request_id)
         except (asyncio.CancelledError, GeneratorExit):
             self.aborted.append(request_id)
             raise
         finally:
             self._live.pop(request_id, None)
+
+    def _plan(self, info: PromptInfo, request_id: str, modalities: Sequence[str], params: Sequence[Any] | None) -> _Plan:
+        cached = self.prefix_cache.lookup(info.cache_salt, info.token_ids)
+        self.prefix_cache.insert(info.cache_salt, info.token_ids)
+        self.prompts.append((request_id, info))
+        return _Plan(self.fake_config, info, cached, request_id, modalities, params)
+
+    async def _play(self, plan: _Plan, live: _Live, timing: Timing) -> AsyncGenerator[OmniRequestOutput, None]:
+        """A plan's outputs at the request's pace; an abort ends it with the stage's abort output."""
+        first = True
+        stage = 0
+        for output in plan.outputs():
+            delay = timing.first_chunk_ms if first else timing.chunk_ms
+            first = False
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(live.aborted.wait(), delay / 1000)
+                except TimeoutError:
+                    pass
+            if live.aborted.is_set():
+                self.aborted.append(plan.request_id)
+                yield plan.aborted(stage)
+                return
+            stage = output.stage_id or 0
+            yield output
 
 
 def _profile_for(model: str) -> str:

@@ -183,6 +183,10 @@ class PipelineSession(abc.ABC):
     def feed(self, pcm: np.ndarray) -> None:
         """Audio of the open input buffer, as it arrives."""
 
+    def listen(self, request: ResponseRequest | None) -> None:
+        """A turn began (speech started): ``request`` as for ``pause``. A pipeline that can take the
+        turn's audio as it comes may start feeding it to its model now."""
+
     def pause(self, request: ResponseRequest | None) -> None:
         """A short silence: the user may be done. Speculative work may start; none of it may
         reach the client unless the turn is then committed. ``request`` is the response the

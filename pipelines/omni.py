@@ -2,12 +2,13 @@
 vLLM-Omni deployment, behind the session engine: VAD, barge-in, response.create/cancel, WebRTC and
 SIP come from this server; the model only hears and speaks.
 
-**The engine.** ``engine: remote``: the deployment's OpenAI chat completions, streamed
-(``pipelines/remote.py``; many frontends share one deployment, which scales on its own). The user's
-audio goes to the Thinker as audio (no ASR in the loop); each streamed chunk is text (the Thinker's
-words) or audio (Code2Wav's, base64 ``pcm`` or a WAV per chunk), and becomes a ``TextDelta`` or an
-``AudioChunk`` as it arrives (async chunk end to end). Audio keeps the engine's rate (the session
-converts it once to the client's format), unless a WAV chunk says otherwise.
+**The engines** (``pipelines/omni_engine.py``, one interface). ``engine: remote``: the
+deployment's OpenAI chat completions, streamed (``pipelines/remote.py``; many frontends share one
+deployment, which scales on its own). ``engine: in_process``: vLLM-Omni's ``AsyncOmni`` in this
+process (a GPU host), given the same request rendered as vLLM-Omni's chat serving renders it. The
+user's audio goes to the Thinker as audio (no ASR in the loop); the answer's text and audio become
+``TextDelta``s and ``AudioChunk``s as they are produced (async chunk end to end), resampled only
+if the engine's rate is not ``output_rate``.
 
 **History and the prefix cache.** Every request re-sends the conversation as the same messages,
 byte for byte (user turns as their audio, encoded once per item; assistant turns as the text that
@@ -30,13 +31,10 @@ now and in every later request's history.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import io
 import logging
 import secrets
 import time
-import wave
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -61,9 +59,9 @@ from .base import (
     StageTimes,
     TextDelta,
     Transcript,
-    Usage,
 )
-from .remote import RemoteEngine, RemoteOptions
+from .omni_engine import Clip, EngineAudio, InProcessOptions, LocalOmni, RemoteOmni, StreamedTurn
+from .remote import RemoteOptions
 from .stages import Handoff
 
 log = logging.getLogger(__name__)
@@ -71,8 +69,9 @@ log = logging.getLogger(__name__)
 
 class OmniOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     name: str = "qwen3-omni"
-    engine: Literal["remote"] = "remote"
+    engine: Literal["remote", "in_process"] = "remote"
     remote: RemoteOptions = msgspec.field(default_factory=RemoteOptions)
+    in_process: InProcessOptions = msgspec.field(default_factory=InProcessOptions)
     model: str = "Qwen/Qwen3-Omni-30B-A3B-Instruct"  # the name the deployment serves it under
     output_rate: int = 24000  # the engine's audio rate (Ming 44100): chunks that say another are resampled to it
     audio_format: Literal["pcm", "wav"] = "pcm"  # how audio chunks come back
@@ -92,30 +91,6 @@ class OmniOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 INPUT_RATE = 16000  # what the omni models' audio encoders take
 
 
-def wav_base64(pcm: np.ndarray, rate: int) -> str:
-    """A mono 16-bit WAV, base64: deterministic, so the same audio is always the same bytes."""
-    out = io.BytesIO()
-    with wave.open(out, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.astype("<i2", copy=False).tobytes())
-    return base64.b64encode(out.getvalue()).decode()
-
-
-def decode_audio(data: str, default_rate: int) -> tuple[np.ndarray, int]:
-    """An audio chunk's ``delta.content``: base64 of raw s16le at ``default_rate``, or of a WAV."""
-    raw = base64.b64decode(data)
-    if raw[:4] == b"RIFF":
-        with wave.open(io.BytesIO(raw)) as w:
-            frames = w.readframes(w.getnframes())
-            pcm = np.frombuffer(frames, "<i2").astype(np.int16, copy=False)
-            if w.getnchannels() > 1:
-                pcm = pcm.reshape(-1, w.getnchannels()).mean(axis=1).astype(np.int16)
-            return pcm, w.getframerate()
-    return np.frombuffer(raw[: len(raw) // 2 * 2], "<i2").astype(np.int16, copy=False), default_rate
-
-
 class OmniPipeline(Pipeline):
     def __init__(self, options: OmniOptions) -> None:
         self.options = options
@@ -129,11 +104,20 @@ class OmniPipeline(Pipeline):
             voices=tuple(options.voices),
             context_tokens=options.context_tokens,
         )
-        self.engine = RemoteEngine(options.remote)
+        self.engine: RemoteOmni | LocalOmni = (
+            LocalOmni(options.in_process) if options.engine == "in_process" else RemoteOmni(options.remote, options.output_rate)
+        )
         self.listener: Any = None
         self.asr_pool = ThreadPoolExecutor(1, thread_name_prefix="asr") if options.asr_model else None
         self.sessions: set[OmniSession] = set()
-        self.counts = {"responses": 0, "speculations_started": 0, "speculations_adopted": 0, "speculations_discarded": 0}
+        self.counts = {
+            "responses": 0,
+            "speculations_started": 0,
+            "speculations_adopted": 0,
+            "speculations_discarded": 0,
+            "streamed_turns": 0,
+            "streamed_turns_adopted": 0,
+        }
 
     async def start(self) -> None:
         if self.options.asr_model is not None:
@@ -169,7 +153,8 @@ class OmniPipeline(Pipeline):
 class Speculation:
     body: dict[str, Any]
     production: Production
-    pending: np.ndarray  # the turn's audio it sent
+    sent: list[Clip]  # the turn's audio as it went to the model (one clip, or a streamed turn's segments)
+    streamed: StreamedTurn | None = None  # in-process: the turn fed to the Thinker as it is spoken
     item_id: str | None = None  # bound at commit
 
 
@@ -177,41 +162,28 @@ class Production:
     """One request's answer, produced by its own task into a bounded buffer (so it can start before
     anyone reads it) and read once by ``respond``."""
 
-    def __init__(self, session: OmniSession, body: dict[str, Any]) -> None:
+    def __init__(self, session: OmniSession, body: dict[str, Any], streamed: StreamedTurn | None = None) -> None:
         self.session = session
         self.body = body
+        self.streamed = streamed
         self.sent_at = time.perf_counter()
         self.times: dict[str, float] = {}
         self.output: Handoff[OutputChunk] = Handoff(self._produce(), session.options.buffer_chunks, name=f"omni:{session.session_id}")
 
     async def _produce(self) -> AsyncIterator[OutputChunk]:
-        o = self.session.options
         out_rate = self.session.pipeline.capabilities.output_rate
-        usage = Usage()
-        stream = self.session.pipeline.engine.stream(self.body)
+        engine = self.session.pipeline.engine
+        stream = engine.stream(self.body) if self.streamed is None else engine.stream(self.body, self.streamed)  # type: ignore[call-arg]
         async with contextlib.aclosing(stream):
-            async for chunk in stream:
-                for choice in chunk.get("choices") or ():
-                    content = (choice.get("delta") or {}).get("content")
-                    if content:
-                        if chunk.get("modality") == "audio":
-                            said = (choice.get("audio_metadata") or {}).get("sample_rate_hz")
-                            pcm, rate = decode_audio(content, said or o.output_rate)
-                            if rate != out_rate:
-                                pcm = resample(pcm, rate, out_rate)
-                            self.times.setdefault("first_audio", time.perf_counter())
-                            yield AudioChunk(pcm)
-                        else:
-                            self.times.setdefault("thinker_first_token", time.perf_counter())
-                            yield TextDelta(content)
-                    if choice.get("finish_reason") == "length":
-                        usage.hit_max_tokens = True
-                u = chunk.get("usage")
-                if u:
-                    usage.input_tokens = u.get("prompt_tokens") or 0
-                    usage.output_tokens = u.get("completion_tokens") or 0
-                    usage.cached_tokens = ((u.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0
-        yield usage
+            async for piece in stream:
+                if isinstance(piece, EngineAudio):
+                    pcm = piece.pcm if piece.rate == out_rate else resample(piece.pcm, piece.rate, out_rate)
+                    self.times.setdefault("first_audio", time.perf_counter())
+                    yield AudioChunk(pcm)
+                else:
+                    if isinstance(piece, TextDelta):
+                        self.times.setdefault("thinker_first_token", time.perf_counter())
+                    yield piece
 
     async def cancel(self) -> None:
         await self.output.aclose()
@@ -225,8 +197,12 @@ class OmniSession(PipelineSession):
         self.salt = secrets.token_hex(16)  # this session's prefix-cache namespace
         self.turn: list[np.ndarray] = []  # audio of the open user turn
         self.speculation: Speculation | None = None
-        self._encoded: OrderedDict[tuple[str, int], str] = OrderedDict()
-        self._sent_as: dict[str, np.ndarray] = {}  # a committed turn's audio as its speculation sent it
+        self._encoded: OrderedDict[tuple[str, int], list[Clip]] = OrderedDict()
+        self._sent_as: dict[str, list[Clip]] = {}  # a committed turn's audio as its speculation sent it
+        self.streams = isinstance(pipeline.engine, LocalOmni) and self.options.in_process.stream_input
+        self.segment_samples = int(self.options.in_process.stream_segment_s * INPUT_RATE)
+        self.unsent: list[np.ndarray] = []  # a streamed turn's audio not yet sent
+        self.ended_at_pause = False
         self._history_floor = 0  # items before this index of the conversation go without their audio
         self._background: set[asyncio.Task[None]] = set()
 
@@ -234,28 +210,75 @@ class OmniSession(PipelineSession):
 
     def feed(self, pcm: np.ndarray) -> None:
         self.turn.append(pcm)
+        spec = self.speculation
+        if spec is not None and spec.streamed is not None:
+            self.unsent.append(pcm)
+            if sum(map(len, self.unsent)) >= self.segment_samples:
+                self._push(spec)
+
+    def listen(self, request: ResponseRequest | None) -> None:
+        if self.streams and self.options.speculate and request is not None:
+            self._drop_speculation()
+            self._open_streamed(request)
 
     def pause(self, request: ResponseRequest | None) -> None:
+        self.ended_at_pause = True
         if not self.options.speculate or request is None or not self.turn:
             return
+        spec = self.speculation
+        if self.streams:
+            if spec is not None and spec.streamed is not None and spec.item_id is None:
+                self._push(spec)  # the turn so far is in the Thinker already
+                return
+            self._drop_speculation()
+            self._open_streamed(request)
+            return
         self._drop_speculation()
-        pending = np.concatenate(self.turn)
-        body = self._body(request, pending=pending)
-        self.speculation = Speculation(body, Production(self, body), pending)
+        clip = Clip(np.concatenate(self.turn), INPUT_RATE)
+        body = self._body(request, pending=clip)
+        self.speculation = Speculation(body, Production(self, body), [clip])
         self.pipeline.counts["speculations_started"] += 1
 
     def resume(self) -> None:
-        self._drop_speculation()
+        self.ended_at_pause = False
+        spec = self.speculation
+        if spec is None or spec.streamed is None:  # a streamed turn goes on; a speculated request is void
+            self._drop_speculation()
 
     def commit(self, item_id: str) -> None:
         self.turn = []
         spec = self.speculation
         if spec is not None and spec.item_id is None:
+            if spec.streamed is not None:
+                if not self.ended_at_pause:  # ended without a pause (a manual commit): the rest is speech
+                    self._push(spec)
+                self.unsent = []
+                spec.sent = list(spec.streamed.segments)
             spec.item_id = item_id
-            self._sent_as[item_id] = spec.pending  # the turn ended at the pause: it goes as it was sent
+            self._sent_as[item_id] = spec.sent  # the turn ended at the pause: it goes as it was sent
+        self.ended_at_pause = False
+
+    def _open_streamed(self, request: ResponseRequest) -> None:
+        engine = self.pipeline.engine
+        assert isinstance(engine, LocalOmni)
+        body = self._body(request)
+        streamed = engine.open_turn(body, body["messages"])
+        self.speculation = Speculation(body, Production(self, body, streamed), [], streamed)
+        self.unsent = list(self.turn)
+        self._push(self.speculation)
+        self.pipeline.counts["streamed_turns"] += 1
+
+    def _push(self, spec: Speculation) -> None:
+        """The turn's audio not yet in the Thinker, as one more segment."""
+        assert spec.streamed is not None
+        if self.unsent:
+            pcm, self.unsent = np.concatenate(self.unsent), []
+            if not spec.streamed.push(Clip(pcm, INPUT_RATE)):
+                self.unsent = []  # the turn cannot be streamed: it will be answered the ordinary way
 
     def clear(self) -> None:
         self.turn = []
+        self.unsent = []
         self._drop_speculation()
 
     def _drop_speculation(self) -> None:
@@ -272,7 +295,7 @@ class OmniSession(PipelineSession):
 
     # ------------------------------------------------------------------ requests
 
-    def _messages(self, request: ResponseRequest, pending: np.ndarray | None) -> list[dict[str, Any]]:
+    def _messages(self, request: ResponseRequest, pending: Clip | None) -> list[dict[str, Any]]:
         o = self.options
         messages: list[dict[str, Any]] = []
         system = "\n\n".join(t for t in (o.system_prompt, request.instructions) if t)
@@ -290,7 +313,7 @@ class OmniSession(PipelineSession):
             elif isinstance(item, FunctionResult):
                 messages.append({"role": "user", "content": [{"type": "text", "text": f"(the tool returned: {item.output})"}]})
         if pending is not None:
-            messages.append({"role": "user", "content": [_audio_part(wav_base64(pending, INPUT_RATE))]})
+            messages.append({"role": "user", "content": [_audio_part(pending)]})
         return messages
 
     def _content(self, item: Message, *, with_audio: bool) -> Any:
@@ -299,7 +322,7 @@ class OmniSession(PipelineSession):
         parts: list[dict[str, Any]] = []
         for i, part in enumerate(item.parts):
             if part.kind == "audio" and part.audio is not None and with_audio:
-                parts.append(_audio_part(self._encoded_audio(item.id, i, part.audio)))
+                parts.extend(_audio_part(clip) for clip in self._encoded_audio(item.id, i, part.audio))
             elif part.kind == "audio":
                 if part.text:  # older audio goes as its transcript
                     parts.append({"type": "text", "text": part.text})
@@ -311,26 +334,29 @@ class OmniSession(PipelineSession):
             return " ".join(p["text"] for p in parts if p.get("type") == "text") or None
         return parts or None
 
-    def _encoded_audio(self, item_id: str, index: int, pcm: np.ndarray) -> str:
+    def _encoded_audio(self, item_id: str, index: int, pcm: np.ndarray) -> list[Clip]:
         key = (item_id, index)
-        data = self._encoded.get(key)
-        if data is None:
+        clips = self._encoded.get(key)
+        if clips is None:
             sent = self._sent_as.pop(item_id, None)
-            if sent is not None and index == 0 and len(sent) <= len(pcm) and np.array_equal(pcm[: len(sent)], sent):
-                pcm = sent  # what follows is the end-of-turn silence
-            data = self._encoded[key] = wav_base64(pcm, INPUT_RATE)
+            said = np.concatenate([c.pcm for c in sent]) if sent and index == 0 else None
+            if said is not None and len(said) <= len(pcm) and np.array_equal(pcm[: len(said)], said):
+                clips = sent  # as the model heard it; what follows is the end-of-turn silence
+            else:
+                clips = [Clip(pcm, INPUT_RATE)]
+            self._encoded[key] = clips
             while len(self._encoded) > self.options.max_encoded_items:
                 self._encoded.popitem(last=False)
         else:
             self._encoded.move_to_end(key)
-        return data
+        return clips
 
-    def _floor(self, items: list[Any], pending: np.ndarray | None) -> int:
+    def _floor(self, items: list[Any], pending: Clip | None) -> int:
         """Items before the returned index go without their audio. The floor only moves forward,
         and when it must (more audio than ``history_audio_s``), down to half the budget at once."""
         budget = self.options.history_audio_s
         seconds = [_audio_seconds(item) for item in items]
-        total = sum(seconds[self._history_floor :]) + (len(pending) / INPUT_RATE if pending is not None else 0.0)
+        total = sum(seconds[self._history_floor :]) + (len(pending.pcm) / INPUT_RATE if pending is not None else 0.0)
         if total > budget:
             floor = self._history_floor
             while floor < len(items) and total > budget / 2:
@@ -339,7 +365,7 @@ class OmniSession(PipelineSession):
             self._history_floor = floor
         return min(self._history_floor, len(items))
 
-    def _body(self, request: ResponseRequest, pending: np.ndarray | None = None) -> dict[str, Any]:
+    def _body(self, request: ResponseRequest, pending: Clip | None = None) -> dict[str, Any]:
         o = self.options
         audio = "audio" in request.output_modalities
         body: dict[str, Any] = {
@@ -387,6 +413,12 @@ class OmniSession(PipelineSession):
             return None
         # the committed turn is sent as its item's audio: the same bytes as the speculation's pending audio
         self.speculation = None
+        if spec.streamed is not None:
+            if body["messages"] == spec.streamed.messages() and spec.streamed.finish(body):
+                self.pipeline.counts["streamed_turns_adopted"] += 1
+                return spec.production
+            self._discard(spec)
+            return None
         if spec.body == body:
             self.pipeline.counts["speculations_adopted"] += 1
             return spec.production
@@ -410,7 +442,7 @@ class OmniSession(PipelineSession):
         self._sent_as.clear()
 
 
-def _audio_part(data: str) -> dict[str, Any]:
+def _audio_part(data: Clip) -> dict[str, Any]:
     return {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
 
 

@@ -150,6 +150,7 @@ class InputHandling:
             await self._report_cut(cut)
         if barge_in is not None:
             await barge_in.cancel("turn_detected")
+        self.pipe.listen(self._speculative_request())
 
     async def _speech_stopped(self, end: int) -> None:
         turn = self._turn

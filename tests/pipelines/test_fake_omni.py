@@ -501,8 +501,9 @@ def test_records_requests_byte_for_byte(qwen3: FakeOmniServer, client: httpx.Cli
         headers={"X-Request-Id": request_id, "content-type": "application/json"},
     ) as r:
         r.read()
+    assert qwen3.fake.wait_outcome(f"chatcmpl-{request_id}", 10) == "done"  # set once the last byte is out
     record = qwen3.fake.request(f"chatcmpl-{request_id}")
-    assert record.raw == raw and record.body["cache_salt"] == salt and record.outcome == "done"
+    assert record.raw == raw and record.body["cache_salt"] == salt
     listed = client.get(qwen3.url + "/fake/requests").json()
     mine = [x for x in listed["requests"] if x["request_id"] == f"chatcmpl-{request_id}"]
     assert len(mine) == 1 and mine[0]["raw"].encode() == raw and mine[0]["body"]["speaker"] == "Ethan"
@@ -677,16 +678,24 @@ async def test_async_omni_abort():
 
 
 async def test_async_omni_streaming_input():
+    """One resumable request, a turn per input chunk (vLLM's StreamingInput): each chunk is answered
+    with its own sampling params over everything sent so far, the earlier chunks already cached."""
     engine = AsyncOmni(model="Qwen/Qwen3-Omni-30B-A3B-Instruct")
+    prefill = types.SimpleNamespace(output_kind=None, max_tokens=1)
 
     async def chunks() -> AsyncGenerator[StreamingInput, None]:
-        for _ in range(3):
+        for k in range(3):
             await asyncio.sleep(0)
-            yield StreamingInput(prompt=_prompt(0.5))
+            yield StreamingInput(prompt=_prompt(0.5), sampling_params=prefill if k < 2 else None)
 
     outputs = [o async for o in engine.generate(chunks(), request_id="s", output_modalities=["text"])]
     assert {o.final_output_type for o in outputs} == {"text"}
-    assert "".join(o.outputs[0].text for o in outputs) == "I heard 1.5 seconds of audio."
+    texts = [o.outputs[0].text for o in outputs]
+    assert texts[:4] == ["I", "", "I", ""]  # two prefill chunks: one token each, cut by their limit
+    assert [o.outputs[0].finish_reason for o in outputs[:4]] == [None, "length", None, "length"]
+    assert "".join(texts[4:]) == "I heard 1.5 seconds of audio."
+    assert outputs[-1].num_cached_tokens > 0 and engine.completed == ["s"]
+    assert [rid for rid, _ in engine.inputs] == ["s", "s", "s"]
 
 
 async def test_async_omni_final_only_and_max_tokens():
