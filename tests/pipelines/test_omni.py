@@ -207,3 +207,46 @@ async def test_images_reach_the_thinker_with_the_words(omni, deployment):
         assert (await c.expect("response.done", timeout=15)).response.status == "completed"
     parts = deployment.fake.bodies()[-1]["messages"][-1]["content"]
     assert parts == [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "What is this?"}]
+
+
+async def test_a_deployment_down_at_startup_is_served_unhealthy_until_it_comes_up():
+    fake = FakeOmniServer(FakeOmniConfig(profile="qwen3-omni"))  # its port is bound, nothing listens yet: refused
+    srv = ServerThread(omni_config(fake.url)).start()
+    try:
+        async with httpx.AsyncClient() as http, connect(srv.ws_base) as c:
+            assert (await http.get(f"{srv.http_url}/healthz")).status_code == 503
+            await c.expect("session.created")
+            await c.send({"type": "conversation.item.create", "item": TEXT_ITEM})
+            await c.send({"type": "response.create"})
+            done = await c.expect("response.done", timeout=15)
+            assert done.response.status == "failed" and "unreachable" in done.response.status_details.error.message
+            with fake:  # the deployment comes up: the server sees it without a restart
+                for _ in range(200):
+                    if (await http.get(f"{srv.http_url}/healthz")).status_code == 200:
+                        break
+                    await asyncio.sleep(0.05)
+                assert (await http.get(f"{srv.http_url}/healthz")).status_code == 200
+                await c.send({"type": "response.create"})
+                assert (await c.expect("response.done", timeout=15)).response.status == "completed"
+    finally:
+        srv.stop()
+
+
+async def test_input_transcripts_come_from_a_configured_whisper_and_only_when_asked(deployment):
+    config = omni_config(deployment.url)
+    config["pipeline"]["options"]["asr_model"] = "whisper-tiny.en"
+    config["pipeline"]["options"]["remote"]["stall_s"] = 15.0  # Whisper shares the cores with the fake deployment
+    srv = ServerThread(config).start()
+    try:
+        async with connect(srv.ws_base) as c:
+            created = await c.expect("session.created")
+            assert created.session.audio.input.transcription is None  # off until the client asks
+            await c.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"transcription": {"model": "whisper-tiny.en"}}}}})
+            await c.expect("session.updated")
+            since = len(c.events)
+            await c.speak(QUESTION)
+            done = await c.first("conversation.item.input_audio_transcription.completed", since, timeout=40)
+            assert "capital" in done.transcript.lower() and "france" in done.transcript.lower()
+            assert (await c.first("response.done", since, timeout=30)).response.status == "completed"
+    finally:
+        srv.stop()
