@@ -44,7 +44,15 @@ models, and reproduced field for field (pydantic ``exclude_unset`` decides which
   salted by ``cache_salt``: different salts never share) reuses exactly the longest prefix of
   identical messages, rounded down to a block.
 
-Not reproduced: real tokenization and chat templates, sampling, ``n`` > 1, tools, reasoning,
+- Tools (a deployment started with ``--enable-auto-tool-choice --tool-call-parser ...``; the
+  knob ``tool_parser=False`` is one without, which answers ``tool_choice`` "auto" with vLLM's 400):
+  a request with ``tools`` whose last message is the user's (and ``tool_choice`` not "none") is
+  answered with a call of the forced function or the first tool, arguments ``{"seconds": S}``
+  (the seconds of audio it heard), streamed as vLLM does: the role chunk, ``delta.tool_calls``
+  with the call's id, type and name, the arguments in pieces, ``finish_reason: "tool_calls"``;
+  text only (no audio). ``role: "tool"`` messages are accepted as history.
+
+Not reproduced: real tokenization and chat templates, sampling, ``n`` > 1, reasoning,
 logprobs, images/video, flac/mp3/opus output, stage metrics contents, load-aware headers.
 
 Test hooks (per app instance through ``Faults``, and per request through the header
@@ -318,6 +326,7 @@ class ChatRequest:
     continuous_usage: bool
     return_token_ids: bool
     audio_tokens: int
+    tool_call: str | None = None  # the function this answer calls, if it calls one
     created: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -432,6 +441,22 @@ class StreamWriter:
         chunk |= {"metrics": self._metrics(res.metrics), "modality": "audio"}
         return [chunk]
 
+    def tool_call(self, name: str, arguments: str) -> list[dict[str, Any]]:
+        """A call of ``name`` as vLLM's streaming tool parser writes it, once the Thinker is done."""
+        self.stop_emitted = True
+        call_id = f"chatcmpl-tool-{uuid.uuid4().hex[:16]}"
+        cut = len(arguments) // 2
+        deltas = [
+            {"tool_calls": [{"id": call_id, "type": "function", "index": 0, "function": {"name": name, "arguments": ""}}]},
+            {"tool_calls": [{"index": 0, "function": {"arguments": arguments[:cut]}}]},
+            {"tool_calls": [{"index": 0, "function": {"arguments": arguments[cut:]}}]},
+        ]
+        out = [self._head() | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}], "modality": "text"}]
+        for delta in deltas:
+            out.append(self._head() | {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}], "modality": "text"})
+        out.append(self._head() | {"choices": [{"index": 0, "delta": {"content": ""}, "logprobs": None, "finish_reason": "tool_calls", "stop_reason": None}], "modality": "text"})
+        return out
+
     def tail(self) -> list[dict[str, Any]]:
         out = []
         if self.finished and not self.stop_emitted:
@@ -465,8 +490,10 @@ class FakeOmni:
         faults: Faults | None = None,
         *,
         prompt_tokens_details: bool = True,
+        tool_parser: bool = True,
         **config_knobs: Any,
     ) -> None:
+        self.tool_parser = tool_parser
         self.config = replace(config or FakeOmniConfig(), **config_knobs)
         self.config.deployment  # noqa: B018 - an unknown profile fails here, not on the first request
         timing = self.config.timing
@@ -579,11 +606,12 @@ class FakeOmni:
             prompt.prompt,
             request_id=req.request_id,
             sampling_params_list=body.get("sampling_params_list") or [{"max_tokens": _max_tokens(body)}],
-            output_modalities=req.modalities,
+            output_modalities=["text"] if req.tool_call else req.modalities,
             timing=timing,
         )
         if body.get("stream"):
-            return _EventStream(self, record, req, outputs, faults)
+            clips = (prompt.prompt.get("multi_modal_data") or {}).get("audio") or []
+            return _EventStream(self, record, req, outputs, faults, clips)
         return await self._full(record, req, outputs)
 
     def _parse(self, body: Any, request: Request) -> tuple[ChatRequest, Any]:
@@ -615,6 +643,7 @@ class FakeOmni:
         if body.get("model") not in (None, served):  # vLLM's _check_model
             raise RequestRejected(f"The model `{body['model']}` does not exist.", 404, "NotFoundError")
         rendered = render_messages(body, self.config.audio_tokens_per_second)
+        tool_call = self._tool_call(body)
         base = request.headers.get("x-request-id") or body.get("request_id") or uuid.uuid4().hex
         options = body.get("stream_options") or {}
         include_usage = bool(options.get("include_usage"))
@@ -628,8 +657,23 @@ class FakeOmni:
             continuous_usage=include_usage and bool(options.get("continuous_usage_stats")),
             return_token_ids=bool(body.get("return_token_ids")),
             audio_tokens=rendered.audio_tokens,
+            tool_call=tool_call,
         )
         return req, rendered
+
+    def _tool_call(self, body: dict[str, Any]) -> str | None:
+        """The function the answer calls, as vLLM's serving decides what to parse (see module doc)."""
+        tools = body.get("tools")
+        choice = body.get("tool_choice", "auto" if tools else "none")
+        if not tools or choice == "none":
+            return None
+        if choice == "auto" and not self.tool_parser:
+            raise RequestRejected('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
+        if body["messages"][-1].get("role") != "user":
+            return None  # after a tool's result: the model answers in words
+        if isinstance(choice, dict):
+            return str(choice["function"]["name"])
+        return str(tools[0]["function"]["name"])
 
     async def _full(
         self, record: RecordedRequest, req: ChatRequest, outputs: AsyncIterator[OmniRequestOutput]
@@ -730,19 +774,30 @@ class _EventStream:
         req: ChatRequest,
         outputs: AsyncIterator[OmniRequestOutput],
         faults: Faults,
+        clips: list[tuple[np.ndarray, int]] = (),  # type: ignore[assignment]
     ) -> None:
         self.fake = fake
         self.record = record
         self.req = req
         self.outputs = outputs
         self.faults = faults
+        self.clips = clips
 
     async def _events(self) -> AsyncIterator[str]:
         writer = StreamWriter(self.req, self.fake.prompt_tokens_details)
         async with contextlib.aclosing(self.outputs) as stream:
             async for res in stream:
-                for chunk in writer.chunks(res):
-                    yield f"data: {_dumps(chunk)}\n\n"
+                if self.req.tool_call is None:
+                    for chunk in writer.chunks(res):
+                        yield f"data: {_dumps(chunk)}\n\n"
+                elif res.final_output_type == "text":  # the Thinker writes the call; the parser streams it
+                    writer.prompt_tokens = len(res.prompt_token_ids or []) or writer.prompt_tokens
+                    writer.cached = res.num_cached_tokens if res.num_cached_tokens is not None else writer.cached
+                    writer.completion_tokens += sum(len(o.token_ids) for o in res.outputs)
+        if self.req.tool_call is not None:
+            seconds = sum(len(w) / rate for w, rate in self.clips)
+            for chunk in writer.tool_call(self.req.tool_call, json.dumps({"seconds": round(seconds, 1)})):
+                yield f"data: {_dumps(chunk)}\n\n"
         for chunk in writer.tail():
             # the usage chunk is dumped with exclude_none; the fallback stop chunk has no None
             yield f"data: {_dumps(chunk)}\n\n"

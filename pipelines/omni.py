@@ -78,6 +78,7 @@ class OmniOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     voices: list[str] = msgspec.field(default_factory=lambda: ["Ethan", "Chelsie", "Aiden"])  # the first is the default
     system_prompt: str = ""  # put before the session's instructions (Qwen2.5-Omni speaks only with its own)
     images: bool = True
+    tools: bool = False  # function calling: the deployment runs a tool parser (--enable-auto-tool-choice); remote only
     max_tokens: int = 512
     temperature: float | None = None  # None: the deployment's default
     speculate: bool = True
@@ -99,6 +100,7 @@ class OmniPipeline(Pipeline):
             input_rate=INPUT_RATE,
             output_rate=options.output_rate,
             images=options.images,
+            tools=options.tools and options.engine == "remote",
             transcribes_input=options.asr_model is not None,
             transcription_model=options.asr_model or "",
             voices=tuple(options.voices),
@@ -308,6 +310,11 @@ class OmniSession(PipelineSession):
                 content = self._content(item, with_audio=index >= floor)
                 if content:
                     messages.append({"role": item.role if item.role != "system" else "system", "content": content})
+            elif isinstance(item, FunctionCall) and self.pipeline.capabilities.tools:
+                call = {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            elif isinstance(item, FunctionResult) and self.pipeline.capabilities.tools:
+                messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
             elif isinstance(item, FunctionCall):
                 messages.append({"role": "assistant", "content": f"(calling {item.name} with {item.arguments})"})
             elif isinstance(item, FunctionResult):
@@ -380,6 +387,13 @@ class OmniSession(PipelineSession):
         if audio:
             body["audio"] = {"format": o.audio_format}
             body["speaker"] = request.voice if request.voice in o.voices else o.voices[0]
+        if request.tools and request.tool_choice != "none" and self.pipeline.capabilities.tools:
+            body["tools"] = [
+                {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters or {"type": "object", "properties": {}}}}
+                for t in request.tools
+            ]
+            choice = request.tool_choice
+            body["tool_choice"] = choice if choice in ("auto", "required") else {"type": "function", "function": {"name": choice}}
         temperature = request.temperature if request.temperature is not None else o.temperature
         if temperature is not None:
             body["temperature"] = temperature

@@ -39,7 +39,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .base import TextDelta, Usage
+from .base import TextDelta, ToolCall, Usage
 from .remote import EngineError, RemoteEngine, RemoteOptions
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class EngineAudio:
     rate: int
 
 
-EngineOutput = TextDelta | EngineAudio | Usage
+EngineOutput = TextDelta | EngineAudio | ToolCall | Usage
 
 
 def decode_audio(data: str, default_rate: int) -> tuple[np.ndarray, int]:
@@ -110,19 +110,31 @@ class RemoteOmni:
 
     async def stream(self, body: dict[str, Any]) -> AsyncIterator[EngineOutput]:
         usage = Usage()
+        calls: dict[int, dict[str, str]] = {}  # tool calls as their deltas build them, by index
         chunks = self.engine.stream(body)
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:
                 for choice in chunk.get("choices") or ():
-                    content = (choice.get("delta") or {}).get("content")
+                    delta = choice.get("delta") or {}
+                    content = delta.get("content")
                     if content:
                         if chunk.get("modality") == "audio":
                             said = (choice.get("audio_metadata") or {}).get("sample_rate_hz")
                             yield EngineAudio(*decode_audio(content, said or self.default_rate))
                         else:
                             yield TextDelta(content)
+                    for call in delta.get("tool_calls") or ():
+                        built = calls.setdefault(call.get("index", 0), {"id": "", "name": "", "arguments": ""})
+                        function = call.get("function") or {}
+                        built["id"] = call.get("id") or built["id"]
+                        built["name"] += function.get("name") or ""
+                        built["arguments"] += function.get("arguments") or ""
                     if choice.get("finish_reason") == "length":
                         usage.hit_max_tokens = True
+                    if choice.get("finish_reason") is not None:
+                        for _, call in sorted(calls.items()):
+                            yield ToolCall(call["id"], call["name"], call["arguments"] or "{}")
+                        calls.clear()
                 u = chunk.get("usage")
                 if u:
                     usage.input_tokens = u.get("prompt_tokens") or 0

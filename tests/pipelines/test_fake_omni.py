@@ -708,3 +708,27 @@ async def test_async_omni_final_only_and_max_tokens():
     outputs = [o async for o in engine.generate(_prompt(2.0), request_id="g", sampling_params_list=[short], output_modalities=["text"])]
     assert "".join(o.outputs[0].text for o in outputs) == "I heard"
     assert outputs[-1].outputs[0].finish_reason == "length"
+
+
+def test_tool_calls_stream_as_vllms_parser_writes_them(qwen3: FakeOmniServer, client: httpx.Client):
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}
+    data, _ = events(client, qwen3.url, chat(tools=[tool]))
+    chunks = [c for c in data[:-2]]
+    assert {c["modality"] for c in chunks} == {"text"}  # a call is not spoken
+    calls = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks if "tool_calls" in c["choices"][0]["delta"]]
+    assert calls[0]["type"] == "function" and calls[0]["id"].startswith("chatcmpl-tool-") and calls[0]["function"]["name"] == "get_weather"
+    assert json.loads("".join(c["function"]["arguments"] for c in calls)) == {"seconds": 2.0}
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls" and data[-2]["usage"]["completion_tokens"] > 0
+    # after the tool's result the model answers in words
+    history = [user_audio(2.0), {"role": "assistant", "content": None, "tool_calls": [{"id": calls[0]["id"], "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}]
+    data, _ = events(client, qwen3.url, chat([*history, {"role": "tool", "tool_call_id": calls[0]["id"], "content": "sunny"}], tools=[tool]))
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in data[:-2] if c.get("modality") == "text").startswith("I heard")
+
+
+def test_auto_tool_choice_without_a_tool_parser_is_refused_as_vllm_does(client: httpx.Client):
+    tool = {"type": "function", "function": {"name": "f", "parameters": {}}}
+    with FakeOmniServer(FakeOmniConfig(profile="qwen3-omni"), tool_parser=False) as fake:
+        r = client.post(fake.url + "/v1/chat/completions", json=chat(tools=[tool]))
+        assert r.status_code == 400 and "--enable-auto-tool-choice" in r.json()["error"]["message"]
+        named = client.post(fake.url + "/v1/chat/completions", json=chat(tools=[tool], tool_choice={"type": "function", "function": {"name": "f"}}))
+        assert named.status_code == 200

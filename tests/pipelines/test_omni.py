@@ -250,3 +250,39 @@ async def test_input_transcripts_come_from_a_configured_whisper_and_only_when_as
             assert (await c.first("response.done", since, timeout=30)).response.status == "completed"
     finally:
         srv.stop()
+
+
+async def test_function_calling_through_the_deployments_tool_parser(deployment):
+    config = omni_config(deployment.url)
+    config["pipeline"]["options"]["tools"] = True
+    srv = ServerThread(config).start()
+    weather = {"type": "function", "name": "get_weather", "description": "The weather in a city.", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    try:
+        async with connect(srv.ws_base) as c:
+            await c.expect("session.created")
+            await c.send({"type": "session.update", "session": {"type": "realtime", "tools": [weather], "tool_choice": "auto"}})
+            await c.expect("session.updated")
+            done = await spoken_turn(c)
+            call = done.response.output[0]
+            assert done.response.status == "completed" and call.type == "function_call" and call.name == "get_weather"
+            assert 1.5 < json.loads(call.arguments)["seconds"] < 3.5  # what the deployment heard
+            asked = deployment.fake.bodies()[-1]
+            assert asked["tools"] == [{"type": "function", "function": {k: weather[k] for k in ("name", "description", "parameters")}}]
+            assert asked["tool_choice"] == "auto"
+            await c.send({"type": "conversation.item.create", "item": {"type": "function_call_output", "call_id": call.call_id, "output": '{"sky": "clear"}'}})
+            await c.send({"type": "response.create"})
+            answer = await c.expect("response.done", timeout=15)
+            assert answer.response.output[0].type == "message" and answer.response.status == "completed"
+        messages = deployment.fake.bodies()[-1]["messages"]
+        assert messages[-2] == {"role": "assistant", "content": None, "tool_calls": [{"id": call.call_id, "type": "function", "function": {"name": "get_weather", "arguments": call.arguments}}]}
+        assert messages[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": '{"sky": "clear"}'}
+    finally:
+        srv.stop()
+
+
+async def test_tools_are_refused_where_the_deployment_has_no_tool_parser(omni):
+    async with connect(omni.ws_base) as c:  # configs/qwen3-omni.yaml: tools off
+        await c.expect("session.created")
+        await c.send({"type": "session.update", "session": {"type": "realtime", "tools": [{"type": "function", "name": "f", "parameters": {}}]}})
+        error = await c.expect("error")
+        assert error.error.code == "unsupported_value" and error.error.param == "session.tools"
