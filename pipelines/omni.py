@@ -26,6 +26,14 @@ adopted when ``respond`` asks for exactly the same request. For that to be so, a
 a pause goes to the model as the audio the speculation sent: its speech and the pause, without the
 rest of the end-of-turn silence the item holds (silence by the VAD's judgement: no word is lost),
 now and in every later request's history.
+
+**Streamed turns** (in process, ``in_process.stream_input``). When speech starts, the turn opens as
+one resumable engine request (``omni_engine.StreamedTurn``): the history, then the turn's audio as
+it comes, a segment every ``stream_segment_s`` and at each pause, each a prefill. A pause does not
+end it and speech going on does not void it; at the end of the turn the answer is asked for with
+only the assistant's header left to prefill. The turn then goes to the model as those segments,
+in this request and every later one. If the history changed meanwhile (an item added, other
+instructions) or the turn could not be streamed, it is dropped and the turn answered whole.
 """
 
 from __future__ import annotations
@@ -215,8 +223,8 @@ class OmniSession(PipelineSession):
         spec = self.speculation
         if spec is not None and spec.streamed is not None:
             self.unsent.append(pcm)
-            if sum(map(len, self.unsent)) >= self.segment_samples:
-                self._push(spec)
+            if not self.ended_at_pause and sum(map(len, self.unsent)) >= self.segment_samples:
+                self._push(spec)  # (not the silence after a pause: it may be the end of the turn)
 
     def listen(self, request: ResponseRequest | None) -> None:
         if self.streams and self.options.speculate and request is not None:
@@ -256,8 +264,11 @@ class OmniSession(PipelineSession):
                     self._push(spec)
                 self.unsent = []
                 spec.sent = list(spec.streamed.segments)
-            spec.item_id = item_id
-            self._sent_as[item_id] = spec.sent  # the turn ended at the pause: it goes as it was sent
+            if spec.streamed is None or spec.streamed.valid:
+                spec.item_id = item_id
+                self._sent_as[item_id] = spec.sent  # the turn ended at the pause: it goes as it was sent
+            else:  # a turn that could not be streamed goes whole, the ordinary way
+                self._drop_speculation()
         self.ended_at_pause = False
 
     def _open_streamed(self, request: ResponseRequest) -> None:

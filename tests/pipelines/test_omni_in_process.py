@@ -7,6 +7,8 @@ talks to the server; every server event is validated strictly against its models
 
 from __future__ import annotations
 
+import asyncio
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ import pytest
 from bench.fake_async_omni import AsyncOmni, Timing
 from pipelines.omni_engine import InProcessOptions, LocalOmni
 from realtime_omni import config as config_file
-from tests.support.audio import utterance
+from tests.support.audio import silence, spoken, utterance
 from tests.support.client import audio_of, connect
 from tests.support.server import ServerThread
 
@@ -94,6 +96,33 @@ async def test_the_turn_streams_into_the_thinker_while_it_is_spoken(streamed):
     assert 1.5 < spoken < 3.5 and spoken == pytest.approx(float(transcript.split()[2]), abs=0.06)
     audio = np.frombuffer(audio_of(c.events), "<i2")
     assert len(audio) > 0
+
+
+async def test_a_turn_with_a_pause_in_it_streams_on_and_a_changed_history_is_answered_whole(streamed):
+    engine = engine_of(streamed)
+    counts = streamed.server.pipeline.counts
+    adopted = counts["streamed_turns_adopted"]
+    # a pause long enough to be a pause (150 ms) but not the end of the turn (500 ms): one turn
+    speech = np.concatenate([silence(500), spoken("What is the capital"), silence(350), spoken("of Italy?"), silence(1200)])
+    async with connect(streamed.ws_base) as c:
+        await c.expect("session.created")
+        await c.speak(speech)
+        done = await c.expect("response.done", timeout=15)
+        assert counts["streamed_turns_adopted"] == adopted + 1
+        request = [rid for rid, _ in engine.inputs][-1]
+        heard = float(done.response.output[0].content[0].transcript.split()[2])
+        sent = sum(len(p["multi_modal_data"]["audio"][0]) for rid, p in engine.inputs if rid == request and "multi_modal_data" in p)
+        assert heard == pytest.approx(sent / 16000, abs=0.06) and heard > 1.6  # both halves, the pause between
+        # the conversation changes while the user speaks: the streamed turn is void, the answer whole
+        task = asyncio.create_task(c.speak(speech))
+        await asyncio.sleep(1.0)
+        await c.send({"type": "conversation.item.create", "item": TEXT_ITEM})
+        await task
+        again = await c.expect("response.done", timeout=15)
+    assert again.response.status == "completed" and counts["streamed_turns_adopted"] == adopted + 1
+    whole = engine.inputs[-1][1]["prompt"]  # one request, all of it (the turn as the segments it was heard in)
+    assert whole.startswith("<|im_start|>system\n")
+    assert re.search(r"Hello there\.<\|im_end\|>\n<\|im_start\|>user\n(" + re.escape(AUDIO) + r")+<\|im_end\|>\n<\|im_start\|>assistant\n$", whole)
 
 
 async def test_barge_in_aborts_the_in_process_request(streamed):
