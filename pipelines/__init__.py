@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .base import Pipeline
+from .base import Pipeline, TurnModel
 
 KINDS = {
     "synthetic": "pipelines.synthetic",
@@ -21,3 +21,10 @@ def create(kind: str, options: dict[str, Any]) -> Pipeline:
     except KeyError:
         raise ValueError(f"unknown pipeline kind {kind!r}; known: {', '.join(sorted(KINDS))}") from None
     return importlib.import_module(module).create(options)
+
+
+def turn_model(name: str, threads: int = 1) -> TurnModel:
+    """semantic_vad's end-of-turn model by name (not loaded yet: ``load()`` it in a worker thread)."""
+    from .smart_turn import create as create_turn_model
+
+    return create_turn_model(name, threads)

@@ -24,7 +24,7 @@ response is the transcript of the audio that follows it, up to the next ``TextDe
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
@@ -202,6 +202,11 @@ class PipelineSession(abc.ABC):
     def clear(self) -> None:
         """The audio fed since the last commit/clear is discarded."""
 
+    async def partial_transcript(self) -> str | None:
+        """The transcript of the open turn up to the last ``pause``, if this pipeline makes one
+        anyway (for its speculation); None otherwise. semantic_vad's end-of-turn model weighs it."""
+        return None
+
     async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript | None:
         """Transcript of a user audio item, or None when this pipeline does not transcribe."""
         return None
@@ -212,6 +217,34 @@ class PipelineSession(abc.ABC):
 
     async def close(self) -> None:
         """The client session ended: release everything held for it."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnVerdict:
+    probability: float  # that the speaker has finished their turn
+    cpu_ms: float  # the model's CPU time for this decision
+    audio_probability: float | None = None  # the audio's alone, when words were weighed too
+    transcript: str | None = None  # the words weighed
+
+
+class TurnModel(abc.ABC):
+    """An end-of-turn classifier (semantic turn detection): has the speaker finished, judged from
+    the audio of their turn so far? Shared by every session of a server, whatever its pipeline."""
+
+    name: str
+    max_seconds: float = 8.0  # the most of a turn's end it hears; sessions send no more
+
+    def load(self) -> None:
+        """Load and warm the model (blocking: the server calls it in a worker thread)."""
+
+    @abc.abstractmethod
+    async def judge(self, pcm: np.ndarray, rate: int, transcript: Awaitable[str | None] | None = None) -> TurnVerdict:
+        """The verdict on a turn's audio (mono int16 at ``rate``, from its start to now, ending
+        with the silence that made the session ask), weighing the turn's words when the
+        pipeline gives them (``transcript``, awaited alongside). Runs off the event loop."""
+
+    def close(self) -> None:
+        """Release the model."""
 
 
 class Pipeline(abc.ABC):

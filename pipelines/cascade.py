@@ -218,6 +218,12 @@ class CascadeSession(PipelineSession):
     def resume(self) -> None:
         self._drop_speculation()
 
+    async def partial_transcript(self) -> str | None:
+        spec = self.speculation
+        if spec is None:
+            return None
+        return await asyncio.shield(spec.transcript)
+
     def commit(self, item_id: str) -> None:
         self.turn = []
         spec = self.speculation

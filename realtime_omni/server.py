@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import pipelines
-from pipelines.base import Pipeline
+from pipelines.base import Pipeline, TurnModel
 
 from .config import ServerConfig
 from .errors import RealtimeError
@@ -46,10 +46,11 @@ def _unknown_ephemeral_key() -> RealtimeError:
 
 
 class Server:
-    def __init__(self, config: ServerConfig, pipeline: Pipeline | None = None) -> None:
+    def __init__(self, config: ServerConfig, pipeline: Pipeline | None = None, turn_model: TurnModel | None = None) -> None:
         self.config = config
         self.metrics = Metrics(config.timings_log)
         self.pipeline = pipeline or pipelines.create(config.pipeline.kind, config.pipeline.options)
+        self.turn_model = turn_model  # semantic_vad's end-of-turn model, loaded by start() from config.turn_model
         self.metrics.watch_pipeline(self.pipeline.stats)
         self.sessions: set[Session] = set()
         self.calls: dict[str, LiveCall] = {}  # live WebRTC / SIP calls (calls.Call) by call_id
@@ -73,9 +74,26 @@ class Server:
             self.defaults = SessionConfig.default(caps, self.config.model).updated(self.config.session, caps)
         except RealtimeError as err:
             raise ValueError(f"invalid 'session' in the server config: {err.message}") from None
+        await self._load_turn_model()
         await self.pipeline.start()
         self.ready = True
         log.info("ready: pipeline %s", caps.name)
+
+    async def _load_turn_model(self) -> None:
+        """semantic_vad's model. Without it (not installed, not loadable) semantic_vad still works,
+        on a fixed silence per eagerness, and the server says so."""
+        name = self.config.turn_model.model
+        if self.turn_model is None and name:
+            try:
+                self.turn_model = pipelines.turn_model(name, self.config.turn_model.threads)
+                await asyncio.get_running_loop().run_in_executor(None, self.turn_model.load)
+            except Exception as exc:
+                log.warning("semantic_vad falls back to fixed silences: the end-of-turn model %s is unavailable (%s)", name, exc)
+                self.turn_model = None
+        elif self.turn_model is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.turn_model.load)
+        if self.turn_model is not None:
+            log.info("semantic_vad: end-of-turn model %s", self.turn_model.name)
 
     def start_in_background(self) -> None:
         """Load the pipeline while HTTP already answers (``/healthz``: 503 "starting" until ready).
@@ -101,6 +119,8 @@ class Server:
         await self.drain()
         self.ready = False
         await self.pipeline.stop()
+        if self.turn_model is not None:
+            self.turn_model.close()
 
     def authorized(self, key: str | None) -> bool:
         """The server's own API key (or any key when it has none). Ephemeral keys: see ``admit``."""
@@ -161,7 +181,14 @@ class Server:
         if admission.ephemeral_key is not None and self.keys.redeem(admission.ephemeral_key) is None:
             raise _unknown_ephemeral_key()  # expired, or another connection spent it meanwhile
         session = Session(
-            self.pipeline, defaults, self.config.limits, self.metrics, media=media, beta=beta, timing_metadata=self.config.timing_metadata
+            self.pipeline,
+            defaults,
+            self.config.limits,
+            self.metrics,
+            media=media,
+            beta=beta,
+            timing_metadata=self.config.timing_metadata,
+            turn_model=self.turn_model,
         )
         self.sessions.add(session)
         self.metrics.sessions_total.labels(transport).inc()

@@ -40,15 +40,33 @@ SEMANTIC_SILENCE_MS = {"low": 1500, "medium": 800, "auto": 800, "high": 400}
 
 
 @dataclass(frozen=True)
+class EndOfTurnPolicy:
+    """semantic_vad with an end-of-turn model: how sure the model must be that the user has finished,
+    and the longest silence a turn it judged unfinished waits through (OpenAI's max timeouts)."""
+
+    threshold: float
+    max_wait_ms: int
+
+
+EAGERNESS = {
+    "low": EndOfTurnPolicy(0.8, 8000),
+    "medium": EndOfTurnPolicy(0.5, 4000),
+    "high": EndOfTurnPolicy(0.2, 2000),
+}
+EAGERNESS["auto"] = EAGERNESS["medium"]
+
+
+@dataclass(frozen=True)
 class VadSettings:
     """What the turn detector runs on, whichever VAD type the client chose."""
 
     threshold: float
     prefix_padding_ms: int
-    silence_duration_ms: int
+    silence_duration_ms: int  # semantic_vad: the fixed silence used when no end-of-turn model is loaded
     create_response: bool
     interrupt_response: bool
     idle_timeout_ms: int | None
+    end_of_turn: EndOfTurnPolicy | None = None  # semantic_vad
 
 
 class SessionConfig:
@@ -117,7 +135,9 @@ def _vad_settings(td: ev.TurnDetection | None) -> VadSettings | None:
         return VadSettings(
             td.threshold, td.prefix_padding_ms, td.silence_duration_ms, td.create_response, td.interrupt_response, td.idle_timeout_ms
         )
-    return VadSettings(0.5, 300, SEMANTIC_SILENCE_MS[td.eagerness], td.create_response, td.interrupt_response, None)
+    return VadSettings(
+        0.5, 300, SEMANTIC_SILENCE_MS[td.eagerness], td.create_response, td.interrupt_response, None, EAGERNESS[td.eagerness]
+    )
 
 
 def merge(current: msgspec.Struct, update: msgspec.Struct) -> msgspec.Struct:

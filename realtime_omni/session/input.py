@@ -5,6 +5,14 @@ and clears, input transcription, and the idle timeout that prompts a silent user
 A part of ``Session`` (see session.py): it owns the buffer, the detector, the open turn and the
 idle timer, and ends a turn by committing a user item and, with ``create_response``, starting a
 response (``ResponseHandling``).
+
+semantic_vad with an end-of-turn model (``Session.turn_model``, a port the server injects): at each
+pause of ``Limits.end_of_turn_silence_ms`` the turn's audio goes to the model, and a turn it judges
+finished ends there; one judged unfinished waits on for more speech, or for the eagerness's longest
+wait. Until speech resumes the pipeline is fed nothing past that pause, so whatever the verdict the
+item is exactly the audio fed and speculation started at the pause stays valid. The verdict is
+awaited before the next frame is judged (it runs in the model's worker thread, not on the loop), so
+the outcome is the same however fast the audio comes.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from .conversation import to_wire
 from .run import Outcome
 from .turns import (
     ONSET_LOOKBACK_MS,
+    EndCheck,
     Paused,
     Resumed,
     SpeechStarted,
@@ -34,7 +43,7 @@ from .turns import (
 
 log = logging.getLogger(__name__)
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 MIN_COMMIT_MS = 100
 
@@ -47,6 +56,7 @@ class Turn:
     start: int
     fed: int
     held_until: int = 0  # interruption guard: not yet a turn until the buffer reaches this position
+    hold: int | None = None  # semantic_vad: fed up to this pause, waiting for a verdict or more speech
 
 
 class InputHandling:
@@ -86,23 +96,30 @@ class InputHandling:
         if self.detector is None:
             self.pipe.feed(pcm)
             return
-        for event in self.detector.process(pcm):
+        detector = self.detector
+        for event in detector.events(pcm):
             if isinstance(event, SpeechStarted):
                 await self._speech_started(event)
             elif isinstance(event, Paused):
                 self._feed_to(event.at)
                 self.pipe.pause(self._speculative_request())
             elif isinstance(event, Resumed):
+                if self._turn is not None:
+                    self._turn.hold = None
                 self._feed_to(event.at)
                 self.pipe.resume()
+            elif isinstance(event, EndCheck):
+                await self._end_check(detector, event)
             elif isinstance(event, SpeechStopped):
                 await self._speech_stopped(event.end)
+            if self.detector is not detector:  # reset while a verdict was awaited (clear, commit, update)
+                break
         turn = self._turn
         if turn is not None and turn.held_until and self.detector is not None and self.detector.last_speech_end >= turn.held_until:
             turn.held_until = 0  # still speaking that long after it began: real speech, not echo
             await self._begin_turn(turn)
         if self._turn is not None:
-            self._feed_to(self.buffer.end)
+            self._feed_to(self.buffer.end if self._turn.hold is None else self._turn.hold)
         else:  # keep only what a turn detected now (or an idle timeout) would need: its onset can lie
             # up to the detector's onset window back, and the turn keeps prefix padding before that
             keep_ms = self.detector.settings.prefix_padding_ms + ONSET_LOOKBACK_MS + 40
@@ -169,6 +186,36 @@ class InputHandling:
         if vad is not None and vad.create_response and self.active is None:
             await self._start_response(ev.ResponseParams(), started_at=time.perf_counter())
 
+    async def _end_check(self, detector: TurnDetector, e: EndCheck) -> None:
+        """semantic_vad: a pause long enough to ask the end-of-turn model."""
+        turn = self._turn
+        if turn is None:
+            return
+        self._feed_to(e.at)
+        turn.hold = e.at
+        if turn.held_until:  # a short sound over the agent's voice (interruption guard), not a turn
+            finished = True
+        else:
+            finished = await self._judge(turn, e.at)
+        if finished and self._turn is turn and self.detector is detector:
+            detector.end_turn()
+            await self._speech_stopped(e.at)
+
+    async def _judge(self, turn: Turn, end: int) -> bool:
+        model, vad = self.turn_model, self.config.vad
+        if model is None or vad is None or vad.end_of_turn is None:
+            return False
+        rate = self.caps.input_rate
+        pcm = self.buffer.slice(max(turn.start, self.buffer.start, end - int(model.max_seconds * rate)), end)
+        try:
+            verdict = await model.judge(pcm, rate, self.pipe.partial_transcript())
+        except Exception:  # a broken model must not end the session: the turn waits for the longest wait
+            log.exception("session %s: the end-of-turn model failed", self.id)
+            return False
+        finished = verdict.probability >= vad.end_of_turn.threshold
+        self.metrics.end_of_turn(finished, verdict.cpu_ms)
+        return finished
+
     def _speculative_request(self) -> ResponseRequest | None:
         """The request a response would get if the open turn ended now (its items: the conversation
         before the turn), or None when none would follow automatically."""
@@ -229,7 +276,14 @@ class InputHandling:
         """A fresh detector (new settings, a commit/clear mid-turn); an open turn is abandoned."""
         self._turn = None
         vad = self.config.vad
-        self.detector = None if vad is None else TurnDetector(vad, self.caps.input_rate, self.limits.pause_ms)
+        if vad is None:
+            self.detector = None
+        elif vad.end_of_turn is not None and self.turn_model is not None:  # semantic_vad with its model
+            settings = replace(vad, silence_duration_ms=vad.end_of_turn.max_wait_ms)
+            check = self.limits.end_of_turn_silence_ms
+            self.detector = TurnDetector(settings, self.caps.input_rate, self.limits.pause_ms, check_ms=check)
+        else:
+            self.detector = TurnDetector(vad, self.caps.input_rate, self.limits.pause_ms)
 
     def _transcribe(self, item: Message) -> None:
         if not self.caps.transcribes_input:

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.base import FunctionCall, Message, Pipeline
+from pipelines.base import FunctionCall, Message, Pipeline, TurnModel
 
 from ..config import InterruptionGuard, Limits
 from ..errors import RealtimeError
@@ -63,8 +63,10 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
         media: Media = Media(),
         beta: bool = False,
         timing_metadata: bool = False,
+        turn_model: TurnModel | None = None,
     ) -> None:
         self.id = new_id("sess")
+        self.turn_model = turn_model  # semantic_vad's end-of-turn model (None: a fixed silence per eagerness)
         self.caps = pipeline.capabilities
         self.limits = limits
         self.metrics = metrics

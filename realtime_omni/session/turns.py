@@ -1,4 +1,4 @@
-"""Turn detection (server VAD) on webrtcvad.
+"""Turn detection on webrtcvad: server VAD, and the timing of semantic VAD.
 
 Audio is judged in 20 ms frames. A frame is speech when webrtcvad says so *and* its level is above
 an energy floor; ``threshold`` (0..1) sets both the webrtcvad aggressiveness and that floor, so a
@@ -11,6 +11,13 @@ higher threshold needs louder, clearer speech, as with OpenAI's VAD.
 * A silence of ``silence_duration_ms`` ends the turn; ``audio_end_ms`` includes that silence
   (the item covers it), as OpenAI reports it. Two speech frames in a row break a silence; a lone
   one does not.
+* Semantic VAD (``check_ms`` given): a silence of ``check_ms`` reports ``EndCheck``: the session
+  asks its end-of-turn model whether the user has finished, and, if so, ends the turn there
+  (``end_turn``). Otherwise the turn waits on: speech again reports ``Resumed`` (the next pause asks
+  again), and ``silence_duration_ms`` of silence (the eagerness's longest wait) ends it anyway. Either
+  way the turn's audio, and ``audio_end_ms``, end ``check_ms`` after the last speech, wherever the
+  decision was made. ``events`` judges frames lazily, so a verdict applied between two events
+  takes effect on the very next frame.
 
 All positions are in samples of the audio the detector was given since the session began.
 """
@@ -18,6 +25,7 @@ All positions are in samples of the audio the detector was given since the sessi
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,7 +65,13 @@ class SpeechStopped:
     speech_end: int  # end of the last speech frame
 
 
-TurnEvent = SpeechStarted | Paused | Resumed | SpeechStopped
+@dataclass(frozen=True, slots=True)
+class EndCheck:
+    at: int  # where the turn ends if it ends here (the last speech plus the check silence)
+    speech_end: int
+
+
+TurnEvent = SpeechStarted | Paused | Resumed | EndCheck | SpeechStopped
 
 
 def floor_rms(threshold: float) -> float:
@@ -66,7 +80,7 @@ def floor_rms(threshold: float) -> float:
 
 
 class TurnDetector:
-    def __init__(self, settings: VadSettings, rate: int, pause_ms: int = 200) -> None:
+    def __init__(self, settings: VadSettings, rate: int, pause_ms: int = 200, check_ms: int | None = None) -> None:
         self.settings = settings
         self.rate = rate
         self._vad_rate = rate if rate in VAD_RATES else 16000
@@ -86,6 +100,10 @@ class TurnDetector:
         ms = lambda v: max(1, round(v / FRAME_MS))  # noqa: E731
         self._pause_frames = ms(pause_ms)
         self._stop_frames = ms(settings.silence_duration_ms)
+        self._check_frames = 0 if check_ms is None else min(ms(check_ms), self._stop_frames - 1)
+        if self._check_frames:
+            self._pause_frames = min(self._pause_frames, self._check_frames)
+        self._check_at = 0
         self._padding = int(settings.prefix_padding_ms * rate / 1000)
 
     @property
@@ -96,7 +114,16 @@ class TurnDetector:
     def _pos(self, frames: int) -> int:
         return int(frames * self._frame * self._scale)
 
+    def end_turn(self) -> None:
+        """The turn ended (an end-of-turn model's verdict): listen for the next one."""
+        self.in_speech = False
+        self._recent.clear()
+
     def process(self, pcm: np.ndarray) -> list[TurnEvent]:
+        return list(self.events(pcm))
+
+    def events(self, pcm: np.ndarray) -> Iterator[TurnEvent]:
+        """The events of ``pcm``, each frame judged only when the next event is asked for."""
         pcm = self._to_vad(pcm)
         if len(self._pending):
             pcm = np.concatenate((self._pending, pcm))
@@ -104,20 +131,16 @@ class TurnDetector:
         n = len(pcm) // size
         self._pending = pcm[n * size :]
         if not n:
-            return []
+            return
         frames = pcm[: n * size].reshape(n, size)
         f = frames.astype(np.float32)
         loud = np.einsum("ij,ij->i", f, f) >= self._floor_sq  # the energy floor, all frames at once
-        out: list[TurnEvent] = []
         for i in range(n):
             speech = bool(loud[i]) and self._vad.is_speech(frames[i].tobytes(), self._vad_rate)
             self._frames += 1
-            event = self._step(speech)
-            if event is not None:
-                out.append(event)
-        return out
+            yield from self._step(speech)
 
-    def _step(self, speech: bool) -> TurnEvent | None:
+    def _step(self, speech: bool) -> Iterator[TurnEvent]:
         if not self.in_speech:
             self._recent.append(speech)
             if speech and sum(self._recent) >= START_FRAMES:
@@ -126,22 +149,26 @@ class TurnDetector:
                 self.in_speech, self._silence, self._streak, self._paused = True, 0, 0, False
                 self._last_speech_end = self._pos(self._frames)
                 onset = self._pos(first)
-                return SpeechStarted(max(0, onset - self._padding), onset)
-            return None
+                yield SpeechStarted(max(0, onset - self._padding), onset)
+            return
         self._streak = self._streak + 1 if speech else 0
         if speech and (self._silence == 0 or self._streak >= BREAK_FRAMES):
             self._silence = 0
             self._last_speech_end = self._pos(self._frames)
             if self._paused:
                 self._paused = False
-                return Resumed(self._last_speech_end)
-            return None
+                yield Resumed(self._last_speech_end)
+            return
         self._silence += 1
         if self._silence >= self._stop_frames:
             self.in_speech = False
             self._recent.clear()
-            return SpeechStopped(self._pos(self._frames), self._last_speech_end)
+            end = self._check_at if self._check_frames else self._pos(self._frames)
+            yield SpeechStopped(end, self._last_speech_end)
+            return
         if self._silence == self._pause_frames and self._pause_frames < self._stop_frames:
             self._paused = True
-            return Paused(self._pos(self._frames))
-        return None
+            yield Paused(self._pos(self._frames))
+        if self._silence == self._check_frames:
+            self._check_at = self._pos(self._frames)
+            yield EndCheck(self._check_at, self._last_speech_end)
