@@ -16,8 +16,15 @@ first clause, first audio. Variants (ablations) run one after another, each on a
     no_async_chunk     the whole answer is written, then synthesised, then sent
     remote_thinker     the thinker on a shared ``vllm serve`` of the same model (thinker.engine:
                        remote), started for the run on the same machine: what the HTTP hop costs
+    semantic_vad       everything on, the turn ended by semantic_vad (eagerness auto, the Smart
+                       Turn model weighing the cascade's transcript at each pause) instead of
+                       server_vad's fixed silence
 
     python -m bench.voice_to_voice --turns 20 [--variants default no_speculation ...]
+    python -m bench.voice_to_voice --dataset builtin --variants default semantic_vad
+
+``--dataset builtin`` replays the replay harness's built-in conversations (bench/dataset.py: 6
+conversations of 4 turns, espeak-ng voices and Piper) instead of the 20 questions.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import argparse
 import contextlib
 from typing import Any
 
-from bench import replay
+from bench import dataset, replay
 from bench.audio import espeak
 from bench.common import machine, save, vllm_serve
 from bench.dataset import RATE, Conversation, Turn
@@ -52,7 +59,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no_prefix_cache": {"thinker": {"prefix_caching": False}},
     "no_async_chunk": {"async_chunk": False},
     "remote_thinker": {"thinker": {"engine": "remote", "served_model": "smollm2"}},
+    "semantic_vad": {},
 }
+TURN_DETECTION = {"semantic_vad": {"type": "semantic_vad", "eagerness": "auto"}}
 STAGES = ("asr", "thinker_first_token", "first_clause", "first_audio")
 
 
@@ -64,7 +73,8 @@ def config(variant: str, silence_ms: int) -> dict[str, Any]:
             opts[key].update(value)
         else:
             opts[key] = value
-    cfg["session"].setdefault("audio", {}).setdefault("input", {})["turn_detection"] = {"type": "server_vad", "silence_duration_ms": silence_ms}
+    td = TURN_DETECTION.get(variant, {"type": "server_vad", "silence_duration_ms": silence_ms})
+    cfg["session"].setdefault("audio", {}).setdefault("input", {})["turn_detection"] = td
     return cfg
 
 
@@ -87,10 +97,15 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--silence-ms", type=int, default=500)
+    parser.add_argument("--dataset", default="questions", choices=["questions", "builtin"])
     args = parser.parse_args()
-    questions = [QUESTIONS[k % len(QUESTIONS)] for k in range(args.turns)]
-    conversation = Conversation("voice-to-voice", [Turn(q, espeak(q, RATE)) for q in questions])
-    result: dict[str, Any] = {"machine": machine(), "turns": args.turns, "silence_ms": args.silence_ms, "variants": {}}
+    if args.dataset == "builtin":
+        conversations = dataset.builtin()
+    else:
+        questions = [QUESTIONS[k % len(QUESTIONS)] for k in range(args.turns)]
+        conversations = [Conversation("voice-to-voice", [Turn(q, espeak(q, RATE)) for q in questions])]
+    turns_total = sum(len(c.turns) for c in conversations)
+    result: dict[str, Any] = {"machine": machine(), "dataset": args.dataset, "turns": turns_total, "silence_ms": args.silence_ms, "variants": {}}
     for variant in args.variants:
         print(f"{variant}: starting the server ...", flush=True)
         cfg = config(variant, args.silence_ms)
@@ -98,13 +113,13 @@ def main() -> None:
             if variant == "remote_thinker":
                 url = stack.enter_context(vllm_serve())
                 cfg["pipeline"]["options"]["thinker"]["remote"] = {"url": url}
-            run = replay.replay_into(cfg, [conversation])
+            run = replay.replay_into(cfg, conversations)
         turns = run["turns"]
         for t in turns:
-            print(f"  turn {t['turn']:2d}: v2v {t['voice_to_voice_ms']} ms, cached {t['cached_tokens']}/{t['input_tokens']}: {(t['answer'] or '')[:60]!r}")
+            print(f"  {t.get('conversation', '')} turn {t['turn']:2d}: v2v {t['voice_to_voice_ms']} ms, cached {t['cached_tokens']}/{t['input_tokens']}: {(t['answer'] or '')[:60]!r}")
         summary = summarize(turns)
         summary["errors"] += len(run["connection_errors"])
-        result["variants"][variant] = {"summary": summary, "turns": turns}
+        result["variants"][variant] = {"summary": summary, "turns": turns, "machine_after": machine()}
         v = summary["voice_to_voice_ms"]
         print(f"{variant}: voice-to-voice p50 {v.get('p50')} ms, p90 {v.get('p90')} ms, errors {summary['errors']}", flush=True)
     print(f"\n{'variant':16} {'v2v p50':>8} {'v2v p90':>8} {'end-det':>8} {'asr':>7} {'ttft':>7} {'clause':>7} {'audio':>7} {'cached':>7}")

@@ -7,8 +7,11 @@ audio model's odds:
 
 * it trails off (an ellipsis, a comma, a dash), or its last word rarely ends an English sentence
   (an article, a conjunction, a possessive, a subject "I", a filler "um", a preposition that is not
-  also a particle): odds / 50. A question that strands its preposition ("Who is it for?") is
-  judged unfinished too: Whisper puts question marks on fragments ("Is it possible to?") as often;
+  also a particle): odds / 1000, a veto whatever the audio says. A question that strands its
+  preposition ("Who is it for?") is judged unfinished too: Whisper puts question marks on fragments
+  ("Is it possible to?") as often;
+* its last word is an auxiliary or modal verb, or "that" (often, not always, more to come: "The
+  reason I'm calling is", but "Yes, I can."): odds / 20;
 * it ends with a full stop, question or exclamation mark: odds x 10;
 * otherwise (no punctuation): unchanged.
 
@@ -24,6 +27,7 @@ import re
 NEVER_LAST = frozenset(
     "the a an and or but nor because if unless whether my your our their its i um uh er erm uhm".split()
 )
+AUXILIARIES = frozenset("is are was were am be been can could would should will shall may might must do does did have has had need want that".split())
 PREPOSITIONS = frozenset("to of for at by with from into onto between through during without than toward towards".split())
 TRAILING = ("...", "\u2026", ",", "-", "\u2014", ":", ";")
 _WORD = re.compile(r"[a-z']+")
@@ -39,7 +43,9 @@ def odds_factor(text: str | None) -> float:
         return 1.0
     last = words[-1]
     if text.endswith(TRAILING) or last in NEVER_LAST or last in PREPOSITIONS:
-        return 1 / 50
+        return 1 / 1000
+    if last in AUXILIARIES:
+        return 1 / 20
     if text.endswith((".", "?", "!")):
         return 10.0
     return 1.0
