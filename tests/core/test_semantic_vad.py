@@ -251,3 +251,19 @@ async def test_without_a_model_semantic_vad_waits_a_fixed_silence_per_eagerness(
     [(pos, _)] = r.at("input_audio_buffer.committed")
     assert abs(r.ms(pos - speech_end(FRAGMENT)) - 400) <= 60  # SEMANTIC_SILENCE_MS["high"]
     await close(r)
+
+
+@pytest.mark.parametrize("words, held", [("How far away is the", True), ("How far away is the moon?", False), (None, False)])
+async def test_the_pipelines_partial_transcript_is_weighed_with_the_audio(turn_model, words, held):
+    """The audio alone says finished (p ~0.9); a transcript stopping on "the" holds the turn."""
+    r = await run(turn_model, SEMANTIC)
+
+    async def partial_transcript() -> str | None:
+        return words
+
+    r.o.pipe.partial_transcript = partial_transcript  # what the cascade's speculative ASR would say
+    await r.speak(said(QUESTION, 1000))
+    assert bool(r.at("input_audio_buffer.committed")) is not held
+    decisions = r.o.session.metrics.end_of_turn_decisions
+    assert decisions.labels("unfinished" if held else "finished")._value.get() == 1
+    await close(r)
