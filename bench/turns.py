@@ -10,8 +10,11 @@ and a decision's own time (the model, and the transcript it waits for) is added 
 Per mode:
 
 * ``cut``: the share of unfinished utterances committed at their pause (before the speech resumed);
-* ``delay``: for complete ones, end of speech to commit (the silence waited, plus the decision's
-  time for semantic_vad); a turn the model holds waits for the eagerness's longest wait;
+* ``split``: the share of complete ones committed before their end (at a pause inside them, such
+  as a synthesizer's comma: "Okay, | sounds good.");
+* ``delay``: for complete ones, end of speech to the commit that follows it (the silence waited,
+  plus the decision's time for semantic_vad); a turn the model holds waits for the eagerness's
+  longest wait;
 * the model's CPU ms per decision, and its wall ms (with the transcript it waited for).
 
 Modes: ``server_vad`` (500 ms); ``semantic_<eagerness>`` with the audio model alone (every
@@ -153,7 +156,7 @@ async def replay(fixture: Fixture, mode: str, pipeline: Listening, model: Timed,
                 event = await session.outbox.get()
                 if event.__struct_config__.tag == "input_audio_buffer.committed":
                     commits.append((pushed, len(model.decisions)))
-            if commits and (fixture.kind == "complete" or commits[-1][0] > lead + len(speech)):
+            if commits and commits[-1][0] >= lead + len(speech):
                 break
     finally:
         await session.close()
@@ -162,8 +165,11 @@ async def replay(fixture: Fixture, mode: str, pipeline: Listening, model: Timed,
     if fixture.kind == "unfinished":
         assert fixture.pause is not None
         out["cut"] = any(pos <= lead + fixture.pause[1] for pos, _ in commits)
-    if commits:
-        pos, made = commits[0] if fixture.kind == "complete" else commits[-1]
+    else:
+        out["split"] = any(pos < end for pos, _ in commits)
+    after = [(pos, made) for pos, made in commits if pos >= end]
+    if after:
+        pos, made = after[0]
         decision_ms = model.decisions[made - 1]["wall_ms"] if mode != "server_vad" and made > first_decision else 0.0
         out["delay_ms"] = (pos - end) * 1000 / RATE + decision_ms
     return out
@@ -177,6 +183,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "complete": len(complete),
         "unfinished": len(unfinished),
         "cut_share": round(sum(r["cut"] for r in unfinished) / max(1, len(unfinished)), 3),
+        "split_share": round(sum(r["split"] for r in complete) / max(1, len(complete)), 3),
         "delay_ms": dist([r["delay_ms"] for r in complete if "delay_ms" in r], 1),
         "complete_within_400ms": round(sum(r.get("delay_ms", 1e9) <= 400 for r in complete) / max(1, len(complete)), 3),
         "decision_cpu_ms": dist([d["cpu_ms"] for d in decisions], 1),
@@ -208,7 +215,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         result["modes"][mode] = {"summary": summary, "rows": rows}
         d = summary["delay_ms"]
         print(
-            f"{mode:22} cut {summary['cut_share']:.0%}  delay p50 {d.get('p50')} p90 {d.get('p90')} ms"
+            f"{mode:22} cut {summary['cut_share']:.0%}  split {summary['split_share']:.0%}  delay p50 {d.get('p50')} p90 {d.get('p90')} ms"
             f"  cpu/decision p50 {summary['decision_cpu_ms'].get('p50')} ms",
             flush=True,
         )
@@ -223,15 +230,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     result = asyncio.run(main_async(args))
-    print(f"\n{'mode':22} {'cut':>5} {'delay p50':>9} {'p90':>7} {'<=400ms':>8} {'cpu p50':>8} {'cpu p90':>8} {'wall p50':>9}")
+    print(f"\n{'mode':22} {'cut':>5} {'split':>5} {'delay p50':>9} {'p90':>7} {'<=400ms':>8} {'cpu p50':>8} {'cpu p90':>8} {'wall p50':>9}")
     for mode, data in result["modes"].items():
         s = data["summary"]
         print(
-            f"{mode:22} {s['cut_share']:>5.0%} {s['delay_ms'].get('p50', '-'):>9} {s['delay_ms'].get('p90', '-'):>7}"
+            f"{mode:22} {s['cut_share']:>5.0%} {s['split_share']:>5.0%} {s['delay_ms'].get('p50', '-'):>9} {s['delay_ms'].get('p90', '-'):>7}"
             f" {s['complete_within_400ms']:>8.0%} {s['decision_cpu_ms'].get('p50', '-'):>8} {s['decision_cpu_ms'].get('p90', '-'):>8}"
             f" {s['decision_wall_ms'].get('p50', '-'):>9}"
         )
-    print("(cut: unfinished utterances committed at their pause; delay: end of speech to commit, complete utterances)")
+    print("(cut: unfinished utterances committed at their pause; split: complete ones committed before their end;")
+    print(" delay: end of speech to the next commit, complete utterances; cpu/wall: per decision of the model)")
     print("saved", save("turns", result))
 
 
