@@ -197,3 +197,25 @@ async def test_concurrent_sessions_each_get_their_answer(cpu_server):
 
     statuses = await asyncio.gather(ask("What colour is the sky?", "sky"), ask("How many legs does a spider have?", "spider"))
     assert statuses == ["completed", "completed"]
+
+
+async def test_semantic_vad_holds_a_mid_sentence_pause_and_adopts_the_speculation_at_the_end(cpu_server):
+    """The end-of-turn model weighs the cascade's own transcript at each pause: "Tell me about the"
+    is not a finished turn, whatever its last word sounded like."""
+    before = cpu_server.stats()
+    async with connect(cpu_server.ws_base) as c:
+        await c.expect("session.created")
+        await c.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}}})
+        await c.expect("session.updated")
+        speech = np.concatenate([silence(500), spoken("Tell me about the"), silence(700), spoken("history of Rome."), silence(4500)])
+        await c.speak(speech)
+        await c.expect("response.done", timeout=RESPONSE_TIMEOUT)
+        await c.first("conversation.item.input_audio_transcription.completed", timeout=RESPONSE_TIMEOUT)
+    after = cpu_server.stats()
+    types = [e.type for e in c.events]
+    assert types.count("input_audio_buffer.speech_started") == 1 and types.count("input_audio_buffer.committed") == 1
+    heard = c.of("conversation.item.input_audio_transcription.completed")[0].transcript
+    assert {"about", "rome"} <= words(heard), heard
+    assert after["speculations_discarded"] > before["speculations_discarded"]  # the one at the pause
+    assert after["speculations_adopted"] > before["speculations_adopted"]  # the one at the end became the answer
+    assert c.of("response.done")[0].response.status in ("completed", "incomplete")  # incomplete: at max tokens
