@@ -30,6 +30,8 @@ from typing import Literal
 import msgspec
 import numpy as np
 
+from dsp.denoise import denoise
+
 from .base import (
     AudioChunk,
     Capabilities,
@@ -60,6 +62,7 @@ class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     thinker: ThinkerOptions = msgspec.field(default_factory=ThinkerOptions)
     voice: str = "piper-joe"
     tts_threads: int = 1
+    denoise_keep: float = 0.5  # noise_reduction: RNNoise, with this share of the original mixed back (bench/noise.py)
     speculate: bool = True  # incremental prefill: work ahead at pauses (off: only after the turn ends)
     async_chunk: bool = True  # speak clause by clause (off: the whole answer, then audio)
     first_clause_words: int = 1  # the first clause may be one word ("Sure,"): it sets the first audio
@@ -178,9 +181,16 @@ class CascadePipeline(Pipeline):
         stats.update(self.thinker.stats())
         return stats
 
-    async def transcribe(self, pcm: np.ndarray) -> str:
-        assert self.listener is not None
-        return await asyncio.get_running_loop().run_in_executor(self.asr_pool, self.listener.transcribe, pcm)
+    async def transcribe(self, pcm: np.ndarray, clean: bool = False) -> str:
+        """``clean``: the session asked for noise reduction; it runs on the ASR thread too."""
+        listener = self.listener
+        assert listener is not None
+        keep = self.options.denoise_keep
+
+        def run() -> str:
+            return listener.transcribe(denoise(pcm, listener.rate, keep) if clean else pcm)
+
+        return await asyncio.get_running_loop().run_in_executor(self.asr_pool, run)
 
     async def speak(self, text: str) -> np.ndarray:
         assert self.talker is not None
@@ -197,6 +207,7 @@ class CascadeSession(PipelineSession):
         self.salt = secrets.token_hex(16)  # this session's prefix-cache namespace
         self.turn: list[np.ndarray] = []  # audio of the open user turn
         self.speculation: Speculation | None = None
+        self.clean = False  # noise reduction on the audio the listener hears
         self.transcripts: OrderedDict[str, asyncio.Future[str]] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -205,12 +216,15 @@ class CascadeSession(PipelineSession):
     def feed(self, pcm: np.ndarray) -> None:
         self.turn.append(pcm)
 
+    def reduce_noise(self, kind: str | None) -> None:
+        self.clean = kind is not None
+
     def pause(self, request: ResponseRequest | None) -> None:
         if not self.options.speculate or request is None or not self.turn:
             return
         self._drop_speculation()
         audio = np.concatenate(self.turn)
-        spec = Speculation(request, asyncio.ensure_future(self.pipeline.transcribe(audio)))
+        spec = Speculation(request, asyncio.ensure_future(self.pipeline.transcribe(audio, self.clean)))
         spec.task = asyncio.create_task(self._speculate(spec), name=f"speculate:{self.session_id}")
         self.speculation = spec
         self.pipeline.counts["speculations_started"] += 1
@@ -258,7 +272,7 @@ class CascadeSession(PipelineSession):
     async def _transcript(self, item_id: str, pcm: np.ndarray) -> str:
         future = self.transcripts.get(item_id)
         if future is None or future.cancelled():
-            future = asyncio.ensure_future(self.pipeline.transcribe(pcm))
+            future = asyncio.ensure_future(self.pipeline.transcribe(pcm, self.clean))
             self._remember(item_id, future)
         return await asyncio.shield(future)
 

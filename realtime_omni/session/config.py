@@ -71,6 +71,11 @@ class SessionConfig:
     def transcription(self) -> ev.Transcription | None:
         return self.wire.audio.input.transcription
 
+    @property
+    def noise_reduction(self) -> str | None:
+        nr = self.wire.audio.input.noise_reduction
+        return None if nr is None or isinstance(nr.type, msgspec.UnsetType) else nr.type
+
     @classmethod
     def default(cls, caps: Capabilities, model: str) -> "SessionConfig":
         audio_out = "audio" in caps.output_modalities

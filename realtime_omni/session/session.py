@@ -72,6 +72,8 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
         self.timing_metadata = timing_metadata
         self.config = defaults
         self.pipe = pipeline.open(self.id)
+        if defaults.noise_reduction is not None:
+            self.pipe.reduce_noise(defaults.noise_reduction)
         self.outbox = Outbox(limits.outbox_events)
         self.conversation = Conversation(self.caps, max_items=limits.max_items, max_audio_seconds=limits.max_audio_seconds)
         self.buffer = InputBuffer(self.caps.input_rate, limits.max_buffer_seconds)
@@ -182,6 +184,8 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
         self.config = new
         if new.input_format is not old.input_format:
             self._input = InputConverter(new.input_format, self.caps.input_rate)
+        if new.noise_reduction != old.noise_reduction:
+            self.pipe.reduce_noise(new.noise_reduction)
         if new.vad != old.vad:
             if self._turn is not None:
                 self.pipe.clear()

@@ -331,3 +331,25 @@ async def test_closing_mid_answer_stops_the_pipeline_and_leaves_nothing_running(
     assert run is not None and run.done and opened.session.active is None
     assert opened.pipeline.stats()["active_responses"] == 0 and opened.pipe.closed
     assert not len(opened.session.tasks)
+
+
+async def test_noise_reduction_reaches_the_pipeline_at_open_and_on_every_change():
+    near = msgspec.json.decode(b'{"audio": {"input": {"noise_reduction": {"type": "near_field"}}}}', type=ev.Session)
+    o = await open_session(near)
+    try:
+        assert o.pipe.noise_reduction == ["near_field"]
+        await o.send({"type": "session.update", "session": {"type": "realtime", "instructions": "x"}})
+        await o.until("session.updated")
+        assert o.pipe.noise_reduction == ["near_field"]  # unchanged: not told again
+        for value, expected in (({"type": "far_field"}, "far_field"), (None, None)):
+            await o.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"noise_reduction": value}}}})
+            updated = (await o.until("session.updated"))[-1]
+            assert o.pipe.noise_reduction[-1] == expected
+            nr = updated.session.audio.input.noise_reduction
+            assert (nr.type if nr is not None else None) == expected
+        assert o.pipe.noise_reduction == ["near_field", "far_field", None]
+    finally:
+        await o.session.close()
+    plain = await open_session()
+    assert plain.pipe.noise_reduction == []  # off by default: never called
+    await plain.session.close()

@@ -33,6 +33,7 @@ class FakeSession(PipelineSession):
     def __init__(self, pipeline: FakePipeline) -> None:
         self.pipeline = pipeline
         self.calls: list[tuple[Any, ...]] = []  # ("pause", request) ("resume",) ("commit", id, samples) ("clear", samples)
+        self.noise_reduction: list[str | None] = []  # every reduce_noise call, in order
         self.pending = 0  # samples fed since the last commit or clear
         self.requests: list[ResponseRequest] = []
         self.open_responses = 0
@@ -40,6 +41,9 @@ class FakeSession(PipelineSession):
 
     def feed(self, pcm: np.ndarray) -> None:
         self.pending += len(pcm)
+
+    def reduce_noise(self, kind: str | None) -> None:
+        self.noise_reduction.append(kind)
 
     def pause(self, request: ResponseRequest | None) -> None:
         self.calls.append(("pause", request))
