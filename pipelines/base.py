@@ -210,6 +210,11 @@ class PipelineSession(abc.ABC):
         """Transcript of a user audio item, or None when this pipeline does not transcribe."""
         return None
 
+    async def caption(self, pcm: np.ndarray) -> str | None:
+        """The words so far of the open turn (``pcm``: its audio so far), for live captions; None
+        when this pipeline cannot tell or is busy with work that matters more (an answer)."""
+        return None
+
     @abc.abstractmethod
     def respond(self, request: ResponseRequest) -> AsyncIterator[OutputChunk]:
         """Stream the answer. See the module docstring for cancellation."""

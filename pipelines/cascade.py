@@ -99,6 +99,7 @@ class Production:
 class Speculation:
     request: ResponseRequest
     transcript: asyncio.Future[str]  # the ASR task: the turn's item keeps it if the turn is committed
+    samples: int  # of the turn it transcribes
     task: asyncio.Task[None] | None = None
     production: Production | None = None  # once the transcript is in
     item_id: str | None = None  # bound at commit
@@ -135,6 +136,7 @@ class CascadePipeline(Pipeline):
         # one thread each: ASR and TTS never queue behind one another, and never run on the loop
         self.asr_pool = ThreadPoolExecutor(1, thread_name_prefix="asr")
         self.tts_pool = ThreadPoolExecutor(1, thread_name_prefix="tts")
+        self.asr_busy = 0  # ASR calls queued or running
         self.sessions: set[CascadeSession] = set()
         self.counts = {"speculations_started": 0, "speculations_adopted": 0, "speculations_discarded": 0, "responses": 0}
 
@@ -190,7 +192,11 @@ class CascadePipeline(Pipeline):
         def run() -> str:
             return listener.transcribe(denoise(pcm, listener.rate, keep) if clean else pcm)
 
-        return await asyncio.get_running_loop().run_in_executor(self.asr_pool, run)
+        self.asr_busy += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.asr_pool, run)
+        finally:
+            self.asr_busy -= 1
 
     async def speak(self, text: str) -> np.ndarray:
         assert self.talker is not None
@@ -224,7 +230,7 @@ class CascadeSession(PipelineSession):
             return
         self._drop_speculation()
         audio = np.concatenate(self.turn)
-        spec = Speculation(request, asyncio.ensure_future(self.pipeline.transcribe(audio, self.clean)))
+        spec = Speculation(request, asyncio.ensure_future(self.pipeline.transcribe(audio, self.clean)), len(audio))
         spec.task = asyncio.create_task(self._speculate(spec), name=f"speculate:{self.session_id}")
         self.speculation = spec
         self.pipeline.counts["speculations_started"] += 1
@@ -279,6 +285,16 @@ class CascadeSession(PipelineSession):
     async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript:
         text = await self._transcript(item_id, pcm)
         return Transcript(text, len(pcm) / self.pipeline.capabilities.input_rate)
+
+    async def caption(self, pcm: np.ndarray) -> str | None:
+        spec = self.speculation
+        if spec is not None and spec.samples == len(pcm):  # the pause's ASR pass already has it
+            await asyncio.wait([spec.transcript])  # shared: never cancelled from here
+            voided = spec.transcript.cancelled() or spec.transcript.exception() is not None
+            return None if voided else spec.transcript.result()
+        if self.pipeline.asr_busy:
+            return None  # never queue a caption ahead of a turn's transcript
+        return await self.pipeline.transcribe(pcm, self.clean)
 
     # ------------------------------------------------------------------ prompts
 
