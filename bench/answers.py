@@ -158,6 +158,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "smollm2": ("cpu", {}),
     "smollm2-examples": ("cpu", {"examples": EXAMPLES, "temperature": 0.0}),
     "gemma3-270m": ("cpu-gemma", {}),
+    "qwen2.5-coder-0.5b": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct"}),
 }
 
 
