@@ -228,3 +228,21 @@ def test_serve_with_a_missing_model_fails_clearly(tmp_path: Path):
     run = subprocess.run([sys.executable, "-m", "host", "serve", "--config", str(path)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 1
     assert "startup failed" in run.stderr and "unknown model 'whisper-huge'" in run.stderr
+
+
+def test_sentence_limit_counts_sentences_not_initials_or_titles():
+    from pipelines.thinker import SentenceLimit
+
+    def cut(text: str, most: int = 2) -> str:
+        limit, out = SentenceLimit(most), ""
+        for word in text.split(" "):  # streamed a word at a time, as the thinker writes
+            out += limit(word + " ")
+            if limit.done:
+                break
+        return out.strip()
+
+    assert cut('Certainly! "The Great Gatsby" by F. Scott Fitzgerald. It is great.') == 'Certainly! "The Great Gatsby" by F. Scott Fitzgerald.'
+    assert cut("Ask Dr. Smith about it. Then rest. Then more.") == "Ask Dr. Smith about it. Then rest."
+    assert cut("Version 3.5 is out. Good. More.") == "Version 3.5 is out. Good."
+    assert cut("Paris. It is lovely! Yes.") == "Paris. It is lovely!"
+    assert cut("Hello there. How are you?", 1) == "Hello there."
