@@ -114,6 +114,14 @@ class Speculation:
             await self.production.cancel()
 
 
+async def _heard(spec: Speculation) -> str | None:
+    """The transcript a speculation's ASR pass made, or None if the pass was voided meanwhile
+    (waited on, never cancelled from here: the turn's item may still need it)."""
+    await asyncio.wait([spec.transcript])
+    voided = spec.transcript.cancelled() or spec.transcript.exception() is not None
+    return None if voided else spec.transcript.result()
+
+
 def _settings(request: ResponseRequest) -> tuple:
     return (request.output_modalities, request.voice, request.max_output_tokens)
 
@@ -240,9 +248,7 @@ class CascadeSession(PipelineSession):
 
     async def partial_transcript(self) -> str | None:
         spec = self.speculation
-        if spec is None:
-            return None
-        return await asyncio.shield(spec.transcript)
+        return None if spec is None else await _heard(spec)
 
     def commit(self, item_id: str) -> None:
         self.turn = []
@@ -295,9 +301,7 @@ class CascadeSession(PipelineSession):
     async def caption(self, pcm: np.ndarray) -> str | None:
         spec = self.speculation
         if spec is not None and spec.samples == len(pcm):  # the pause's ASR pass already has it
-            await asyncio.wait([spec.transcript])  # shared: never cancelled from here
-            voided = spec.transcript.cancelled() or spec.transcript.exception() is not None
-            return None if voided else spec.transcript.result()
+            return await _heard(spec)
         if self.pipeline.asr_busy:
             return None  # never queue a caption ahead of a turn's transcript
         return await self.pipeline.transcribe(pcm, self.clean)
