@@ -112,11 +112,13 @@ def run_side(side: str, config: dict[str, Any], conversations: list[Conversation
             summary, _ = write(out / f"{side}-c{c}", result, meta)
             summary["cpu_s"] = round(cpu, 2)
             summary["cpu_s_by_process"] = by_process
+            summary["load_avg_after"] = os.getloadavg()
             summary["cpu_s_per_turn"] = round(cpu / max(1, summary["turns"]), 3)
             (out / f"{side}-c{c}" / "summary.json").write_text(json.dumps(summary, indent=2))
             results[c] = {"summary": summary, "turns": result["turns"]}
             print(f"[{side}] c={c}: {summary['turns']} turns, v2v p50 {_stat_of(summary, 'voice_to_voice_ms', 'p50')} ms, "
-                  f"cpu {summary['cpu_s_per_turn']} s/turn, errors {summary['errors']}", file=sys.stderr, flush=True)  # fmt: skip
+                  f"cpu {summary['cpu_s_per_turn']} s/turn, errors {summary['errors']}, load {load[0]:.2f} -> {summary['load_avg_after'][0]:.2f}",
+                  file=sys.stderr, flush=True)  # fmt: skip
     return results
 
 
