@@ -130,6 +130,7 @@ class Options:
     lead_s: float = 0.5  # silence before the first turn
     seed: int = 0
     session: dict[str, Any] | None = None  # sent as session.update after connecting
+    keep_audio: bool = False  # keep each answer's audio (pcm16 at RATE): a turn's "answer_audio"
 
 
 @dataclass
@@ -138,6 +139,13 @@ class LiveTurn(TurnRecord):
 
     done: asyncio.Event = field(default_factory=asyncio.Event, repr=False, compare=False)
     first_audio: asyncio.Event = field(default_factory=asyncio.Event, repr=False, compare=False)
+    audio: list[bytes] | None = field(default=None, repr=False, compare=False)  # kept when asked
+
+    def metrics(self, origin: float = 0.0) -> dict[str, Any]:
+        out = super().metrics(origin)
+        if self.audio is not None:
+            out["answer_audio"] = b"".join(self.audio)
+        return out
 
 
 class SimulatedUser:
@@ -200,7 +208,7 @@ class SimulatedUser:
                     await self._wait(prev.done, reader, prev)
                     start = max(time.perf_counter(), prev.playback_end()) + self.rng.uniform(*o.think_s)
                 await asyncio.sleep(max(0.0, start - time.perf_counter()))
-            rec = LiveTurn(self.conversation.name, k, turn.text, turn.barge_in)
+            rec = LiveTurn(self.conversation.name, k, turn.text, turn.barge_in, audio=[] if o.keep_audio else None)
             first, last = mic.play(turn.audio)
             rec.onset_t, rec.speech_end_t = mic.time_of(first), mic.time_of(last)
             if turn.barge_in and prev is not None and (prev.done_t is None or prev.playback_end() > rec.onset_t):
@@ -266,7 +274,10 @@ class SimulatedUser:
                 rec = self._by_response.get(rid or "")
                 if rec is not None:
                     rec.assistant_item = e.get("item_id")
-                    seconds = len(base64.b64decode(e["delta"])) / 2 / RATE
+                    raw = base64.b64decode(e["delta"])
+                    seconds = len(raw) / 2 / RATE
+                    if rec.audio is not None:
+                        rec.audio.append(raw)
                     rec.deliveries.append((now, seconds))
                     rec.audio_s += seconds
                     rec.last_audio_t = now

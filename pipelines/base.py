@@ -183,6 +183,10 @@ class PipelineSession(abc.ABC):
     def feed(self, pcm: np.ndarray) -> None:
         """Audio of the open input buffer, as it arrives."""
 
+    def reduce_noise(self, kind: str | None) -> None:
+        """The session's ``audio.input.noise_reduction`` (``near_field``, ``far_field`` or None),
+        at open and whenever it changes. A pipeline that can clean its input applies it."""
+
     def listen(self, request: ResponseRequest | None) -> None:
         """A turn began (speech started): ``request`` as for ``pause``. A pipeline that can take the
         turn's audio as it comes may start feeding it to its model now."""
@@ -204,6 +208,11 @@ class PipelineSession(abc.ABC):
 
     async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript | None:
         """Transcript of a user audio item, or None when this pipeline does not transcribe."""
+        return None
+
+    async def caption(self, pcm: np.ndarray) -> str | None:
+        """The words so far of the open turn (``pcm``: its audio so far), for live captions; None
+        when this pipeline cannot tell or is busy with work that matters more (an answer)."""
         return None
 
     @abc.abstractmethod

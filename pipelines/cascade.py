@@ -30,6 +30,8 @@ from typing import Literal
 import msgspec
 import numpy as np
 
+from dsp.denoise import denoise
+
 from .base import (
     AudioChunk,
     Capabilities,
@@ -60,6 +62,7 @@ class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     thinker: ThinkerOptions = msgspec.field(default_factory=ThinkerOptions)
     voice: str = "piper-joe"
     tts_threads: int = 1
+    denoise_keep: float = 0.5  # noise_reduction: RNNoise, with this share of the original mixed back (bench/noise.py)
     speculate: bool = True  # incremental prefill: work ahead at pauses (off: only after the turn ends)
     async_chunk: bool = True  # speak clause by clause (off: the whole answer, then audio)
     first_clause_words: int = 1  # the first clause may be one word ("Sure,"): it sets the first audio
@@ -96,6 +99,7 @@ class Production:
 class Speculation:
     request: ResponseRequest
     transcript: asyncio.Future[str]  # the ASR task: the turn's item keeps it if the turn is committed
+    samples: int  # of the turn it transcribes
     task: asyncio.Task[None] | None = None
     production: Production | None = None  # once the transcript is in
     item_id: str | None = None  # bound at commit
@@ -132,6 +136,7 @@ class CascadePipeline(Pipeline):
         # one thread each: ASR and TTS never queue behind one another, and never run on the loop
         self.asr_pool = ThreadPoolExecutor(1, thread_name_prefix="asr")
         self.tts_pool = ThreadPoolExecutor(1, thread_name_prefix="tts")
+        self.asr_busy = 0  # ASR calls queued or running
         self.sessions: set[CascadeSession] = set()
         self.counts = {"speculations_started": 0, "speculations_adopted": 0, "speculations_discarded": 0, "responses": 0}
 
@@ -178,9 +183,20 @@ class CascadePipeline(Pipeline):
         stats.update(self.thinker.stats())
         return stats
 
-    async def transcribe(self, pcm: np.ndarray) -> str:
-        assert self.listener is not None
-        return await asyncio.get_running_loop().run_in_executor(self.asr_pool, self.listener.transcribe, pcm)
+    async def transcribe(self, pcm: np.ndarray, clean: bool = False) -> str:
+        """``clean``: the session asked for noise reduction; it runs on the ASR thread too."""
+        listener = self.listener
+        assert listener is not None
+        keep = self.options.denoise_keep
+
+        def run() -> str:
+            return listener.transcribe(denoise(pcm, listener.rate, keep) if clean else pcm)
+
+        self.asr_busy += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.asr_pool, run)
+        finally:
+            self.asr_busy -= 1
 
     async def speak(self, text: str) -> np.ndarray:
         assert self.talker is not None
@@ -197,6 +213,7 @@ class CascadeSession(PipelineSession):
         self.salt = secrets.token_hex(16)  # this session's prefix-cache namespace
         self.turn: list[np.ndarray] = []  # audio of the open user turn
         self.speculation: Speculation | None = None
+        self.clean = False  # noise reduction on the audio the listener hears
         self.transcripts: OrderedDict[str, asyncio.Future[str]] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -205,12 +222,15 @@ class CascadeSession(PipelineSession):
     def feed(self, pcm: np.ndarray) -> None:
         self.turn.append(pcm)
 
+    def reduce_noise(self, kind: str | None) -> None:
+        self.clean = kind is not None
+
     def pause(self, request: ResponseRequest | None) -> None:
         if not self.options.speculate or request is None or not self.turn:
             return
         self._drop_speculation()
         audio = np.concatenate(self.turn)
-        spec = Speculation(request, asyncio.ensure_future(self.pipeline.transcribe(audio)))
+        spec = Speculation(request, asyncio.ensure_future(self.pipeline.transcribe(audio, self.clean)), len(audio))
         spec.task = asyncio.create_task(self._speculate(spec), name=f"speculate:{self.session_id}")
         self.speculation = spec
         self.pipeline.counts["speculations_started"] += 1
@@ -258,13 +278,23 @@ class CascadeSession(PipelineSession):
     async def _transcript(self, item_id: str, pcm: np.ndarray) -> str:
         future = self.transcripts.get(item_id)
         if future is None or future.cancelled():
-            future = asyncio.ensure_future(self.pipeline.transcribe(pcm))
+            future = asyncio.ensure_future(self.pipeline.transcribe(pcm, self.clean))
             self._remember(item_id, future)
         return await asyncio.shield(future)
 
     async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript:
         text = await self._transcript(item_id, pcm)
         return Transcript(text, len(pcm) / self.pipeline.capabilities.input_rate)
+
+    async def caption(self, pcm: np.ndarray) -> str | None:
+        spec = self.speculation
+        if spec is not None and spec.samples == len(pcm):  # the pause's ASR pass already has it
+            await asyncio.wait([spec.transcript])  # shared: never cancelled from here
+            voided = spec.transcript.cancelled() or spec.transcript.exception() is not None
+            return None if voided else spec.transcript.result()
+        if self.pipeline.asr_busy:
+            return None  # never queue a caption ahead of a turn's transcript
+        return await self.pipeline.transcribe(pcm, self.clean)
 
     # ------------------------------------------------------------------ prompts
 

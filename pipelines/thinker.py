@@ -61,8 +61,10 @@ class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     seed: int | None = 0
 
 
-# A sentence ends at . ! ? followed by a space or the end of the text (not "3.5", not "Mr" lists).
-SENTENCE_END = re.compile(r"[.!?](?=[\s\"')\]]|$)")
+# A sentence ends at . ! ? followed by a space or the end of the text (not "3.5"), and a dot after
+# an initial ("F. Scott") or a title ("Dr. Smith") ends none.
+_NOT_AFTER = "".join(rf"(?<!\b{a})" for a in ("Mr", "Mrs", "Ms", "Dr", "St", "Jr", "Prof", "vs"))
+SENTENCE_END = re.compile(rf"(?:(?<!\b[A-Z]){_NOT_AFTER}\.|[!?])(?=[\s\"')\]]|$)")
 
 
 @dataclass

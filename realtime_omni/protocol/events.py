@@ -333,6 +333,12 @@ class SessionUpdate(ClientEvent, tag="session.update"):
     session: Session
 
 
+class TranscriptionSessionUpdate(ClientEvent, tag="transcription_session.update"):
+    """Beta: a ``session.update`` that makes (or keeps) the session a transcription session."""
+
+    session: Session
+
+
 class InputAudioBufferAppend(ClientEvent, tag="input_audio_buffer.append"):
     audio: str
 
@@ -378,6 +384,7 @@ class ResponseCancel(ClientEvent, tag="response.cancel"):
 
 AnyClientEvent = Union[
     SessionUpdate,
+    TranscriptionSessionUpdate,
     InputAudioBufferAppend,
     InputAudioBufferCommit,
     InputAudioBufferClear,

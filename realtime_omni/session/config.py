@@ -68,8 +68,27 @@ class SessionConfig:
         self.max_output_tokens = None if wire.max_output_tokens == "inf" else wire.max_output_tokens
 
     @property
+    def responds(self) -> bool:
+        """False in a transcription session: turns are transcribed, never answered."""
+        return self.wire.type != "transcription"
+
+    @property
+    def public(self) -> ev.Session:
+        """The session as ``session.created|updated`` show it: a transcription session has only
+        its input audio settings and ``include``."""
+        if self.responds:
+            return self.wire
+        w = self.wire
+        return ev.Session(type="transcription", audio=ev.SessionAudio(input=w.audio.input), include=w.include)
+
+    @property
     def transcription(self) -> ev.Transcription | None:
         return self.wire.audio.input.transcription
+
+    @property
+    def noise_reduction(self) -> str | None:
+        nr = self.wire.audio.input.noise_reduction
+        return None if nr is None or isinstance(nr.type, msgspec.UnsetType) else nr.type
 
     @classmethod
     def default(cls, caps: Capabilities, model: str) -> "SessionConfig":
@@ -241,10 +260,14 @@ class _Merger:
         temperature = self.current.temperature
         top: dict[str, object] = {}
 
-        if u.type is not UNSET and u.type != "realtime":
-            raise RealtimeError(
-                f"Invalid '{p}.type': only 'realtime' sessions are served here.", code="unsupported_value", param=f"{p}.type"
-            )
+        if u.type is not UNSET:
+            if u.type == "transcription" and not caps.transcribes_input:
+                raise RealtimeError(
+                    f"Invalid '{p}.type': the '{caps.name}' pipeline does not transcribe, so it serves no transcription sessions.",
+                    code="unsupported_value",
+                    param=f"{p}.type",
+                )
+            top["type"] = u.type
         if u.model is not UNSET:
             top["model"] = u.model
         if u.instructions is not UNSET:
@@ -288,6 +311,8 @@ class _Merger:
             value = getattr(u, name)
             if value is not UNSET:
                 top[name] = value
+        if top.get("type", wire.type) == "transcription" and audio_in.transcription is None:
+            audio_in = structs.replace(audio_in, transcription=ev.Transcription(model=caps.transcription_model))  # its whole point
         wire = structs.replace(wire, audio=ev.SessionAudio(input=audio_in, output=audio_out), **top)
         return SessionConfig(wire, caps, temperature)
 

@@ -21,6 +21,7 @@ from ..errors import RealtimeError
 from ..ids import new_id
 from ..protocol import events as ev
 from ..protocol.audio import ms_to_samples, wire_bytes
+from .captions import Captions
 from .conversation import to_wire
 from .run import Outcome
 from .turns import (
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 from dataclasses import dataclass
 
 MIN_COMMIT_MS = 100
+CAPTION_EVERY_MS = 1000  # in speech without pauses, a caption pass at most this often
+MAX_CAPTIONED_TURNS = 8  # turns whose captions await their final transcript
 
 
 @dataclass
@@ -47,6 +50,8 @@ class Turn:
     start: int
     fed: int
     held_until: int = 0  # interruption guard: not yet a turn until the buffer reaches this position
+    captioned: int = 0  # buffer position of the last caption pass
+    captioning: asyncio.Task[None] | None = None
 
 
 class InputHandling:
@@ -92,6 +97,7 @@ class InputHandling:
             elif isinstance(event, Paused):
                 self._feed_to(event.at)
                 self.pipe.pause(self._speculative_request())
+                self._caption(event.at)
             elif isinstance(event, Resumed):
                 self._feed_to(event.at)
                 self.pipe.resume()
@@ -103,6 +109,8 @@ class InputHandling:
             await self._begin_turn(turn)
         if self._turn is not None:
             self._feed_to(self.buffer.end)
+            if self.buffer.end - self._turn.captioned >= ms_to_samples(CAPTION_EVERY_MS, self.caps.input_rate):
+                self._caption(self.buffer.end)
         else:  # keep only what a turn detected now (or an idle timeout) would need: its onset can lie
             # up to the detector's onset window back, and the turn keeps prefix padding before that
             keep_ms = self.detector.settings.prefix_padding_ms + ONSET_LOOKBACK_MS + 40
@@ -138,6 +146,36 @@ class InputHandling:
         turn.held_until = max(1, counts_from + ms_to_samples(guard.min_speech_ms, rate))
         return True
 
+    # ------------------------------------------------------------------ live captions
+
+    def _caption(self, at: int) -> None:
+        """A caption pass over the open turn up to ``at``, unless one is under way (session.captions
+        has the rules). Only when input transcription is on."""
+        turn = self._turn
+        if turn is None or turn.held_until or not self.caps.transcribes_input or self.config.transcription is None:
+            return
+        turn.captioned = at
+        if turn.captioning is not None and not turn.captioning.done():
+            return
+        if turn.item_id not in self._captions:
+            self._captions[turn.item_id] = Captions()
+            while len(self._captions) > MAX_CAPTIONED_TURNS:
+                self._captions.popitem(last=False)
+        turn.captioning = self.tasks.spawn(self._run_caption(turn, self.buffer.slice(turn.start, at)), "caption")
+
+    async def _run_caption(self, turn: Turn, pcm: np.ndarray) -> None:
+        try:
+            text = await self.pipe.caption(pcm)
+        except Exception:
+            log.exception("caption pass of %s failed", turn.item_id)
+            return
+        captions = self._captions.get(turn.item_id)
+        if text is None or captions is None or self._turn is not turn:  # the turn ended meanwhile
+            return
+        delta = captions.hear(text)
+        if delta:
+            await self.emit(ev.InputTranscriptionDelta(item_id=turn.item_id, content_index=0, delta=delta))
+
     async def _begin_turn(self, turn: Turn) -> None:
         vad = self.config.vad
         interrupt = vad is not None and vad.interrupt_response
@@ -166,14 +204,14 @@ class InputHandling:
         await self.emit(ev.InputAudioBufferSpeechStopped(audio_end_ms=self.ms(end), item_id=turn.item_id))
         await self._commit(turn.item_id, turn.start, end)
         vad = self.config.vad
-        if vad is not None and vad.create_response and self.active is None:
+        if vad is not None and vad.create_response and self.active is None and self.config.responds:
             await self._start_response(ev.ResponseParams(), started_at=time.perf_counter())
 
     def _speculative_request(self) -> ResponseRequest | None:
         """The request a response would get if the open turn ended now (its items: the conversation
         before the turn), or None when none would follow automatically."""
         vad = self.config.vad
-        if vad is None or not vad.create_response or self.active is not None or self.ending:
+        if vad is None or not vad.create_response or self.active is not None or self.ending or not self.config.responds:
             return None
         try:
             return self._build_request(ev.ResponseParams())[0]
@@ -251,8 +289,11 @@ class InputHandling:
         if result is None:
             return
         part.text = result.text
+        captions = self._captions.pop(item.id, None)
         if self.config.transcription is not None:
-            await self.emit(ev.InputTranscriptionDelta(item_id=item.id, content_index=index, delta=result.text))
+            delta = captions.finish(result.text) if captions is not None else result.text
+            if delta:  # the rest after the live captions, or the whole transcript
+                await self.emit(ev.InputTranscriptionDelta(item_id=item.id, content_index=index, delta=delta))
             usage = ev.TranscriptionDurationUsage(seconds=round(result.audio_seconds, 3))
             await self.emit(ev.InputTranscriptionCompleted(item_id=item.id, content_index=index, transcript=result.text, usage=usage))
 

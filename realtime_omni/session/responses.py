@@ -28,6 +28,12 @@ log = logging.getLogger(__name__)
 
 class ResponseHandling:
     async def _on_response_create(self, e: ev.ResponseCreate) -> None:
+        if not self.config.responds:
+            raise RealtimeError(
+                "This is a transcription session: it transcribes the input audio and creates no responses.",
+                code="unsupported_value",
+                param="session.type",
+            )
         await self._start_response(e.response or ev.ResponseParams(), started_at=time.perf_counter())
 
     async def _start_response(self, params: ev.ResponseParams, started_at: float) -> ResponseRun:

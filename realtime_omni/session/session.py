@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from pipelines.base import FunctionCall, Message, Pipeline
 
@@ -29,6 +32,7 @@ from ..protocol.audio import InputConverter, samples_to_ms
 from ..protocol.codec import decode_client_event
 from ..tasks import TaskSet
 from . import config as sc
+from .captions import Captions
 from .conversation import Alignment, Conversation
 from .input import InputHandling, Turn
 from .input_buffer import InputBuffer
@@ -72,6 +76,8 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
         self.timing_metadata = timing_metadata
         self.config = defaults
         self.pipe = pipeline.open(self.id)
+        if defaults.noise_reduction is not None:
+            self.pipe.reduce_noise(defaults.noise_reduction)
         self.outbox = Outbox(limits.outbox_events)
         self.conversation = Conversation(self.caps, max_items=limits.max_items, max_audio_seconds=limits.max_audio_seconds)
         self.buffer = InputBuffer(self.caps.input_rate, limits.max_buffer_seconds)
@@ -83,6 +89,7 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
         self.playout = Playout(media.playout_rate, self._notify, max_buffer_ms=media.playout_buffer_ms) if media.playout_rate else None
         self._agent_since = 0.0  # monotonic time the playout last started an answer
         self._video_frame: str | None = None  # the latest sampled camera frame (data URL), for the next turn
+        self._captions: OrderedDict[str, Captions] = OrderedDict()  # live captions by item, until its transcript
         self.out_of_band: set[ResponseRun] = set()
         self.tasks = TaskSet(self.id)  # transcriptions, timers, events emitted from callbacks
         self._idle_timer: asyncio.Task[None] | None = None
@@ -98,6 +105,7 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
             ev.InputAudioBufferClear: self._on_clear,
             ev.OutputAudioBufferClear: self._on_output_clear,
             ev.SessionUpdate: self._on_session_update,
+            ev.TranscriptionSessionUpdate: self._on_transcription_session_update,
             ev.ConversationItemCreate: self._on_item_create,
             ev.ConversationItemRetrieve: self._on_item_retrieve,
             ev.ConversationItemDelete: self._on_item_delete,
@@ -109,7 +117,7 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
     # ================================================================== plumbing
 
     async def start(self) -> None:
-        await self.emit(ev.SessionCreated(session=self.config.wire))
+        await self.emit(ev.SessionCreated(session=self.config.public))
         await self.emit(ev.ConversationCreated(conversation=ev.Conversation(id=self.conversation.id)))
 
     async def emit(self, event: Any, owner: Owner | None = None, weight: Weight | None = None) -> bool:
@@ -176,19 +184,24 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
 
     # ------------------------------------------------------------------ session
 
+    async def _on_transcription_session_update(self, e: ev.TranscriptionSessionUpdate) -> None:
+        await self._on_session_update(ev.SessionUpdate(session=msgspec.structs.replace(e.session, type="transcription")))
+
     async def _on_session_update(self, e: ev.SessionUpdate) -> None:
         old = self.config
         new = old.updated(e.session, self.caps)
         self.config = new
         if new.input_format is not old.input_format:
             self._input = InputConverter(new.input_format, self.caps.input_rate)
+        if new.noise_reduction != old.noise_reduction:
+            self.pipe.reduce_noise(new.noise_reduction)
         if new.vad != old.vad:
             if self._turn is not None:
                 self.pipe.clear()
                 self.buffer.clear()
             self._reset_detector()
             self._cancel_idle_timer()
-        await self.emit(ev.SessionUpdated(session=new.wire))
+        await self.emit(ev.SessionUpdated(session=new.public))
 
     # ------------------------------------------------------------------ conversation
 

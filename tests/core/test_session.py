@@ -331,3 +331,75 @@ async def test_closing_mid_answer_stops_the_pipeline_and_leaves_nothing_running(
     assert run is not None and run.done and opened.session.active is None
     assert opened.pipeline.stats()["active_responses"] == 0 and opened.pipe.closed
     assert not len(opened.session.tasks)
+
+
+async def test_noise_reduction_reaches_the_pipeline_at_open_and_on_every_change():
+    near = msgspec.json.decode(b'{"audio": {"input": {"noise_reduction": {"type": "near_field"}}}}', type=ev.Session)
+    o = await open_session(near)
+    try:
+        assert o.pipe.noise_reduction == ["near_field"]
+        await o.send({"type": "session.update", "session": {"type": "realtime", "instructions": "x"}})
+        await o.until("session.updated")
+        assert o.pipe.noise_reduction == ["near_field"]  # unchanged: not told again
+        for value, expected in (({"type": "far_field"}, "far_field"), (None, None)):
+            await o.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"noise_reduction": value}}}})
+            updated = (await o.until("session.updated"))[-1]
+            assert o.pipe.noise_reduction[-1] == expected
+            nr = updated.session.audio.input.noise_reduction
+            assert (nr.type if nr is not None else None) == expected
+        assert o.pipe.noise_reduction == ["near_field", "far_field", None]
+    finally:
+        await o.session.close()
+    plain = await open_session()
+    assert plain.pipe.noise_reduction == []  # off by default: never called
+    await plain.session.close()
+
+
+LONG = "I would like to know what the weather is going to be like in Paris tomorrow morning please"
+
+
+async def test_live_captions_append_while_the_user_speaks_then_the_transcript_completes_them():
+    transcription = b'{"audio": {"input": {"transcription": {"model": "fake"}}}}'
+    o = await open_session(msgspec.json.decode(transcription, type=ev.Session), script=LONG)
+    try:
+        speech = spoken(LONG, RATE)
+        assert len(speech) > 4 * RATE
+        pcm = np.concatenate([silence(300, RATE), speech, silence(800, RATE)])
+        for i in range(0, len(pcm), RATE // 50):  # 20 ms at a time, letting the caption passes run between
+            await o.session.push_audio(pcm[i : i + RATE // 50])
+            await asyncio.sleep(0)
+        await o.until("conversation.item.input_audio_transcription.completed")
+        types = [kind(e) for e in o.events]
+        stopped = types.index("input_audio_buffer.speech_stopped")
+        item = o.events[types.index("input_audio_buffer.speech_started")].item_id
+        deltas = [e for e in o.events if kind(e) == "conversation.item.input_audio_transcription.delta"]
+        early = [e for e in deltas if o.events.index(e) < stopped]
+        assert len(early) >= 2 and all(e.item_id == item and e.content_index == 0 for e in deltas)
+        # a pass at least every second of speech (and at pauses), each on the turn so far
+        passes = o.pipe.captions
+        assert len(passes) >= len(speech) // RATE - 1 and passes == sorted(passes)
+        completed = o.events[types.index("conversation.item.input_audio_transcription.completed")]
+        assert "".join(e.delta for e in deltas) == completed.transcript == LONG  # appended, never rewritten
+        assert LONG.startswith("".join(e.delta for e in early))
+    finally:
+        await o.session.close()
+
+
+async def test_no_captions_without_input_transcription_and_a_rewritten_start_is_not_appended_to():
+    o = await open_session(script=LONG)  # transcription off (the default)
+    await o.speak(np.concatenate([spoken(LONG, RATE), silence(800, RATE)]))
+    await o.until("input_audio_buffer.committed")
+    assert o.pipe.captions == []
+    await o.session.close()
+
+    from realtime_omni.session.captions import Captions
+
+    c = Captions()
+    assert [c.hear(t) for t in ("what is", "what is the weather", "What is the weather like?")] == ["", "what is", " the weather"]
+    assert c.hear("Watt is the weather like") == ""  # disagrees with what was shown: nothing more
+    assert c.finish("What is the weather like today?") == " like today?"  # case and punctuation aside, it goes on
+    assert Captions().finish("Hello.") == "Hello." and c.shown == "what is the weather like today?".split()
+    d = Captions()
+    d.hear("hello there")
+    d.hear("hello there")
+    assert d.finish("Yellow there") is None  # the final transcript differs from the shown words

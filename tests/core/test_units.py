@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -232,3 +233,20 @@ async def test_outbox_is_bounded_and_purges_an_owners_events():
     box.close()
     assert await box.get() is None
     assert not await box.put("after close")
+
+
+def test_transcription_sessions_only_where_the_pipeline_transcribes():
+    from pipelines.base import Capabilities
+    from realtime_omni.errors import RealtimeError
+    from realtime_omni.protocol import events as ev
+    from realtime_omni.session.config import SessionConfig
+
+    hears = Capabilities(name="hears", transcribes_input=True, transcription_model="whisper-tiny.en")
+    config = SessionConfig.default(hears, "m").updated(ev.Session(type="transcription"), hears)
+    assert not config.responds and config.transcription is not None and config.transcription.model == "whisper-tiny.en"
+    assert config.public.type == "transcription" and config.public.instructions is msgspec.UNSET
+    assert config.updated(ev.Session(type="realtime"), hears).responds
+    deaf = Capabilities(name="deaf")
+    with pytest.raises(RealtimeError) as err:
+        SessionConfig.default(deaf, "m").updated(ev.Session(type="transcription"), deaf)
+    assert err.value.code == "unsupported_value" and err.value.param == "session.type"

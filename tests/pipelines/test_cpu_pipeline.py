@@ -146,7 +146,9 @@ async def test_speculation_thrown_away_when_the_user_goes_on(cpu_server):
     assert types.count("input_audio_buffer.speech_started") == 1
     stopped = types.index("input_audio_buffer.speech_stopped")
     # nothing of the discarded work reached the client: before the turn ended, only session events
-    assert set(types[:stopped]) == {"session.created", "conversation.created", "input_audio_buffer.speech_started"}
+    # and live captions (the speculation's transcript is a caption, never an answer)
+    early = set(types[:stopped]) - {"conversation.item.input_audio_transcription.delta"}
+    assert early == {"session.created", "conversation.created", "input_audio_buffer.speech_started"}
     assert types.count("response.created") == 1
     heard = c.of("conversation.item.input_audio_transcription.completed")[0].transcript
     # the whole turn, not the speculation's first half
@@ -197,3 +199,32 @@ async def test_concurrent_sessions_each_get_their_answer(cpu_server):
 
     statuses = await asyncio.gather(ask("What colour is the sky?", "sky"), ask("How many legs does a spider have?", "spider"))
     assert statuses == ["completed", "completed"]
+
+
+async def test_live_captions_arrive_before_a_long_turn_ends(cpu_server):
+    said = "I would like to know what the weather is going to be like in Paris tomorrow morning please"
+    speech = spoken(said)
+    assert len(speech) / 24000 >= 4.0
+    async with connect(cpu_server.ws_base) as c:
+        await c.expect("session.created")
+        await c.speak(np.concatenate([silence(500), speech, silence(1200)]))  # in real time, 20 ms a packet
+        completed = await c.first("conversation.item.input_audio_transcription.completed", timeout=RESPONSE_TIMEOUT)
+        await c.first("response.done", timeout=RESPONSE_TIMEOUT)
+    types = [e.type for e in c.events]
+    stopped = types.index("input_audio_buffer.speech_stopped")
+    item = c.of("input_audio_buffer.speech_started")[0].item_id
+    deltas = c.of("conversation.item.input_audio_transcription.delta")
+    early = [e.delta for e in c.events[:stopped] if e.type == "conversation.item.input_audio_transcription.delta"]
+    assert early, "no caption before the turn ended"
+    assert all(e.item_id == item for e in deltas)
+    shown = words("".join(early))
+    assert len(shown & words(said)) >= len(shown) / 2, early  # the captions are the words said
+    def seq(text: str) -> list[str]:
+        return re.findall(r"[a-z0-9']+", text.lower())
+
+    captions, joined, final = seq("".join(early)), seq("".join(e.delta for e in deltas)), seq(completed.transcript)
+    if final[: len(captions)] == captions:  # the final transcript goes on from the captions ...
+        assert joined == final  # ... so the deltas add up to it
+    else:  # it does not: no delta rewrites what was shown, none follows it
+        assert joined == captions
+    assert {"weather", "paris"} <= words(completed.transcript), completed.transcript

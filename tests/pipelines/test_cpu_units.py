@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pipelines.talker import MAX_CLAUSE_WORDS, clauses, cut
@@ -91,6 +92,49 @@ def test_fitted_window_transcribes_like_the_full_one():
     pcm = espeak("What is the weather like today?", 16000)
     assert fit.transcribe(pcm).lower().strip(" .?") == "what is the weather like today"
     assert fit.transcribe(pcm[:800]) == ""  # too short to be speech
+
+
+async def test_noise_reduction_cleans_the_audio_the_listener_hears():
+    """A session's noise_reduction runs RNNoise on what Whisper transcribes (the real models; the
+    engine is never started): the noise alone before the words is pushed down, the words stay."""
+    from bench.audio import espeak
+    from dsp.denoise import denoise
+    from pipelines.cascade import CascadeOptions, CascadePipeline
+    from pipelines.listener import WhisperListener
+
+    heard: list[np.ndarray] = []
+
+    class Ears(WhisperListener):
+        def transcribe(self, pcm: np.ndarray) -> str:
+            heard.append(pcm.copy())
+            return super().transcribe(pcm)
+
+    pipeline = CascadePipeline(CascadeOptions())
+    pipeline.listener = Ears(str(models.path("whisper-tiny.en")), threads=1)
+    session = pipeline.open("sess_noise")
+    rng = np.random.default_rng(7)
+    speech = np.concatenate([np.zeros(8000, np.int16), espeak("What is the weather like today?", 16000)])
+    noisy = np.clip(speech + rng.normal(0, 300, len(speech)), -32768, 32767).astype(np.int16)
+    lead = slice(1000, 7000)  # noise only
+
+    def rms(x: np.ndarray) -> float:
+        return float(np.sqrt(np.mean(x.astype(np.float64) ** 2)))
+
+    plain = await session.transcribe("item_a", noisy)
+    session.reduce_noise("near_field")
+    cleaned = await session.transcribe("item_b", noisy)
+    session.reduce_noise(None)
+    await session.transcribe("item_c", noisy)
+    assert np.array_equal(heard[0], noisy) and np.array_equal(heard[2], noisy)  # off: untouched
+    assert len(heard[1]) == len(noisy) and np.array_equal(heard[1], denoise(noisy, 16000, CascadeOptions().denoise_keep))
+    assert rms(heard[1][lead]) < 0.6 * rms(noisy[lead])  # the noise alone: at least 4 dB down
+    speech_part = slice(8000, len(noisy))
+    assert rms(heard[1][speech_part]) > 0.7 * rms(noisy[speech_part])  # the words: kept
+    for result in (plain, cleaned):
+        assert result is not None and "weather" in result.text.lower()
+    await session.close()
+    pipeline.asr_pool.shutdown()
+    pipeline.tts_pool.shutdown()
 
 
 # ------------------------------------------------------------------------------ clauses
@@ -184,3 +228,21 @@ def test_serve_with_a_missing_model_fails_clearly(tmp_path: Path):
     run = subprocess.run([sys.executable, "-m", "host", "serve", "--config", str(path)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 1
     assert "startup failed" in run.stderr and "unknown model 'whisper-huge'" in run.stderr
+
+
+def test_sentence_limit_counts_sentences_not_initials_or_titles():
+    from pipelines.thinker import SentenceLimit
+
+    def cut(text: str, most: int = 2) -> str:
+        limit, out = SentenceLimit(most), ""
+        for word in text.split(" "):  # streamed a word at a time, as the thinker writes
+            out += limit(word + " ")
+            if limit.done:
+                break
+        return out.strip()
+
+    assert cut('Certainly! "The Great Gatsby" by F. Scott Fitzgerald. It is great.') == 'Certainly! "The Great Gatsby" by F. Scott Fitzgerald.'
+    assert cut("Ask Dr. Smith about it. Then rest. Then more.") == "Ask Dr. Smith about it. Then rest."
+    assert cut("Version 3.5 is out. Good. More.") == "Version 3.5 is out. Good."
+    assert cut("Paris. It is lovely! Yes.") == "Paris. It is lovely!"
+    assert cut("Hello there. How are you?", 1) == "Hello there."

@@ -97,7 +97,7 @@ SESSION_CASES = [
     ({"tools": [{"type": "mcp", "server_label": "x"}]}, "unsupported_value", "session.tools[0].type"),
     ({"tools": [{"type": "function"}]}, "missing_required_parameter", "session.tools[0].name"),
     ({"tool_choice": {"type": "function", "name": "ghost"}}, "invalid_value", "session.tool_choice.name"),
-    ({"type": "transcription"}, "unsupported_value", "session.type"),
+    ({"type": "translation"}, "invalid_value", "session.type"),
     ({"prompt": {"id": "pmpt_1"}}, "unsupported_value", "session.prompt"),
     ({"colour": "blue"}, "unknown_parameter", "session.colour"),
     ({"turn_detection": {"type": "server_vad", "prefix_padding_ms": -5}}, "invalid_value", "session.turn_detection.prefix_padding_ms"),

@@ -494,3 +494,61 @@ async def test_create_then_cancel_at_once_ends_the_response_and_the_session_resp
         assert done2.response.id == created2.response.id and done2.response.status == "cancelled"
     stats = await slow_server.acall(slow_server.server.pipeline.stats)
     assert stats["active_responses"] == 0
+
+
+async def test_transcription_session_transcribes_each_turn_and_never_answers(server):
+    """``?intent=transcription`` (or ``session.type: "transcription"``): VAD turns are committed and
+    transcribed, no response is ever created, and session objects have the transcription shape."""
+    async with connect(server.ws_base, extra_query={"intent": "transcription"}) as c:
+        created = await c.expect("session.created")
+        assert created.session.type == "transcription"
+        assert created.session.audio.input.transcription.model  # on by default: it is the point
+        for text in ("Please book a table for two at eight.", "And a taxi at ten."):
+            await c.append(utterance(text, lead_ms=500, tail_ms=1200))
+            await c.first("conversation.item.input_audio_transcription.completed", since=len(c.events))
+        await c.send({"type": "response.create"})
+        refused = await c.expect("error")
+        assert refused.error.code == "unsupported_value" and refused.error.param == "session.type"
+        await c.quiet(0.5)
+        # the GA session.update can turn it back into a voice agent
+        await c.send({"type": "session.update", "session": {"type": "realtime", "instructions": "Be brief."}})
+        updated = await c.expect("session.updated")
+        assert updated.session.type == "realtime" and updated.session.instructions == "Be brief."
+        await c.append(utterance("What now?", lead_ms=300, tail_ms=1200))
+        done = await c.first("response.done", since=len(c.events))
+    types = [e.type for e in c.events]
+    third_turn = [i for i, t in enumerate(types) if t == "input_audio_buffer.speech_started"][2]
+    assert not [t for t in types[:third_turn] if t.startswith("response.")]
+    assert types[:third_turn].count("conversation.item.input_audio_transcription.completed") == 2
+    assert types[:third_turn].count("input_audio_buffer.committed") == 2
+    assert done.response.status == "completed"
+
+
+async def test_session_update_to_transcription_mid_session(server):
+    async with connect(server.ws_base) as c:
+        await c.expect("session.created")
+        await c.send({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 400}}}}})
+        updated = await c.expect("session.updated")
+        assert updated.session.type == "transcription"
+        assert updated.session.audio.input.turn_detection.silence_duration_ms == 400
+        await c.append(utterance("Please book a table for two at eight.", lead_ms=500, tail_ms=1200))
+        await c.first("conversation.item.input_audio_transcription.completed")
+        await c.quiet(0.8)
+    assert not [e for e in c.events if e.type.startswith("response.")]
+
+
+async def test_beta_transcription_session_update(server):
+    """A beta client's ``transcription_session.update`` makes a transcription session (answered with
+    the beta ``session.updated``: the SDK's beta TranscriptionSession needs a client secret and
+    OpenAI's own model names, which this server has not got)."""
+    async with connect(server.ws_base, beta=True) as c:
+        await c.expect("session.created")
+        await c.conn.transcription_session.update(session={"turn_detection": {"type": "server_vad", "silence_duration_ms": 400}})
+        updated = await c.expect("session.updated")
+        assert updated.session.turn_detection.silence_duration_ms == 400
+        await c.append(utterance("Please book a table for two at eight.", lead_ms=500, tail_ms=1200))
+        completed = await c.first("conversation.item.input_audio_transcription.completed")
+        assert completed.transcript
+        await c.send({"type": "response.create"})
+        assert (await c.expect("error")).error.code == "unsupported_value"
+    assert not [e for e in c.events if e.type.startswith("response.")]

@@ -33,6 +33,8 @@ class FakeSession(PipelineSession):
     def __init__(self, pipeline: FakePipeline) -> None:
         self.pipeline = pipeline
         self.calls: list[tuple[Any, ...]] = []  # ("pause", request) ("resume",) ("commit", id, samples) ("clear", samples)
+        self.noise_reduction: list[str | None] = []  # every reduce_noise call, in order
+        self.captions: list[int] = []  # samples of the open turn each caption pass got
         self.pending = 0  # samples fed since the last commit or clear
         self.requests: list[ResponseRequest] = []
         self.open_responses = 0
@@ -40,6 +42,9 @@ class FakeSession(PipelineSession):
 
     def feed(self, pcm: np.ndarray) -> None:
         self.pending += len(pcm)
+
+    def reduce_noise(self, kind: str | None) -> None:
+        self.noise_reduction.append(kind)
 
     def pause(self, request: ResponseRequest | None) -> None:
         self.calls.append(("pause", request))
@@ -56,7 +61,16 @@ class FakeSession(PipelineSession):
         self.pending = 0
 
     async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript | None:
+        if self.pipeline.script is not None:
+            return Transcript(self.pipeline.script, len(pcm) / CAPS.input_rate)
         return Transcript(f"{len(pcm)} samples", len(pcm) / CAPS.input_rate)
+
+    async def caption(self, pcm: np.ndarray) -> str | None:
+        """With a script: a word of it per half second heard so far (a transcriber's partials)."""
+        self.captions.append(len(pcm))
+        if self.pipeline.script is None:
+            return None
+        return " ".join(self.pipeline.script.split()[: len(pcm) * 2 // CAPS.input_rate])
 
     async def respond(self, request: ResponseRequest) -> AsyncIterator[OutputChunk]:
         self.requests.append(request)
@@ -76,9 +90,10 @@ class FakeSession(PipelineSession):
 
 
 class FakePipeline(Pipeline):
-    def __init__(self, reply: str = "one two three", word_interval_s: float = 0.0) -> None:
+    def __init__(self, reply: str = "one two three", word_interval_s: float = 0.0, script: str | None = None) -> None:
         self.capabilities = CAPS
         self.reply = reply
+        self.script = script  # what the user says: the final transcript, and captions as it is heard
         self.word_interval_s = word_interval_s
         self.sessions: list[FakeSession] = []
 

@@ -410,3 +410,19 @@ async def test_demo_page_and_its_key_endpoint(keyed, make_server):
     assert key.startswith("ek_")
     async with call(minting, api_key=key) as client:
         assert (await client.next("session.created"))["type"] == "session.created"
+
+
+async def test_transcription_session_over_webrtc(echo):
+    """A call whose offer asks for a transcription session: the microphone's turns come back as
+    transcripts on the data channel, and nothing is ever said back."""
+    async with call(echo, session={"type": "transcription"}) as client:
+        created = await client.next("session.created")
+        assert created["session"]["type"] == "transcription" and set(created["session"]) <= {"type", "audio", "include"}
+        client.mic.say(spoken(QUESTION, 24000), 24000)
+        committed = await client.next("input_audio_buffer.committed")
+        completed = await client.next("conversation.item.input_audio_transcription.completed")
+        assert completed["item_id"] == committed["item_id"] and completed["transcript"]
+        await asyncio.sleep(1.0)
+        types = [e["type"] for _, e in client.log]
+        assert not [t for t in types if t.startswith(("response.", "output_audio_buffer."))]
+        assert loud_frames(client, 0.0) == 0  # the track stayed silent

@@ -1,0 +1,250 @@
+"""Answer quality of a voice agent: does what it says make sense?
+
+Spoken prompts a voice assistant gets (facts with a checkable answer, arithmetic, yes/no, short
+how-to, greetings, and follow-ups that need the previous turn), spoken by espeak-ng, go through the
+real server over the replay harness, one fresh session per prompt (two turns for a follow-up). The
+answer *audio* is transcribed by Whisper base (a larger model than the agent's own, so the score
+does not share its ears), so a TTS failure counts as a wrong answer. Per thinker config:
+
+    correct     answers whose transcript holds the expected key word(s) (digits and number words
+                alike), over all prompts and over the factual ones (facts, arithmetic, yes/no,
+                follow-ups)
+    sentences   answers (the server's own transcript) that are one or two complete sentences
+    v2v         voice-to-voice p50 / p90 (end of the user's speech -> first answer audio)
+
+    python -m bench.answers [--configs smollm2 smollm2-examples gemma3-270m] [--limit N] [--silence-ms 500]
+
+Results go to bench/results/answers-*.json with every answer, its transcript and its score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bench import replay
+from bench.audio import espeak
+from bench.client import Options
+from bench.common import machine, save, server_process
+from bench.dataset import RATE, Conversation, Turn
+from bench.metrics import dist
+from dsp.resample import resample
+from realtime_omni import config as config_file
+
+FACTUAL = {"fact", "math", "yesno", "follow"}
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str
+    keys: tuple[str, ...]  # every key must appear; "a|b" means either
+    kind: str  # fact, math, yesno, howto, greeting, follow
+
+
+P = Prompt
+PROMPTS: list[Prompt] = [
+    P("What is the capital of Japan?", ("tokyo",), "fact"),
+    P("What is the capital of France?", ("paris",), "fact"),
+    P("What is the capital of Italy?", ("rome",), "fact"),
+    P("What is the capital of Germany?", ("berlin",), "fact"),
+    P("What is the capital of Greece?", ("athens",), "fact"),
+    P("What is the capital of England?", ("london",), "fact"),
+    P("What is the capital of Canada?", ("ottawa",), "fact"),
+    P("What is the capital of Russia?", ("moscow",), "fact"),
+    P("What is the capital of Egypt?", ("cairo",), "fact"),
+    P("What is the largest planet in our solar system?", ("jupiter",), "fact"),
+    P("Which planet is known as the red planet?", ("mars",), "fact"),
+    P("What is the closest star to the Earth?", ("sun",), "fact"),
+    P("What do bees make?", ("honey",), "fact"),
+    P("What color is the sky on a clear day?", ("blue",), "fact"),
+    P("What color are bananas when they are ripe?", ("yellow",), "fact"),
+    P("How many days are there in a week?", ("7",), "fact"),
+    P("How many legs does a spider have?", ("8",), "fact"),
+    P("How many continents are there?", ("7",), "fact"),
+    P("What is frozen water called?", ("ice",), "fact"),
+    P("Who wrote Romeo and Juliet?", ("shakespeare",), "fact"),
+    P("What is the opposite of hot?", ("cold",), "fact"),
+    P("What language do people speak in Brazil?", ("portuguese",), "fact"),
+    P("What animal says moo?", ("cow",), "fact"),
+    P("In which country are the pyramids of Giza?", ("egypt",), "fact"),
+    P("What is the boiling point of water in Celsius?", ("100",), "fact"),
+    P("What is two plus two?", ("4",), "math"),
+    P("What is three plus five?", ("8",), "math"),
+    P("What is ten minus four?", ("6",), "math"),
+    P("What is five times two?", ("10",), "math"),
+    P("What is six plus seven?", ("13",), "math"),
+    P("What is nine minus three?", ("6",), "math"),
+    P("What is half of twenty?", ("10",), "math"),
+    P("Is the sun a star?", ("yes",), "yesno"),
+    P("Is water wet?", ("yes",), "yesno"),
+    P("Can fish breathe under water?", ("yes",), "yesno"),
+    P("Is the moon bigger than the Earth?", ("no|smaller",), "yesno"),
+    P("Can a dog fly?", ("no|not|cannot|can t",), "yesno"),
+    P("Is ice cold?", ("yes",), "yesno"),
+    P("Is Paris in France?", ("yes",), "yesno"),
+    P("How do I boil an egg?", ("water|boil",), "howto"),
+    P("How do I make a cup of tea?", ("water|tea bag|boil|kettle",), "howto"),
+    P("How can I fall asleep faster?", ("bed|sleep|relax|light|screen|routine|breath",), "howto"),
+    P("How do I wash my hands properly?", ("soap|water",), "howto"),
+    P("How do I keep a plant alive?", ("water|sun|light",), "howto"),
+    P("Hello!", ("hello|hi|hey|help|how are",), "greeting"),
+    P("Good morning!", ("morning|hello|hi|help|how are",), "greeting"),
+    P("Thank you very much.", ("welcome|pleasure|glad|problem|happy",), "greeting"),
+    P("How are you today?", ("good|well|fine|great|thank",), "greeting"),
+    P("Goodbye!", ("bye|goodbye|care|later|day",), "greeting"),
+    P("Nice to meet you.", ("nice|pleasure|meet|you too|hello",), "greeting"),
+]
+# (the first turn, the follow-up that needs it): only the follow-up's answer is scored
+FOLLOW_UPS: list[tuple[str, Prompt]] = [
+    ("What is the capital of France?", P("And what is the capital of Italy?", ("rome",), "follow")),
+    ("My name is Anna.", P("What is my name?", ("anna",), "follow")),
+    ("What is two plus three?", P("And what is that plus one?", ("6",), "follow")),
+    ("I live in Berlin.", P("Which country do I live in?", ("germany",), "follow")),
+    ("My favourite color is green.", P("What is my favourite color?", ("green",), "follow")),
+]
+
+NUMBERS = {
+    "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
+    "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "thirteen": "13", "twenty": "20",
+    "hundred": "100", "one hundred": "100", "a hundred": "100",
+}  # fmt: skip
+
+
+def normalise(text: str) -> str:
+    """Lower case, words only, number words as digits ("four" and "4" both become "4")."""
+    text = re.sub(r"[^a-z0-9 ]+", " ", text.lower())
+    for word in sorted(NUMBERS, key=len, reverse=True):
+        text = re.sub(rf"\b{word}\b", NUMBERS[word], text)
+    return " ".join(text.split())
+
+
+def correct(prompt: Prompt, heard: str) -> bool:
+    said = f" {normalise(heard)} "
+    return all(any(f" {normalise(alt)} " in said for alt in key.split("|")) for key in prompt.keys)
+
+
+def complete_sentences(answer: str) -> bool:
+    """One or two sentences, the last one finished."""
+    text = answer.strip()
+    if not text or text[-1] not in ".!?":
+        return False
+    return 1 <= len([s for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]) <= 2
+
+
+def conversations(limit: int) -> list[tuple[Conversation, Prompt]]:
+    """One conversation per prompt (the follow-ups two turns long); the prompt scored is the last."""
+    out: list[tuple[Conversation, Prompt]] = []
+    for k, p in enumerate(PROMPTS[:limit] if limit else PROMPTS):
+        out.append((Conversation(f"answers-{k:02d}", [Turn(p.text, espeak(p.text, RATE))]), p))
+    for k, (first, p) in enumerate(FOLLOW_UPS[: max(1, limit // 10)] if limit else FOLLOW_UPS):
+        turns = [Turn(first, espeak(first, RATE)), Turn(p.text, espeak(p.text, RATE))]
+        out.append((Conversation(f"answers-follow-{k}", turns), p))
+    return out
+
+
+# Thinkers to compare: a name -> (config file, thinker options over it). Any config name works too.
+EXAMPLES = [
+    ["Hello, who are you?", "I'm a voice assistant. How can I help you today?"],
+    ["What is the capital of Portugal?", "The capital of Portugal is Lisbon."],
+    ["What is four plus four?", "Four plus four is eight."],
+    ["Can you suggest something to drink?", "A cup of green tea is a nice choice."],
+]
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "smollm2": ("cpu", {}),
+    "smollm2-examples": ("cpu", {"examples": EXAMPLES, "temperature": 0.0}),
+    "gemma3-270m": ("cpu-gemma", {}),
+    "qwen2.5-coder-0.5b": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct"}),
+}
+
+
+def config(name: str, silence_ms: int) -> dict[str, Any]:
+    base, thinker = VARIANTS.get(name, (name, {}))
+    cfg = config_file.raw(base)
+    cfg["pipeline"]["options"]["thinker"].update(thinker)
+    cfg["session"].setdefault("audio", {}).setdefault("input", {})["turn_detection"] = {"type": "server_vad", "silence_duration_ms": silence_ms}
+    return cfg
+
+
+async def score(url: str, items: list[tuple[Conversation, Prompt]], ears: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Replay ``items`` into the server at ``url`` one by one; each scored answer, and the replay."""
+    result = await replay.replay([c for c, _ in items], Options(url=url, keep_audio=True), concurrency=1, progress=False)
+    by_conv: dict[str, dict[str, Any]] = {}
+    for turn in result["turns"]:
+        by_conv[turn["conversation"]] = turn  # the last turn of each conversation is the scored one
+    rows = []
+    for conv, prompt in items:
+        turn = by_conv.get(conv.name, {})
+        pcm = np.frombuffer(turn.get("answer_audio") or b"", "<i2")
+        heard = await asyncio.to_thread(ears.transcribe, resample(pcm, RATE, 16000)) if len(pcm) else ""
+        rows.append(
+            {
+                "prompt": prompt.text,
+                "kind": prompt.kind,
+                "answer": turn.get("answer") or "",
+                "heard": heard,
+                "correct": correct(prompt, heard),
+                "sentences_ok": complete_sentences(turn.get("answer") or ""),
+                "voice_to_voice_ms": turn.get("voice_to_voice_ms"),
+                "status": turn.get("status"),
+            }
+        )
+    for turn in result["turns"]:
+        turn.pop("answer_audio", None)
+    return rows, result
+
+
+def summarize(rows: list[dict[str, Any]], result: dict[str, Any]) -> dict[str, Any]:
+    factual = [r for r in rows if r["kind"] in FACTUAL]
+    v2v = [r["voice_to_voice_ms"] for r in rows if r["voice_to_voice_ms"] is not None]
+    summary = {
+        "prompts": len(rows),
+        "correct": round(sum(r["correct"] for r in rows) / max(1, len(rows)), 3),
+        "correct_factual": round(sum(r["correct"] for r in factual) / max(1, len(factual)), 3),
+        "sentences_ok": round(sum(r["sentences_ok"] for r in rows) / max(1, len(rows)), 3),
+        "voice_to_voice_ms": dist(v2v),
+        "errors": len(result["connection_errors"]) + sum(1 for r in rows if r["status"] != "completed"),
+        "by_kind": {k: round(np.mean([r["correct"] for r in rows if r["kind"] == k]), 3) for k in sorted({r["kind"] for r in rows})},
+    }
+    return summary
+
+
+def run_config(name: str, items: list[tuple[Conversation, Prompt]], silence_ms: int, ears: Any) -> dict[str, Any]:
+    with server_process(config(name, silence_ms), startup_s=900) as url:
+        rows, result = asyncio.run(score(url, items, ears))
+    return {"summary": summarize(rows, result), "answers": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configs", nargs="+", default=list(VARIANTS), help=f"thinkers to compare: {', '.join(VARIANTS)} or config names (configs/NAME.yaml)")
+    parser.add_argument("--limit", type=int, default=0, help="only the first N prompts (and N/10 follow-ups)")
+    parser.add_argument("--silence-ms", type=int, default=500)
+    args = parser.parse_args()
+    from pipelines import models
+    from pipelines.listener import WhisperListener
+
+    ears = WhisperListener(str(models.ensure("whisper-base", print)), 2, 1)
+    items = conversations(args.limit)
+    result: dict[str, Any] = {"machine": machine(), "silence_ms": args.silence_ms, "configs": {}}
+    for name in args.configs:
+        print(f"{name}: {len(items)} conversations ...", flush=True)
+        result["configs"][name] = data = run_config(name, items, args.silence_ms, ears)
+        for r in data["answers"]:
+            mark = "+" if r["correct"] else "-"
+            print(f"  {mark} {r['prompt'][:40]:40} -> {r['heard'][:70]!r}")
+    print(f"\n{'config':12} {'correct':>8} {'factual':>8} {'1-2 sent.':>9} {'v2v p50':>8} {'v2v p90':>8} {'errors':>6}")
+    for name, data in result["configs"].items():
+        s = data["summary"]
+        v = s["voice_to_voice_ms"]
+        print(f"{name:12} {s['correct']:>8} {s['correct_factual']:>8} {s['sentences_ok']:>9} {v.get('p50', '-'):>8} {v.get('p90', '-'):>8} {s['errors']:>6}")
+        print(f"{'':12} by kind: {s['by_kind']}")
+    print("saved", save("answers", result))
+
+
+if __name__ == "__main__":
+    main()
