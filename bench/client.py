@@ -24,14 +24,15 @@ from .metrics import TurnRecord
 from .microphone import Mic
 
 TURN_TIMEOUT_S = 60.0
-TRANSPORTS = ("websocket", "webrtc")
+TRANSPORTS = ("websocket", "webrtc", "pipecat")
 
 
 # ------------------------------------------------------------------------------ transports
 
 
 class Transport(Protocol):
-    """How the harness reaches a server: WebSocket, or WebRTC (``bench.rtc.WebRTCTransport``)."""
+    """How the harness reaches a server: WebSocket, WebRTC (``bench.rtc.WebRTCTransport``), or the
+    Pipecat benchmark peer's WebSocket (``bench.peers.PipecatTransport``)."""
 
     async def send_audio(self, pcm16: bytes) -> None: ...
     async def send_event(self, event: dict[str, Any]) -> None: ...
@@ -107,6 +108,10 @@ async def open_transport(kind: str, url: str, model: str, api_key: str | None) -
         return await WebRTCTransport.open(url, model, api_key)
     if kind == "websocket":
         return await WebSocketTransport.open(url, model, api_key)
+    if kind == "pipecat":
+        from .peers import PipecatTransport
+
+        return await PipecatTransport.open(url, model, api_key)
     raise ValueError(f"unknown transport {kind!r} (one of {', '.join(TRANSPORTS)})")
 
 

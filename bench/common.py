@@ -39,7 +39,8 @@ def free_port() -> int:
 
 
 class ServerURL(str):
-    """The ws base URL of a server started by ``server_process``; ``.process`` is its process."""
+    """The base URL of a server started here (``server_process``: ws, ``vllm_serve``: http);
+    ``.process`` is its process."""
 
     process: subprocess.Popen[bytes]
 
@@ -97,7 +98,7 @@ def save(name: str, result: dict[str, Any]) -> Path:
 
 
 @contextlib.contextmanager
-def vllm_serve(model_name: str = "smollm2-135m-instruct", served_as: str = "smollm2") -> Iterator[str]:
+def vllm_serve(model_name: str = "smollm2-135m-instruct", served_as: str = "smollm2") -> Iterator[ServerURL]:
     """``vllm serve`` of a prepared CPU model in its own process, set up as the embedded thinker
     runs it (configs/cpu.yaml: float32, 2048 tokens, 32-token blocks, prefix caching, eager, 1 GiB
     of KV cache), with prompt-token details; yields its OpenAI base URL. (The ``vllm`` command
@@ -134,7 +135,9 @@ def vllm_serve(model_name: str = "smollm2-135m-instruct", served_as: str = "smol
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"vllm serve did not start; see {log.name}")
             time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}/v1"
+        url = ServerURL(f"http://127.0.0.1:{port}/v1")
+        url.process = proc
+        yield url
     finally:
         proc.terminate()
         try:
