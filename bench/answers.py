@@ -159,6 +159,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "smollm2-examples": ("cpu", {"examples": EXAMPLES, "temperature": 0.0}),
     "gemma3-270m": ("cpu-gemma", {}),
     "qwen2.5-coder-0.5b": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct"}),
+    "qwen2.5-coder-0.5b-examples": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct", "examples": EXAMPLES, "temperature": 0.0}),
 }
 
 
