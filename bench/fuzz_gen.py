@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import json
 import math
 import random
@@ -88,6 +89,7 @@ def dumps(value: Any, ascii_only: bool = False) -> str:
     return json.dumps(value, ensure_ascii=ascii_only)
 
 
+@functools.lru_cache(maxsize=1)
 def _speech_like(rate: int = 24000, ms: int = 600) -> bytes:
     """A voiced, speech-like sound (a glottal pulse train through two formants, its pitch and level
     moving), so server VAD hears speech without a synthesizer."""
@@ -149,7 +151,7 @@ class Generator:
         if r.random() < 0.3:
             e["event_id"] = r.choice(["evt_fz", "", "e" * r.choice([1, 64, 300])])
         getattr(self, "_ev_" + kind.replace(".", "_"))(e)
-        return e
+        return copy.deepcopy(e)  # shares nothing with TOOL or another event: mutations stay in it
 
     def _ev_session_update(self, e: dict[str, Any]) -> None:
         e["session"] = self.beta_session() if self.beta or self.rng.random() < 0.2 else self.ga_session()
@@ -289,7 +291,7 @@ class Generator:
                 )
             else:
                 part = {"type": "input_text", "text": "You are terse."}
-            item = {"type": "message", "role": kind, "content": [part] * r.choice([1, 1, 1, 2, 0])}
+            item = {"type": "message", "role": kind, "content": [copy.deepcopy(part) for _ in range(r.choice([1, 1, 1, 2, 0]))]}
         if r.random() < 0.5:
             item["id"] = r.choice(ITEM_IDS)
         if r.random() < 0.1:
