@@ -34,6 +34,7 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # header name and value, and the number of header fields. Over either: 431, connection closed.
     max_header_bytes: int = 32 * 1024
     max_headers: int = 100
+    header_timeout_s: float = 10.0  # a request head (a WebSocket upgrade's too) must arrive whole within this: else 408
 
 
 class WebRTCConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
