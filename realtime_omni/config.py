@@ -34,6 +34,8 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # header name and value, and the number of header fields. Over either: 431, connection closed.
     max_header_bytes: int = 32 * 1024
     max_headers: int = 100
+    key_mints_per_s: float = 10.0  # ephemeral keys minted per second (a token bucket), over all clients
+    key_mint_burst: int = 50  # ... with bursts up to this many
     header_timeout_s: float = 10.0  # a request head (a WebSocket upgrade's too) must arrive whole within this: else 408
 
 
@@ -114,6 +116,11 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # let the demo page mint itself an ephemeral key when the server has an API key: anyone who can
     # load the page can then talk to the server (off: the page asks for a key minted elsewhere)
     web_demo_mints_keys: bool = False
+    # Browsers send Origin with every WebSocket and cross-origin request. None: not checked. A list:
+    # a WebSocket or a WebRTC offer (/v1/realtime/calls) that carries an Origin must carry one of
+    # these ("https://app.example.com"; "*" any), else 403; clients that are not browsers send none.
+    allowed_origins: list[str] | None = None
+    metrics_need_key: bool = False  # /metrics answers only with the API key (401 otherwise)
 
 
 def resolve(name_or_path: str) -> Path:

@@ -21,6 +21,7 @@ BODY_TIMEOUT_S = 30.0  # a body that trickles in slower than this is refused (a 
 STATUS = {
     "invalid_api_key": 401,
     "forbidden": 403,
+    "origin_not_allowed": 403,
     "call_not_found": 404,
     "not_found": 404,
     "invalid_call_action": 409,
@@ -39,9 +40,9 @@ def status_for(err: RealtimeError) -> int:
     return STATUS.get(err.code or "", 400)
 
 
-def error_response(status: int, err: RealtimeError) -> JSONResponse:
+def error_response(status: int, err: RealtimeError, headers: dict[str, str] | None = None) -> JSONResponse:
     body = {"error": {"type": err.type, "code": err.code, "message": err.message, "param": err.param}}
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def bearer(request: Request) -> str | None:

@@ -54,7 +54,7 @@ class Server:
         self.metrics.watch_pipeline(self.pipeline.stats)
         self.sessions: set[Session] = set()
         self.calls: dict[str, LiveCall] = {}  # live WebRTC / SIP calls (calls.Call) by call_id
-        self.keys = EphemeralKeys()
+        self.keys = EphemeralKeys(mint_rate=config.limits.key_mints_per_s, mint_burst=config.limits.key_mint_burst)
         self.defaults: SessionConfig | None = None
         self.ready = False
         self.draining = False
@@ -128,6 +128,14 @@ class Server:
         if is_ephemeral(key):
             return False
         return not expected or (key is not None and hmac.compare_digest(key.encode(), expected.encode()))
+
+    def check_origin(self, origin: str | None) -> None:
+        """A browser's ``Origin`` against ``allowed_origins`` (None: anything goes). Raises
+        ``RealtimeError`` (code ``origin_not_allowed``) for one not on the list."""
+        allowed = self.config.allowed_origins
+        if allowed is None or origin is None or "*" in allowed or origin.rstrip("/") in (a.rstrip("/") for a in allowed):
+            return
+        raise RealtimeError(f"Origin {origin[:200]!r} is not allowed to connect to this server.", code="origin_not_allowed", type="invalid_request_error")
 
     def admit(self, key: str | None) -> Admission:
         """Check a client's key for opening a session: the API key, or an unspent ephemeral key

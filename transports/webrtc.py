@@ -95,6 +95,7 @@ async def create_call_beta(request: Request) -> Response:
 async def _create(request: Request, *, beta: bool) -> Response:
     server: Server = request.app.state.server
     try:
+        server.check_origin(request.headers.get("origin"))
         admission = server.admit(bearer(request))
         sdp, update = await _read_offer(request)
         call = await WebRTCCall.open(server, sdp, beta=beta, model=request.query_params.get("model"), admission=admission, updates=(update,))
