@@ -30,6 +30,9 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # semantic_vad: the silence after which the end-of-turn model judges the turn; a turn it judges
     # finished ends there (its audio, and audio_end_ms, include this much silence)
     end_of_turn_silence_ms: int = 200
+    # A pipeline stage that gives nothing for this long (its first output, or the next, or an input
+    # transcript) fails its response with an `error` (a hung Whisper, Piper or engine): the session goes on.
+    stage_timeout_s: float = 30.0
     # An HTTP request's head (WebSocket upgrades included): bytes of the request target and of every
     # header name and value, and the number of header fields. Over either: 431, connection closed.
     max_header_bytes: int = 32 * 1024

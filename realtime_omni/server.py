@@ -16,6 +16,7 @@ from pipelines.base import Pipeline, TurnModel
 from .config import ServerConfig
 from .errors import RealtimeError
 from .keys import EphemeralKeys, is_ephemeral
+from .loopwatch import LoopWatch
 from .metrics import Metrics
 from .protocol import events as ev
 from .session import Media, Session
@@ -52,6 +53,7 @@ class Server:
         self.pipeline = pipeline or pipelines.create(config.pipeline.kind, config.pipeline.options)
         self.turn_model = turn_model  # semantic_vad's end-of-turn model, loaded by start() from config.turn_model
         self.metrics.watch_pipeline(self.pipeline.stats)
+        self.loop_watch = LoopWatch(self.metrics.registry)
         self.sessions: set[Session] = set()
         self.calls: dict[str, LiveCall] = {}  # live WebRTC / SIP calls (calls.Call) by call_id
         self.keys = EphemeralKeys(mint_rate=config.limits.key_mints_per_s, mint_burst=config.limits.key_mint_burst)
@@ -75,6 +77,7 @@ class Server:
         except RealtimeError as err:
             raise ValueError(f"invalid 'session' in the server config: {err.message}") from None
         await self._load_turn_model()
+        self.loop_watch.start()
         await self.pipeline.start()
         self.ready = True
         log.info("ready: pipeline %s", caps.name)
@@ -118,6 +121,7 @@ class Server:
             await asyncio.gather(self._starting, return_exceptions=True)
         await self.drain()
         self.ready = False
+        await self.loop_watch.stop()
         await self.pipeline.stop()
         if self.turn_model is not None:
             self.turn_model.close()
