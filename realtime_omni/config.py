@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import yaml
@@ -109,6 +109,10 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     turn_model: TurnModelConfig = msgspec.field(default_factory=TurnModelConfig)
     session: ev.Session = msgspec.field(default_factory=ev.Session)  # defaults for new sessions (GA shape)
     shutdown_grace_s: float = 5.0
+    # A pipeline that fails for good (its in-process vLLM engine died): "exit" drains (every session
+    # told why, every response ended) and exits with status 3 for a supervisor to restart the server;
+    # "stay" keeps serving, /healthz 503, every response failing, until someone restarts it.
+    on_pipeline_failure: Literal["exit", "stay"] = "exit"
     timings_log: str | None = None  # append one JSON line per finished response (stage timings)
     # add the pipeline's stage timings to response.done's metadata ("timing.<stage>_ms"); the
     # client's own metadata keys are kept and win

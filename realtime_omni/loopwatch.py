@@ -27,6 +27,7 @@ class LoopWatch:
         self.stalls = Histogram(
             "realtime_event_loop_stall_seconds", "Event loop timer lateness", buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0), registry=registry  # type: ignore[arg-type]
         )
+        self.tasks = Gauge("realtime_event_loop_tasks", "Tasks alive on the event loop (a leak grows it)", registry=registry)  # type: ignore[arg-type]
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -40,7 +41,11 @@ class LoopWatch:
             self._task = None
 
     async def _run(self) -> None:
+        n = 0
         while True:
+            n += 1
+            if n % 8 == 0:  # every 2 s
+                self.tasks.set(len(asyncio.all_tasks()))
             t0 = time.monotonic()
             await asyncio.sleep(self.interval)
             lag = max(0.0, time.monotonic() - t0 - self.interval)

@@ -63,6 +63,8 @@ class Server:
         self.started_at = time.time()
         self.startup_error: str | None = None
         self.on_fatal: Callable[[], None] | None = None  # set by the runner: stop serving
+        self.exit_code = 0  # what the process should exit with (3: the pipeline failed for good)
+        self._failure_watch: asyncio.Task[None] | None = None
         self._starting: asyncio.Task[None] | None = None
 
     @property
@@ -80,6 +82,7 @@ class Server:
         self.loop_watch.start()
         await self.pipeline.start()
         self.ready = True
+        self._failure_watch = asyncio.create_task(self._watch_for_failure(), name="pipeline-failure-watch")
         log.info("ready: pipeline %s", caps.name)
 
     async def _load_turn_model(self) -> None:
@@ -97,6 +100,21 @@ class Server:
             await asyncio.get_running_loop().run_in_executor(None, self.turn_model.load)
         if self.turn_model is not None:
             log.info("semantic_vad: end-of-turn model %s", self.turn_model.name)
+
+    async def _watch_for_failure(self, every_s: float = 0.5, grace_s: float = 1.0) -> None:
+        """A pipeline failed for good (``Pipeline.failed``): with ``on_pipeline_failure: exit``, let
+        the responses in flight fail with their errors (``grace_s``), then stop serving with exit
+        status 3 (the runner drains: every session is told why)."""
+        while (reason := self.pipeline.failed) is None:
+            await asyncio.sleep(every_s)
+        if self.config.on_pipeline_failure != "exit":
+            log.error("the pipeline failed (%s); serving on unhealthy (on_pipeline_failure: stay)", reason)
+            return
+        log.error("the pipeline failed (%s); draining and exiting with status 3 for a supervisor to restart the server", reason)
+        await asyncio.sleep(grace_s)
+        self.exit_code = 3
+        if self.on_fatal is not None:
+            self.on_fatal()
 
     def start_in_background(self) -> None:
         """Load the pipeline while HTTP already answers (``/healthz``: 503 "starting" until ready).
@@ -119,6 +137,9 @@ class Server:
         if self._starting is not None and not self._starting.done():
             self._starting.cancel()
             await asyncio.gather(self._starting, return_exceptions=True)
+        if self._failure_watch is not None:
+            self._failure_watch.cancel()
+            await asyncio.gather(self._failure_watch, return_exceptions=True)
         await self.drain()
         self.ready = False
         await self.loop_watch.stop()
