@@ -1,7 +1,9 @@
 """Storms: what a crowd of badly behaved clients does to the server, and whether it recovers.
 
 * ``drops``: ``--waves`` waves of ``--per-wave`` connections, each opened, asked for an answer, and
-  dropped (socket aborted, no close frame) as the first audio arrives: mid-response.
+  dropped (socket aborted, no close frame) as the first audio arrives: mid-response. Run
+  ``--drop-rounds`` times: the allocator keeps what the first round needed (RSS rises once), a leak
+  would grow it round after round.
 * ``silent``: ``--silent`` clients that ask for long answers and never read a byte (small receive
   buffers, as a stalled phone). Each must be dropped about ``send_timeout_s`` later, while a
   well-behaved probe session is served on time.
@@ -140,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--silent", type=int, default=100)
     parser.add_argument("--burst", type=int, default=500)
     parser.add_argument("--max-sessions", type=int, default=120)
+    parser.add_argument("--drop-rounds", type=int, default=3, help="the drops storm this many times: RSS levelling off is reuse, growing is a leak")
     args = parser.parse_args(argv)
     result: dict[str, Any] = {"command": "python -m bench.storms " + " ".join(argv if argv is not None else __import__("sys").argv[1:])}
     with server_process(server_config(args.max_sessions), startup_s=120) as url:
@@ -151,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
 
         async def run() -> None:
             for name, storm in (
-                ("drops", lambda: drops(url, args.waves, args.per_wave)),
+                *((f"drops{i + 1}", lambda: drops(url, args.waves, args.per_wave)) for i in range(args.drop_rounds)),
                 ("silent", lambda: silent(url, port, args.silent)),
                 ("burst", lambda: burst(url, args.max_sessions, args.burst)),
             ):
