@@ -42,6 +42,16 @@ class Admission:
     session: ev.Session | None
 
 
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None elsewhere (musl, macOS)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
 def _unknown_ephemeral_key() -> RealtimeError:
     return RealtimeError("This ephemeral key is unknown, expired or already used.", code="invalid_api_key", type="authentication_error")
 
@@ -65,6 +75,8 @@ class Server:
         self.on_fatal: Callable[[], None] | None = None  # set by the runner: stop serving
         self.exit_code = 0  # what the process should exit with (3: the pipeline failed for good)
         self._failure_watch: asyncio.Task[None] | None = None
+        self._trimmer: asyncio.Task[None] | None = None
+        self._closed_since_trim = 0
         self._starting: asyncio.Task[None] | None = None
 
     @property
@@ -83,6 +95,7 @@ class Server:
         await self.pipeline.start()
         self.ready = True
         self._failure_watch = asyncio.create_task(self._watch_for_failure(), name="pipeline-failure-watch")
+        self._trimmer = asyncio.create_task(self._trim_memory(), name="memory-trim")
         log.info("ready: pipeline %s", caps.name)
 
     async def _load_turn_model(self) -> None:
@@ -137,9 +150,10 @@ class Server:
         if self._starting is not None and not self._starting.done():
             self._starting.cancel()
             await asyncio.gather(self._starting, return_exceptions=True)
-        if self._failure_watch is not None:
-            self._failure_watch.cancel()
-            await asyncio.gather(self._failure_watch, return_exceptions=True)
+        for task in (self._failure_watch, self._trimmer):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.drain()
         self.ready = False
         await self.loop_watch.stop()
@@ -232,6 +246,17 @@ class Server:
         await session.close()
         self.sessions.discard(session)
         self.metrics.sessions_active.set(len(self.sessions))
+        self._closed_since_trim += 1
+
+    async def _trim_memory(self, every_s: float = 30.0) -> None:
+        """Hand memory that ended sessions freed back to the system (glibc keeps it otherwise: RSS
+        would stay at the high-water mark of the busiest minute), at most every ``every_s``."""
+        trim = _malloc_trim()
+        while trim is not None:
+            await asyncio.sleep(every_s)
+            if self._closed_since_trim:
+                self._closed_since_trim = 0
+                trim(0)
 
     async def drain(self) -> None:
         """Stop admitting sessions, tell each live one the server is going away, and wait (up to
