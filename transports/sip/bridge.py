@@ -237,7 +237,12 @@ class SipBridge(asyncio.DatagramProtocol):
         while True:
             await self.clock.wait()
             for call in list(self.streaming):
-                call.tick()
+                try:
+                    call.tick()
+                except Exception:  # one call's trouble must not stop every call's audio
+                    log.exception("call %s: sending RTP failed; hanging up", call.id)
+                    self.streaming.discard(call)
+                    self.spawn(call.hangup("media_error"), f"hangup:{call.id}")
 
     def _on_request(self, msg: Message, addr: Addr) -> None:
         if msg.method == "ACK":
