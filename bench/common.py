@@ -40,9 +40,10 @@ def free_port() -> int:
 
 class ServerURL(str):
     """The base URL of a server started here (``server_process``: ws, ``vllm_serve``: http);
-    ``.process`` is its process."""
+    ``.process`` is its process, ``.log`` (``server_process``) the file its output goes to."""
 
     process: subprocess.Popen[bytes]
+    log: Path
 
 
 @contextlib.contextmanager
@@ -75,6 +76,7 @@ def server_process(config: dict[str, Any], startup_s: float = 600.0) -> Iterator
             time.sleep(0.1)
         url = ServerURL(f"ws://127.0.0.1:{port}/v1")
         url.process = proc
+        url.log = Path(log.name)
         yield url
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -10,6 +10,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from realtime_omni.errors import RealtimeError
+from realtime_omni.http import error_response, require_api_key
 from realtime_omni.server import Server
 from transports import sip, webrtc, websocket
 
@@ -39,6 +41,11 @@ async def healthz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     server: Server = request.app.state.server
+    if server.config.metrics_need_key:
+        try:
+            require_api_key(request)
+        except RealtimeError as err:
+            return error_response(401, err)
     return Response(server.metrics.render(), media_type="text/plain; version=0.0.4")
 
 

@@ -22,8 +22,11 @@ def _serve(args: argparse.Namespace) -> int:
     if args.engine_url is not None:  # a remote engine's deployment (omni configs)
         cfg.pipeline.options.setdefault("remote", {})["url"] = args.engine_url
     server = Server(cfg)
-    RealtimeUvicorn(uvicorn_config(create_app(server), server, args.log_level), server).run()
-    return 1 if server.startup_error else 0
+    try:
+        RealtimeUvicorn(uvicorn_config(create_app(server), server, args.log_level), server).run()
+    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it caught once it has shut down cleanly
+        return 130  # the shell's convention for "ended by SIGINT", without a traceback
+    return 1 if server.startup_error else server.exit_code
 
 
 def _models(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ Errors are OpenAI-shaped (realtime_omni/http.py). Call control works on any live
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgspec
@@ -69,9 +70,22 @@ def _mint(server: Server, ttl: int, session: ev.Session | None) -> tuple[keys.Ep
         effective = effective.updated(session, server.pipeline.capabilities)
     try:
         key = server.keys.issue(ttl, session)
-    except OverflowError:
-        raise RealtimeError("Too many unused ephemeral keys are outstanding; try again later.", code="rate_limit_exceeded", type="rate_limit_error") from None
+    except keys.MintRefused as refused:
+        raise Throttled(str(refused), refused.retry_after_s) from None
     return key, effective.wire
+
+
+class Throttled(RealtimeError):
+    """429, with the seconds to wait in ``Retry-After``."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message, code="rate_limit_exceeded", type="rate_limit_error")
+        self.retry_after_s = retry_after_s
+
+
+def refused(err: RealtimeError) -> Response:
+    headers = {"Retry-After": str(max(1, math.ceil(err.retry_after_s)))} if isinstance(err, Throttled) else None
+    return error_response(status_for(err), err, headers)
 
 
 async def client_secrets(request: Request) -> Response:
@@ -83,7 +97,7 @@ async def client_secrets(request: Request) -> Response:
         session = decode_session(msgspec.json.encode(body["session"])) if body.get("session") is not None else None
         key, wire = _mint(server, ttl, session)
     except RealtimeError as err:
-        return error_response(status_for(err), err)
+        return refused(err)
     session_out = {"id": new_id("sess"), "object": "realtime.session", **msgspec.to_builtins(wire), "expires_at": key.expires_at}
     return JSONResponse({"value": key.value, "expires_at": key.expires_at, "session": session_out})
 
@@ -98,7 +112,7 @@ async def beta_sessions(request: Request) -> Response:
         session = decode_session(msgspec.json.encode(body)) if body else None
         key, wire = _mint(server, keys.DEFAULT_TTL_S, session)
     except RealtimeError as err:
-        return error_response(status_for(err), err)
+        return refused(err)
     out = msgspec.to_builtins(wire)
     out.update({"id": new_id("sess"), "object": "realtime.session", "client_secret": {"value": key.value, "expires_at": key.expires_at}})
     return JSONResponse(out)

@@ -54,7 +54,7 @@ async def mint(request: Request) -> Response:
         return error_response(403, err)
     try:
         key = server.keys.issue(60, None)
-    except OverflowError:
-        return error_response(429, RealtimeError("Too many unused keys outstanding.", code="rate_limit_exceeded", type="rate_limit_error"))
+    except OverflowError as exc:  # keys.MintRefused: too many outstanding, or minted too fast
+        return error_response(429, RealtimeError(str(exc), code="rate_limit_exceeded", type="rate_limit_error"))
     return JSONResponse({"value": key.value, "expires_at": key.expires_at})
 

@@ -10,6 +10,8 @@ from starlette.applications import Starlette
 from realtime_omni.http_limits import http_protocol
 from realtime_omni.server import Server
 
+from .ws_protocol import ws_protocol
+
 
 class RealtimeUvicorn(uvicorn.Server):
     """Ends every session cleanly (an ``error`` event saying why, responses cancelled, close
@@ -36,6 +38,9 @@ def uvicorn_config(app: Starlette, server: Server, log_level: str = "info") -> u
         port=cfg.port,
         # Too large a request head, or too many header fields: 431 (uvicorn itself has no limit).
         http=http_protocol(cfg.limits),
+        # A client that stops reading goes after send_timeout_s (not when keepalive gives up); a
+        # text frame of invalid UTF-8 closes 1007 with a warning, not a traceback.
+        ws=ws_protocol(cfg.limits.send_timeout_s),
         ws_max_size=cfg.limits.max_message_bytes,
         # Audio in base64 hardly compresses, and deflate costs CPU and latency on every event.
         ws_per_message_deflate=False,

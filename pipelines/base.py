@@ -269,6 +269,12 @@ class Pipeline(abc.ABC):
     def healthy(self) -> bool:
         return True
 
+    @property
+    def failed(self) -> str | None:
+        """Why this pipeline cannot recover without a restart (an in-process engine that died), or
+        None. Unhealthy but not failed (a remote deployment down for now) may come back by itself."""
+        return None
+
     @abc.abstractmethod
     def open(self, session_id: str) -> PipelineSession: ...
 

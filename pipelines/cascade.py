@@ -180,6 +180,10 @@ class CascadePipeline(Pipeline):
     def healthy(self) -> bool:
         return self.thinker.healthy
 
+    @property
+    def failed(self) -> str | None:
+        return self.thinker.failed
+
     def open(self, session_id: str) -> "CascadeSession":
         session = CascadeSession(self, session_id)
         self.sessions.add(session)

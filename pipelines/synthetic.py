@@ -14,7 +14,9 @@ model. It runs the same stage structure as a real pipeline (a "thinker" producin
 Timing: the first chunk leaves ``first_chunk_ms`` after the request, then a chunk of ``chunk_ms``
 audio every ``chunk_interval_ms`` (0: as fast as possible), on an absolute schedule (no drift), and
 optionally one stall of ``stall_ms`` before chunk number ``stall_after_chunks``.
-Input transcripts are synthetic too: ``transcript`` formatted with the audio's ``{seconds}``.
+Input transcripts are synthetic too: ``transcript`` formatted with the audio's ``{seconds}``, after
+``transcribe_ms``. Faults, for fault-injection tests: ``fail_after_chunks`` raises in the talker
+stage after that many chunks (a crashing TTS), ``transcribe_fails`` raises in transcription.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ class SyntheticOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     chunk_interval_ms: float = 0.0
     stall_after_chunks: int = 0
     stall_ms: float = 0.0
+    fail_after_chunks: int = 0  # > 0: the talker stage raises after this many chunks
+    transcribe_ms: float = 0.0
+    transcribe_fails: bool = False
     word_ms: int = 240
     transcript: str = "{seconds:.1f} seconds of audio"
     input_rate: int = 16000
@@ -129,6 +134,10 @@ class SyntheticSession(PipelineSession):
         self._open_samples = 0
 
     async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript:
+        if self.options.transcribe_ms:
+            await asyncio.sleep(self.options.transcribe_ms / 1000.0)
+        if self.options.transcribe_fails:
+            raise RuntimeError("synthetic fault: the recogniser failed")
         seconds = len(pcm) / self.pipeline.capabilities.input_rate
         return Transcript(self.options.transcript.format(seconds=seconds), seconds)
 
@@ -209,6 +218,8 @@ class SyntheticSession(PipelineSession):
                 yield TextDelta(text)
                 for start in range(0, len(pcm), chunk):
                     await self._wait_until(t0, index)
+                    if o.fail_after_chunks and index >= o.fail_after_chunks:
+                        raise RuntimeError("synthetic fault: the talker failed")
                     index += 1
                     yield AudioChunk(pcm[start : start + chunk])
 

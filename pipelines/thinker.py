@@ -196,6 +196,11 @@ class VllmThinker:
     def healthy(self) -> bool:
         return self.engine is not None and not self.engine.errored
 
+    @property
+    def failed(self) -> str | None:
+        """An in-process engine that died (its engine-core process killed, or crashed) stays dead."""
+        return "the vLLM engine died" if self.engine is not None and self.engine.errored else None
+
     # ------------------------------------------------------------------ prompts
 
     def render(self, instructions: str, turns: Sequence[Turn], budget: int | None = None) -> list[int]:
@@ -322,6 +327,10 @@ class RemoteThinker(VllmThinker):
     @property
     def healthy(self) -> bool:
         return self.remote.healthy
+
+    @property
+    def failed(self) -> str | None:
+        return None  # a remote deployment comes back on its own: unhealthy until it does
 
     async def stream(
         self,

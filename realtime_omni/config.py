@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import yaml
@@ -30,10 +30,16 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # semantic_vad: the silence after which the end-of-turn model judges the turn; a turn it judges
     # finished ends there (its audio, and audio_end_ms, include this much silence)
     end_of_turn_silence_ms: int = 200
+    # A pipeline stage that gives nothing for this long (its first output, or the next, or an input
+    # transcript) fails its response with an `error` (a hung Whisper, Piper or engine): the session goes on.
+    stage_timeout_s: float = 30.0
     # An HTTP request's head (WebSocket upgrades included): bytes of the request target and of every
     # header name and value, and the number of header fields. Over either: 431, connection closed.
     max_header_bytes: int = 32 * 1024
     max_headers: int = 100
+    key_mints_per_s: float = 10.0  # ephemeral keys minted per second (a token bucket), over all clients
+    key_mint_burst: int = 50  # ... with bursts up to this many
+    header_timeout_s: float = 10.0  # a request head (a WebSocket upgrade's too) must arrive whole within this: else 408
 
 
 class WebRTCConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -103,6 +109,10 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     turn_model: TurnModelConfig = msgspec.field(default_factory=TurnModelConfig)
     session: ev.Session = msgspec.field(default_factory=ev.Session)  # defaults for new sessions (GA shape)
     shutdown_grace_s: float = 5.0
+    # A pipeline that fails for good (its in-process vLLM engine died): "exit" drains (every session
+    # told why, every response ended) and exits with status 3 for a supervisor to restart the server;
+    # "stay" keeps serving, /healthz 503, every response failing, until someone restarts it.
+    on_pipeline_failure: Literal["exit", "stay"] = "exit"
     timings_log: str | None = None  # append one JSON line per finished response (stage timings)
     # add the pipeline's stage timings to response.done's metadata ("timing.<stage>_ms"); the
     # client's own metadata keys are kept and win
@@ -113,6 +123,11 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # let the demo page mint itself an ephemeral key when the server has an API key: anyone who can
     # load the page can then talk to the server (off: the page asks for a key minted elsewhere)
     web_demo_mints_keys: bool = False
+    # Browsers send Origin with every WebSocket and cross-origin request. None: not checked. A list:
+    # a WebSocket or a WebRTC offer (/v1/realtime/calls) that carries an Origin must carry one of
+    # these ("https://app.example.com"; "*" any), else 403; clients that are not browsers send none.
+    allowed_origins: list[str] | None = None
+    metrics_need_key: bool = False  # /metrics answers only with the API key (401 otherwise)
 
 
 def resolve(name_or_path: str) -> Path:

@@ -4,26 +4,30 @@ per error code, the bearer key, and request bodies read within a bound."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import msgspec
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
 from .errors import RealtimeError
 from .server import Server
 
 MAX_BODY = 1024 * 1024
+BODY_TIMEOUT_S = 30.0  # a body that trickles in slower than this is refused (a slow-body attack holds a connection)
 
 
 STATUS = {
     "invalid_api_key": 401,
     "forbidden": 403,
+    "origin_not_allowed": 403,
     "call_not_found": 404,
     "not_found": 404,
     "invalid_call_action": 409,
     "call_not_accepted": 409,
     "call_state": 409,
+    "request_timeout": 408,
     "request_too_large": 413,
     "max_sessions_reached": 429,
     "rate_limit_exceeded": 429,
@@ -36,9 +40,9 @@ def status_for(err: RealtimeError) -> int:
     return STATUS.get(err.code or "", 400)
 
 
-def error_response(status: int, err: RealtimeError) -> JSONResponse:
+def error_response(status: int, err: RealtimeError, headers: dict[str, str] | None = None) -> JSONResponse:
     body = {"error": {"type": err.type, "code": err.code, "message": err.message, "param": err.param}}
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def bearer(request: Request) -> str | None:
@@ -57,11 +61,17 @@ async def read_body(request: Request, limit: int = MAX_BODY) -> bytes:
     held in memory whole)."""
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RealtimeError(f"The request body is larger than {limit} bytes.", code="request_too_large")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise RealtimeError(f"The request body is larger than {limit} bytes.", code="request_too_large")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RealtimeError(f"The request body did not arrive within {BODY_TIMEOUT_S:g} s.", code="request_timeout") from None
+    except ClientDisconnect:  # it closed before sending the body it announced: nobody to answer
+        raise RealtimeError("The connection closed before the request body was complete.", code="incomplete_body") from None
     return b"".join(chunks)
 
 

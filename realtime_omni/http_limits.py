@@ -16,6 +16,11 @@ header line that never ends is refused while it grows. Checking once per head, n
 per header, and counting bytes only for a head that came in reads larger than the limit, keeps the
 cost to an ordinary request to a few comparisons.
 
+A request head must also arrive whole within ``Limits.header_timeout_s`` of the connection opening
+(or, on a kept-alive connection, of its first byte): uvicorn starts no timer before a first response,
+so a connection that never finishes its head (or sends nothing) used to be held for ever. Late,
+it gets ``408`` with an OpenAI-shaped error and is closed.
+
 httptools when it is installed, else h11 (whose own buffer limit is then the raw bound).
 """
 
@@ -71,7 +76,9 @@ class HeadLimits:
     max_header_bytes: int
     max_headers: int
     max_raw_head: int  # bytes of a head still incomplete, framing included
+    header_timeout_s: float  # a head must be complete this long after the connection (or the request) began
     refusal: str | None = None  # why the request was refused: from then on the connection only lingers
+    _head_timer: asyncio.TimerHandle | None = None
 
     # of the uvicorn protocol this is mixed into
     transport: asyncio.Transport
@@ -100,14 +107,48 @@ class HeadLimits:
         self.refusal = why
         raise HeadTooLarge(why)
 
+    # ------------------------------------------------------------------ the head's deadline
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        self.head_started()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.head_done()
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def head_started(self) -> None:
+        self.head_done()
+        self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_late)
+
+    def head_done(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if self.refusal is None and not self.transport.is_closing():
+            self.refusal = f"no complete request head within {self.header_timeout_s:g} s"
+            self.send_400_response("")
+
     def send_400_response(self, msg: str) -> None:
         if self.refusal is None:
             super().send_400_response(msg)  # type: ignore[misc]
             return
-        self.logger.warning("Request header fields too large (%s): answered 431.", self.refusal)
-        error = {"type": "invalid_request_error", "code": "request_header_fields_too_large", "param": None}
-        body = msgspec.json.encode({"error": {**error, "message": f"Request header fields too large: {self.refusal}."}})
-        lines = [b"HTTP/1.1 431 Request Header Fields Too Large"]
+        self.head_done()
+        late = self.refusal.startswith("no complete request head")
+        if late:
+            self.logger.info("Request head timed out (%s): answered 408.", self.refusal)
+            error = {"type": "invalid_request_error", "code": "request_timeout", "param": None}
+            body = msgspec.json.encode({"error": {**error, "message": f"Request timeout: {self.refusal}."}})
+            status_line = b"HTTP/1.1 408 Request Timeout"
+        else:
+            self.logger.warning("Request header fields too large (%s): answered 431.", self.refusal)
+            error = {"type": "invalid_request_error", "code": "request_header_fields_too_large", "param": None}
+            body = msgspec.json.encode({"error": {**error, "message": f"Request header fields too large: {self.refusal}."}})
+            status_line = b"HTTP/1.1 431 Request Header Fields Too Large"
+        lines = [status_line]
         lines += [name + b": " + value for name, value in self.server_state.default_headers]
         lines += [b"content-type: application/json", b"content-length: %d" % len(body), b"connection: close"]
         self.transport.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
@@ -129,6 +170,7 @@ if HttpToolsProtocol is not None:
             self.read = 0  # bytes of the read being parsed
             self.head_open = False  # from a request's first byte to the end of its headers
             self.first_read = self.head_reads = 0  # the read a head began in; all the reads it is in
+            self.first_request_done = False
 
         def data_received(self, data: bytes) -> None:
             if self.refusal is not None:
@@ -145,11 +187,15 @@ if HttpToolsProtocol is not None:
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
+            if self.first_request_done:
+                self.head_started()  # a kept-alive connection's next request: its head's own deadline
+            self.first_request_done = True
             self.head_open = True
             self.first_read = self.head_reads = self.read
 
         def on_headers_complete(self) -> None:
             self.head_open = False
+            self.head_done()
             # A head holds no more bytes than the reads it came in: only one that came in more than
             # the limit's worth is counted byte by byte (an ordinary request costs two comparisons).
             if self.head_reads > self.max_header_bytes or len(self.headers) > self.max_headers:
@@ -170,6 +216,7 @@ class CheckedH11Connection(h11.Connection):
         try:
             event = super().next_event()
             if isinstance(event, h11.Request):
+                self.protocol.head_done()
                 headers = list(event.headers)
                 self.protocol.check_head(event.target, headers)
                 self.protocol.check_upgrade(event.method, event.target, headers)
@@ -202,5 +249,6 @@ def http_protocol(limits: Limits, parser: str | None = None) -> type[asyncio.Pro
         "max_header_bytes": limits.max_header_bytes,
         "max_headers": limits.max_headers,
         "max_raw_head": limits.max_header_bytes + FRAMING_PER_LINE * (limits.max_headers + 1),
+        "header_timeout_s": limits.header_timeout_s,
     }
     return type(base.__name__, (base,), values)  # type: ignore[return-value]

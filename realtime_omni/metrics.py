@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 class Metrics:
     def __init__(self, timings_log: str | None = None) -> None:
         self.timings_log = Path(timings_log) if timings_log else None
+        self.timings_lost = 0  # records the timings log could not take
+        self._timings_failing = False
         self.registry = r = CollectorRegistry()
         self.sessions_active = Gauge("realtime_sessions_active", "Sessions open now", registry=r)
         self.sessions_total = Counter("realtime_sessions", "Sessions opened", ["transport"], registry=r)
@@ -100,8 +102,15 @@ class Metrics:
             try:
                 with open(self.timings_log, "a") as f:
                     f.write(json.dumps(record) + "\n")
-            except OSError as exc:
-                log.warning("cannot write the timings log %s: %s", self.timings_log, exc)
+            except OSError as exc:  # a full disk, a read-only mount: the responses go on without it
+                self.timings_lost += 1
+                if not self._timings_failing:  # once per outage, not once per response
+                    log.warning("cannot write the timings log %s (%s); records are dropped until it can be written again", self.timings_log, exc)
+                self._timings_failing = True
+            else:
+                if self._timings_failing:
+                    log.warning("the timings log %s is written again (%d records were dropped)", self.timings_log, self.timings_lost)
+                self._timings_failing = False
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -16,6 +16,7 @@ from pipelines.base import Pipeline, TurnModel
 from .config import ServerConfig
 from .errors import RealtimeError
 from .keys import EphemeralKeys, is_ephemeral
+from .loopwatch import LoopWatch
 from .metrics import Metrics
 from .protocol import events as ev
 from .session import Media, Session
@@ -41,6 +42,16 @@ class Admission:
     session: ev.Session | None
 
 
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None elsewhere (musl, macOS)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
 def _unknown_ephemeral_key() -> RealtimeError:
     return RealtimeError("This ephemeral key is unknown, expired or already used.", code="invalid_api_key", type="authentication_error")
 
@@ -52,15 +63,20 @@ class Server:
         self.pipeline = pipeline or pipelines.create(config.pipeline.kind, config.pipeline.options)
         self.turn_model = turn_model  # semantic_vad's end-of-turn model, loaded by start() from config.turn_model
         self.metrics.watch_pipeline(self.pipeline.stats)
+        self.loop_watch = LoopWatch(self.metrics.registry)
         self.sessions: set[Session] = set()
         self.calls: dict[str, LiveCall] = {}  # live WebRTC / SIP calls (calls.Call) by call_id
-        self.keys = EphemeralKeys()
+        self.keys = EphemeralKeys(mint_rate=config.limits.key_mints_per_s, mint_burst=config.limits.key_mint_burst)
         self.defaults: SessionConfig | None = None
         self.ready = False
         self.draining = False
         self.started_at = time.time()
         self.startup_error: str | None = None
         self.on_fatal: Callable[[], None] | None = None  # set by the runner: stop serving
+        self.exit_code = 0  # what the process should exit with (3: the pipeline failed for good)
+        self._failure_watch: asyncio.Task[None] | None = None
+        self._trimmer: asyncio.Task[None] | None = None
+        self._closed_since_trim = 0
         self._starting: asyncio.Task[None] | None = None
 
     @property
@@ -75,8 +91,11 @@ class Server:
         except RealtimeError as err:
             raise ValueError(f"invalid 'session' in the server config: {err.message}") from None
         await self._load_turn_model()
+        self.loop_watch.start()
         await self.pipeline.start()
         self.ready = True
+        self._failure_watch = asyncio.create_task(self._watch_for_failure(), name="pipeline-failure-watch")
+        self._trimmer = asyncio.create_task(self._trim_memory(), name="memory-trim")
         log.info("ready: pipeline %s", caps.name)
 
     async def _load_turn_model(self) -> None:
@@ -94,6 +113,21 @@ class Server:
             await asyncio.get_running_loop().run_in_executor(None, self.turn_model.load)
         if self.turn_model is not None:
             log.info("semantic_vad: end-of-turn model %s", self.turn_model.name)
+
+    async def _watch_for_failure(self, every_s: float = 0.5, grace_s: float = 1.0) -> None:
+        """A pipeline failed for good (``Pipeline.failed``): with ``on_pipeline_failure: exit``, let
+        the responses in flight fail with their errors (``grace_s``), then stop serving with exit
+        status 3 (the runner drains: every session is told why)."""
+        while (reason := self.pipeline.failed) is None:
+            await asyncio.sleep(every_s)
+        if self.config.on_pipeline_failure != "exit":
+            log.error("the pipeline failed (%s); serving on unhealthy (on_pipeline_failure: stay)", reason)
+            return
+        log.error("the pipeline failed (%s); draining and exiting with status 3 for a supervisor to restart the server", reason)
+        await asyncio.sleep(grace_s)
+        self.exit_code = 3
+        if self.on_fatal is not None:
+            self.on_fatal()
 
     def start_in_background(self) -> None:
         """Load the pipeline while HTTP already answers (``/healthz``: 503 "starting" until ready).
@@ -116,8 +150,13 @@ class Server:
         if self._starting is not None and not self._starting.done():
             self._starting.cancel()
             await asyncio.gather(self._starting, return_exceptions=True)
+        for task in (self._failure_watch, self._trimmer):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.drain()
         self.ready = False
+        await self.loop_watch.stop()
         await self.pipeline.stop()
         if self.turn_model is not None:
             self.turn_model.close()
@@ -128,6 +167,14 @@ class Server:
         if is_ephemeral(key):
             return False
         return not expected or (key is not None and hmac.compare_digest(key.encode(), expected.encode()))
+
+    def check_origin(self, origin: str | None) -> None:
+        """A browser's ``Origin`` against ``allowed_origins`` (None: anything goes). Raises
+        ``RealtimeError`` (code ``origin_not_allowed``) for one not on the list."""
+        allowed = self.config.allowed_origins
+        if allowed is None or origin is None or "*" in allowed or origin.rstrip("/") in (a.rstrip("/") for a in allowed):
+            return
+        raise RealtimeError(f"Origin {origin[:200]!r} is not allowed to connect to this server.", code="origin_not_allowed", type="invalid_request_error")
 
     def admit(self, key: str | None) -> Admission:
         """Check a client's key for opening a session: the API key, or an unspent ephemeral key
@@ -199,6 +246,17 @@ class Server:
         await session.close()
         self.sessions.discard(session)
         self.metrics.sessions_active.set(len(self.sessions))
+        self._closed_since_trim += 1
+
+    async def _trim_memory(self, every_s: float = 30.0) -> None:
+        """Hand memory that ended sessions freed back to the system (glibc keeps it otherwise: RSS
+        would stay at the high-water mark of the busiest minute), at most every ``every_s``."""
+        trim = _malloc_trim()
+        while trim is not None:
+            await asyncio.sleep(every_s)
+            if self._closed_since_trim:
+                self._closed_since_trim = 0
+                trim(0)
 
     async def drain(self) -> None:
         """Stop admitting sessions, tell each live one the server is going away, and wait (up to

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import fractions
 import io
 import logging
@@ -94,6 +95,7 @@ async def create_call_beta(request: Request) -> Response:
 async def _create(request: Request, *, beta: bool) -> Response:
     server: Server = request.app.state.server
     try:
+        server.check_origin(request.headers.get("origin"))
         admission = server.admit(bearer(request))
         sdp, update = await _read_offer(request)
         call = await WebRTCCall.open(server, sdp, beta=beta, model=request.query_params.get("model"), admission=admission, updates=(update,))
@@ -196,8 +198,7 @@ class WebRTCCall(Call):
         try:
             await call._negotiate(sdp)
         except BaseException:
-            await pc.close()
-            await server.close_session(session)
+            await call._abandon()
             raise
         call.register()
         await session.start()
@@ -217,6 +218,14 @@ class WebRTCCall(Call):
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
         except Exception as exc:  # aiortc raises ValueError (and friends) for SDP it cannot use
             raise RealtimeError(f"Invalid SDP offer: {exc}", code="invalid_offer", param="sdp") from None
+        transceivers = pc.getTransceivers()
+        if not any(t.kind == "audio" for t in transceivers) or any(t.receiver.transport is None for t in transceivers):
+            # aiortc takes such an offer, then fails answering it and in a task of its own
+            raise RealtimeError(
+                "Invalid SDP offer: a media section has no transport, or there is no audio (check the BUNDLE group and the mids).",
+                code="invalid_offer",
+                param="sdp",
+            )
         assert self.session is not None
         for transceiver in pc.getTransceivers():
             if transceiver.kind == "audio":
@@ -320,7 +329,31 @@ class WebRTCCall(Call):
 
     async def _teardown(self) -> None:
         await self.tasks.cancel()
-        await self.pc.close()
+        await _close_peer(self.pc)
+
+    async def _abandon(self) -> None:
+        """An offer that could not be answered: undo what negotiating began (tasks a track already
+        started, the peer connection, the session), whatever state it stopped in."""
+        await _close_peer(self.pc)  # first: aiortc's own connect task, already scheduled, sees it closed
+        await self.tasks.cancel()
+        assert self.session is not None
+        await self.server.close_session(self.session)
+
+
+async def _close_peer(pc: RTCPeerConnection) -> None:
+    """Close a peer connection. aiortc's ``close`` fails on one a bad offer left half set up (a
+    transceiver with no transport): that must not keep the rest from being released."""
+    try:
+        await pc.close()
+    except Exception:
+        log.debug("closing a half-negotiated peer connection failed; stopping its transports one by one", exc_info=True)
+        dtls = [t.receiver.transport for t in pc.getTransceivers()] + [pc.sctp.transport if pc.sctp else None]
+        for transport in dtls:
+            if transport is not None:
+                with contextlib.suppress(Exception):
+                    await transport.stop()
+                with contextlib.suppress(Exception):
+                    await transport.transport.stop()
 
 
 def _set_jitter_frames(receiver: Any, frames: int) -> None:

@@ -65,6 +65,11 @@ async def _deny(ws: WebSocket, status: int, err: RealtimeError) -> None:
 async def realtime(ws: WebSocket) -> None:
     server: Server = ws.app.state.server
     key, beta, subprotocol = _credentials(ws)
+    try:
+        server.check_origin(ws.headers.get("origin"))
+    except RealtimeError as err:
+        await _deny(ws, 403, err)
+        return
     if "call_id" in ws.query_params:  # a sideband: the application's own API key, never an ephemeral one
         if not server.authorized(key):
             await _deny(ws, 401, RealtimeError("A sideband needs the server's API key.", code="invalid_api_key", type="authentication_error"))

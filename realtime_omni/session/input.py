@@ -333,7 +333,8 @@ class InputHandling:
     async def _run_transcription(self, item: Message, index: int, part: Part) -> None:
         assert part.audio is not None
         try:
-            result = await self.pipe.transcribe(item.id, part.audio)
+            async with asyncio.timeout(self.limits.stage_timeout_s):  # a hung recogniser fails this transcript only
+                result = await self.pipe.transcribe(item.id, part.audio)
         except Exception as exc:
             log.exception("transcription of %s failed", item.id)
             if self.config.transcription is not None:

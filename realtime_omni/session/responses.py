@@ -78,6 +78,7 @@ class ResponseHandling:
             max_output_tokens=out.max_output_tokens,
             metadata=params.metadata if params.metadata is not UNSET else None,
             started_at=started_at,
+            stage_timeout_s=self.limits.stage_timeout_s,
         )
 
     def _build_request(self, params: ev.ResponseParams) -> tuple[ResponseRequest, sc.OutputChoice]:

@@ -63,6 +63,10 @@ log = logging.getLogger(__name__)
 CancelReason = Literal["turn_detected", "client_cancelled", "shutdown"]
 
 
+class StageTimeout(Exception):
+    """A pipeline stage gave no output within ``Limits.stage_timeout_s``."""
+
+
 class Weight(NamedTuple):
     """What one queued delta carries of a message: samples of its audio (pipeline output rate)
     and characters of its text."""
@@ -199,6 +203,7 @@ class ResponseRun:
         max_output_tokens: int | Literal["inf"],
         metadata: dict[str, str] | None,
         started_at: float,
+        stage_timeout_s: float = 30.0,
     ) -> None:
         self.port = port
         self.request = request
@@ -216,6 +221,7 @@ class ResponseRun:
         self.muted = False
         self.outcome = Outcome("in_progress", Usage(), in_band, started_at, 0.0)
         self._chunks = chunks
+        self._stage_timeout_s = stage_timeout_s
         self._audio_out = audio_out
         self._rate = port.caps.output_rate
         self._started = False
@@ -286,7 +292,14 @@ class ResponseRun:
             if self.cancel_reason is not None:  # cancelled before it started
                 raise asyncio.CancelledError
             async with contextlib.aclosing(self._chunks) as stream:  # type: ignore[type-var]
-                async for chunk in stream:
+                while True:
+                    try:  # every wait on the pipeline is bounded: a hung stage fails the response
+                        async with asyncio.timeout(self._stage_timeout_s):
+                            chunk = await anext(stream)
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError:
+                        raise StageTimeout(f"The pipeline produced nothing for {self._stage_timeout_s:g} s.") from None
                     if isinstance(chunk, AudioChunk):
                         await self._on_audio(chunk.pcm)
                     elif isinstance(chunk, TextDelta):

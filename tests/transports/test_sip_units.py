@@ -30,7 +30,17 @@ def test_sdp_picks_the_callers_first_g711_and_keeps_telephone_event() -> None:
 
 @pytest.mark.parametrize(
     ("text", "status"),
-    [(offer("18", "a=rtpmap:18 G729/8000\r\n"), 488), (offer("0", proto="RTP/SAVP"), 488), ("v=0\r\nm=audio x RTP/AVP 0\r\n", 400), ("v=0\r\n", 488)],
+    [
+        (offer("18", "a=rtpmap:18 G729/8000\r\n"), 488),
+        (offer("0", proto="RTP/SAVP"), 488),
+        ("v=0\r\nm=audio x RTP/AVP 0\r\n", 400),
+        ("v=0\r\n", 488),
+        # found by bench.fuzz_wire: an address the RTP clock would resolve (or choke on) every 20 ms,
+        # which stopped every call's audio
+        (offer("0").replace("10.0.0.1", "pbx.example.com"), 488),
+        (offer("0").replace("10.0.0.1", "10.0.0.1\x00x"), 488),
+        (offer("0").replace("10.0.0.1", "256.1.1.1"), 488),
+    ],
 )
 def test_sdp_offers_we_cannot_take(text: str, status: int) -> None:
     with pytest.raises(sdp.SdpError) as err:

@@ -80,7 +80,9 @@ class SipBridge(asyncio.DatagramProtocol):
         self.calls: dict[str, SipCall] = {}  # by SIP Call-ID
         self.streaming: set[SipCall] = set()  # answered calls: one packet each per clock tick
         self.clock = Ticker(rtp.FRAME_SAMPLES / rtp.RATE)
-        self._timers: dict[Transaction, asyncio.TimerHandle] = {}  # one per transaction with a deadline
+        # one per transaction with a deadline: (the deadline, its handle). The deadline is kept here:
+        # uvloop's call_at gives a plain Handle, without when(), for a time already past
+        self._timers: dict[Transaction, tuple[float, asyncio.Handle]] = {}
         self.tasks = TaskSet("sip")
         self._clock: asyncio.Task[None] | None = None
         self.stats = {"received": 0, "malformed": 0, "retransmissions": 0, "responses_sent": 0}
@@ -98,7 +100,7 @@ class SipBridge(asyncio.DatagramProtocol):
     async def stop(self) -> None:
         for call in list(self.calls.values()):
             await call.hangup("server_shutting_down")
-        for timer in self._timers.values():
+        for _, timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
         if self._clock is not None:
@@ -198,13 +200,13 @@ class SipBridge(asyncio.DatagramProtocol):
             elif isinstance(out, TimedOut):
                 self._timed_out(tx, out.status)
         old = self._timers.get(tx)
-        if old is not None and old.when() == tx.deadline:
+        if old is not None and old[0] == tx.deadline:
             return
         if old is not None:
             del self._timers[tx]
-            old.cancel()
+            old[1].cancel()
         if tx.deadline is not None:
-            self._timers[tx] = asyncio.get_running_loop().call_at(tx.deadline, self._fire, tx)
+            self._timers[tx] = (tx.deadline, asyncio.get_running_loop().call_at(tx.deadline, self._fire, tx))
         elif tx.terminated and isinstance(tx, ServerTransaction) and self.transactions.get(tx.key) is tx:
             del self.transactions[tx.key]
 
@@ -237,7 +239,12 @@ class SipBridge(asyncio.DatagramProtocol):
         while True:
             await self.clock.wait()
             for call in list(self.streaming):
-                call.tick()
+                try:
+                    call.tick()
+                except Exception:  # one call's trouble must not stop every call's audio
+                    log.exception("call %s: sending RTP failed; hanging up", call.id)
+                    self.streaming.discard(call)
+                    self.spawn(call.hangup("media_error"), f"hangup:{call.id}")
 
     def _on_request(self, msg: Message, addr: Addr) -> None:
         if msg.method == "ACK":
@@ -362,7 +369,7 @@ class SipBridge(asyncio.DatagramProtocol):
             self.client.pop(tx.branch, None)
             timer = self._timers.pop(tx, None)
             if timer is not None:
-                timer.cancel()
+                timer[1].cancel()
 
     def _settle(self, tx: Transaction, reply: Message | None) -> None:
         entry = self.client.get(tx.branch) if isinstance(tx, ClientTransaction) else None

@@ -9,6 +9,7 @@ with port 0 as RFC 3264 requires.
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from dataclasses import dataclass, field
 
@@ -92,6 +93,10 @@ def parse_offer(text: str) -> Offer:
     address = m.address or session_address
     if address is None:
         raise SdpError("the offer has no connection address", 400)
+    try:  # an IP literal: a name would be resolved on every 20 ms tick, blocking every call
+        address = str(ipaddress.ip_address(address))
+    except ValueError:
+        raise SdpError(f"the connection address {address[:100]!r} is not an IP address", 488) from None
     codec = None
     dtmf = None
     for fmt in m.formats:
