@@ -111,7 +111,7 @@ def main() -> None:
         cfg = config(variant, args.silence_ms)
         with contextlib.ExitStack() as stack:
             if variant == "remote_thinker":
-                url = stack.enter_context(vllm_serve())
+                url = stack.enter_context(vllm_serve(cfg["pipeline"]["options"]["thinker"].get("model", "smollm2-135m-instruct")))
                 cfg["pipeline"]["options"]["thinker"]["remote"] = {"url": url}
             run = replay.replay_into(cfg, conversations)
         turns = run["turns"]

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 
 class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    model: str = "smollm2-135m-instruct"  # a model name from `realtime-omni models`, or a path / HF id
+    model: str = "qwen2.5-coder-0.5b-instruct"  # a model name from `realtime-omni models`, or a path / HF id
     # in_process: vLLM in this server; remote: a `vllm serve` of the same model that many frontends
     # share (its OpenAI completions, the prompt as token ids rendered here, this session's cache_salt)
     engine: Literal["in_process", "remote"] = "in_process"

@@ -26,7 +26,9 @@ TEXT = {"output_modalities": ["text"]}
 def remote() -> Iterator[tuple[str, str]]:
     """(the realtime server's ws base, the vLLM deployment's base URL)."""
     with vllm_serve() as engine:
-        config = cpu_config(engine="remote", remote={"url": engine}, served_model="smollm2", max_tokens=400, max_sentences=50)
+        config = cpu_config(
+            model="smollm2-135m-instruct", engine="remote", remote={"url": engine}, served_model="smollm2", max_tokens=400, max_sentences=50
+        )  # the model vllm_serve() serves, whatever configs/cpu.yaml's default
         with server_process(config, startup_s=600) as ws_base:
             yield ws_base, engine
 
