@@ -46,6 +46,10 @@ class ServerURL(str):
     log: Path
 
 
+# it goes into configs as the string it is (a config naming a remote engine is written as YAML)
+yaml.SafeDumper.add_representer(ServerURL, lambda dumper, url: dumper.represent_str(str(url)))
+
+
 @contextlib.contextmanager
 def server_process(config: dict[str, Any], startup_s: float = 600.0) -> Iterator[ServerURL]:
     """``realtime-omni serve`` in a child process with ``config``; yields its ws base URL."""
