@@ -83,13 +83,19 @@ def server_process(config: dict[str, Any], startup_s: float = 600.0) -> Iterator
         url.log = Path(log.name)
         yield url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
         log.close()
         os.unlink(path)
+
+
+def stop(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
+    """SIGTERM (a graceful drain), then SIGKILL if it is not gone within ``grace_s``."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def machine() -> dict[str, Any]:
@@ -145,9 +151,5 @@ def vllm_serve(model_name: str = "smollm2-135m-instruct", served_as: str = "smol
         url.process = proc
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, grace_s=30.0)
         log.close()

@@ -16,7 +16,6 @@ import base64
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -59,7 +58,7 @@ def pipecat_agent(config: dict[str, Any], llm_url: str, llm_model: str, startup_
     repetition penalty, the LLM at ``llm_url`` (``bench.common.vllm_serve``). Yields its ws URL."""
     from pipelines import models
 
-    from ..common import free_port
+    from ..common import free_port, stop
 
     options = config["pipeline"]["options"]
     thinker = options.get("thinker", {})
@@ -93,11 +92,7 @@ def pipecat_agent(config: dict[str, Any], llm_url: str, llm_model: str, startup_
         url.process = proc
         yield url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
         log.close()
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from bench.rawws import OP_TEXT, RawWebSocket
 from tests.support.client import connect
+from tests.support.server import wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -25,15 +26,6 @@ def _uvicorn_logs(caplog):
     logger.removeHandler(caplog.handler)
 
 
-async def _until(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await predicate():
-            return True
-        await asyncio.sleep(0.05)
-    return False
-
-
 async def test_invalid_utf8_in_a_text_frame_closes_1007_without_a_traceback(server, caplog):
     caplog.set_level(logging.WARNING)
     ws = await RawWebSocket.connect("127.0.0.1", server.port, "/v1/realtime?model=m", {"Authorization": "Bearer k"})
@@ -41,7 +33,7 @@ async def test_invalid_utf8_in_a_text_frame_closes_1007_without_a_traceback(serv
     await ws.send_frame(OP_TEXT, b'{"type":"input_audio_buffer.clear","event_id":"\xff\xfe"}')
     assert await ws.close_code(timeout=5) == 1007
     await ws.close()
-    assert await _until(lambda: server.acall(lambda: not server.server.sessions), 5)
+    assert await wait_until(lambda: server.acall(lambda: not server.server.sessions), 5)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], [r.getMessage() for r in caplog.records]
     assert any("not valid UTF-8" in r.getMessage() for r in caplog.records)
     async with connect(server.ws_base) as c:  # and the server serves on
@@ -57,13 +49,13 @@ async def test_a_client_that_stops_reading_is_dropped_after_the_send_timeout(mak
     ws = await RawWebSocket.connect("127.0.0.1", srv.port, "/v1/realtime?model=m", rcvbuf=8192)
     await ws.send_frame(OP_TEXT, json.dumps({"type": "response.create"}).encode())  # 96 s of audio, at once; never read
     t0 = time.monotonic()
-    assert await _until(lambda: srv.acall(lambda: not srv.server.sessions), 15), "a client that stopped reading was never dropped"
+    assert await wait_until(lambda: srv.acall(lambda: not srv.server.sessions), 15), "a client that stopped reading was never dropped"
     waited = time.monotonic() - t0
     assert waited < 15  # well before keepalive (20 s ping + 20 s timeout) would have ended it
     # said by whichever noticed first: the stall watch (kernel buffers still taking data) or the
     # session's send timeout (uvicorn stopped taking writes)
     assert any("took no data" in r.getMessage() or "took no event" in r.getMessage() for r in caplog.records)
-    assert await _until(lambda: srv.acall(lambda: srv.server.pipeline.stats()["active_responses"] == 0), 5)
+    assert await wait_until(lambda: srv.acall(lambda: srv.server.pipeline.stats()["active_responses"] == 0), 5)
     await ws.close()
 
 
@@ -158,5 +150,5 @@ async def test_webrtc_offers_aiortc_cannot_answer_get_400_and_leave_nothing(serv
 
     await server.acall(gc.collect)
     await asyncio.sleep(0.1)
-    assert await _until(lambda: server.acall(lambda: not server.server.sessions and not server.server.calls), 5)
+    assert await wait_until(lambda: server.acall(lambda: not server.server.sessions and not server.server.calls), 5)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]

@@ -21,16 +21,7 @@ import websockets
 
 from tests.conftest import synthetic_config
 from tests.support.client import connect
-from tests.support.server import ServerThread
-
-
-async def wait_until(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await predicate():
-            return True
-        await asyncio.sleep(0.05)
-    return False
+from tests.support.server import ServerThread, wait_until
 
 
 async def test_vanished_client_leaves_nothing_behind(slow_server):

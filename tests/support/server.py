@@ -91,3 +91,13 @@ class ServerThread:
             )
 
         return self.call(names)
+
+
+async def wait_until(predicate: Callable[[], Any], timeout: float = 10.0) -> bool:
+    """Poll ``await predicate()`` every 50 ms until it holds (True) or ``timeout`` passes (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await predicate():
+            return True
+        await asyncio.sleep(0.05)
+    return False
