@@ -330,6 +330,14 @@ def _is_error_shape(body: bytes) -> bool:
         return False
 
 
+def _server_state(why: str | None, logs: LogWatch, url: str) -> str | None:
+    """A batch's failure: its own check's, else a new problem in the server log, else /healthz."""
+    if why is None and (problems := logs.new_problems()):
+        why = f"server log: {problems[0][:300]}"
+    if why is None and healthz(url) != 200:
+        why = "/healthz is not 200"
+    return why
+
 async def _http_check(host: str, port: int, offer: str) -> str | None:
     """The real thing still works: a key is minted, a WebRTC call opened and hung up."""
     auth = [("Authorization", f"Bearer {API_KEY}")]
@@ -384,12 +392,7 @@ async def run_http(url: str, *, requests: int, seed: int = 1, logs: LogWatch | N
         reqs = [gen.next() for _ in range(min(batch, requests - done))]
         done += len(reqs)
         await asyncio.gather(*(one(r) for r in reqs))
-        why = await _http_check(host, port_n, offer)
-        problems = logs.new_problems()
-        if why is None and problems:
-            why = f"server log: {problems[0][:300]}"
-        if why is None and healthz(url) != 200:
-            why = "/healthz is not 200"
+        why = _server_state(await _http_check(host, port_n, offer), logs, url)
         if why is not None:
             fail(stats, f"batch ending at {done}", why, [r.method + " " + r.path for r in reqs][-10:])
             break
@@ -600,12 +603,7 @@ async def run_sip(url: str, sip_port: int, *, datagrams: int, seed: int = 1, log
         answers = peer.drain()
         for a in answers:
             stats.statuses["answer " + a[:12].decode(errors="replace")] += 1
-        why = await _sip_call(gen, SipPeer(), SipPeer(), server, stats.checks)
-        problems = logs.new_problems()
-        if why is None and problems:
-            why = f"server log: {problems[0][:300]}"
-        if why is None and healthz(url) != 200:
-            why = "/healthz is not 200"
+        why = _server_state(await _sip_call(gen, SipPeer(), SipPeer(), server, stats.checks), logs, url)
         if why is not None:
             fail(stats, f"SIP batch ending at {sent}", why, "")
             break
