@@ -22,6 +22,7 @@ import yaml
 
 from bench.common import free_port
 from tests.support.client import connect
+from tests.support.server import until_healthy
 
 TEXT_ITEM = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]}
 MANUAL = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
@@ -134,14 +135,7 @@ async def test_a_signal_under_load_loses_no_response_done_and_exits_within_the_d
         stderr=subprocess.STDOUT,
     )
     try:
-        async with httpx.AsyncClient() as http:
-            for _ in range(300):
-                try:
-                    if (await http.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.05)
+        await until_healthy(port, timeout=15)
 
         async def user(ready: asyncio.Event, go: asyncio.Event) -> tuple[int, int, bool, int | None]:
             async with connect(f"ws://127.0.0.1:{port}/v1") as c:

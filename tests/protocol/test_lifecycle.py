@@ -21,7 +21,7 @@ import websockets
 
 from tests.conftest import synthetic_config
 from tests.support.client import connect
-from tests.support.server import ServerThread, wait_until
+from tests.support.server import ServerThread, until_healthy, wait_until
 
 
 async def test_vanished_client_leaves_nothing_behind(slow_server):
@@ -191,14 +191,7 @@ async def test_cli_serves_and_shuts_down_gracefully(tmp_path: Path):
         stderr=subprocess.STDOUT,
     )
     try:
-        async with httpx.AsyncClient() as http:
-            for _ in range(200):
-                try:
-                    if (await http.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.05)
+        await until_healthy(port, timeout=10)
         async with connect(f"ws://127.0.0.1:{port}/v1") as c:
             await c.expect("session.created")
             await c.send({"type": "response.create"})

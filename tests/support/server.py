@@ -101,3 +101,18 @@ async def wait_until(predicate: Callable[[], Any], timeout: float = 10.0) -> boo
             return True
         await asyncio.sleep(0.05)
     return False
+
+
+async def until_healthy(port: int, timeout: float = 15.0) -> bool:
+    """Poll a server process's ``/healthz`` on ``port`` until it answers 200 (True) or ``timeout``."""
+    import httpx
+
+    async with httpx.AsyncClient() as http:
+
+        async def ok() -> bool:
+            try:
+                return (await http.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        return await wait_until(ok, timeout)
