@@ -29,26 +29,29 @@ class _Failed:
         self.exc = exc
 
 
+async def _pump(source: AsyncIterable[Any], queue: asyncio.Queue[Any]) -> None:
+    try:
+        closing = contextlib.aclosing(source) if hasattr(source, "aclose") else contextlib.nullcontext(source)
+        async with closing as items:
+            async for item in items:
+                await queue.put(item)
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # handed to the consumer, which re-raises it
+        await queue.put(_Failed(exc))
+        return
+    await queue.put(_END)
+
+
 class Handoff(AsyncIterator[T]):
     """Runs ``source`` in its own task; iterating the Handoff reads its items from a bounded queue."""
 
     def __init__(self, source: AsyncIterable[T], maxsize: int, name: str = "stage") -> None:
         self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize)
         self._done = False
-        self._task = asyncio.create_task(self._pump(source), name=name)
-
-    async def _pump(self, source: AsyncIterable[T]) -> None:
-        try:
-            closing = contextlib.aclosing(source) if hasattr(source, "aclose") else contextlib.nullcontext(source)
-            async with closing as items:
-                async for item in items:
-                    await self._queue.put(item)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # handed to the consumer, which re-raises it
-            await self._queue.put(_Failed(exc))
-            return
-        await self._queue.put(_END)
+        # the pump sees the queue, never the Handoff: a cancelled task keeps its traceback, whose
+        # frame would otherwise hold the Handoff holding the task (a cycle only a full GC frees)
+        self._task = asyncio.create_task(_pump(source, self._queue), name=name)
 
     def __aiter__(self) -> "Handoff[T]":
         return self

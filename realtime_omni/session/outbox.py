@@ -88,3 +88,9 @@ class Outbox:
             fut = self._putters.popleft()
             if not fut.done():
                 fut.set_result(None)
+
+    def discard(self) -> None:
+        """The connection is gone: drop what is still queued (no one will send it; the responses
+        it names would otherwise stay referenced from a closed session)."""
+        self.close()
+        self._items.clear()

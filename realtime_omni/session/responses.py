@@ -7,7 +7,6 @@ response at a time, and ``limits.max_out_of_band`` out-of-band ones.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
@@ -19,6 +18,7 @@ from pipelines.base import ResponseRequest, Tool
 from ..errors import RealtimeError, invalid_value
 from ..ids import new_id
 from ..protocol import events as ev
+from ..tasks import create_task
 from . import config as sc
 from .conversation import from_wire
 from .run import EventAudio, Outcome, PacedAudio, ResponseRun
@@ -57,7 +57,7 @@ class ResponseHandling:
             self.active = run
         else:
             self.out_of_band.add(run)
-        run.task = asyncio.create_task(self._respond(run), name=f"response:{run.id}")
+        run.task = create_task(self._respond(run), name=f"response:{run.id}")
         return run
 
     async def _respond(self, run: ResponseRun) -> None:

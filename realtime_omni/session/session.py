@@ -15,9 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -57,6 +56,23 @@ class Media:
 
 
 class Session(InputHandling, ItemHandling, ResponseHandling):
+    # the handler of each client event, by method name: a table of bound methods on the instance
+    # would be a reference cycle, keeping a closed session's audio alive until a full collection
+    _HANDLERS: ClassVar[dict[type, str]] = {
+        ev.InputAudioBufferAppend: "_on_append",
+        ev.InputAudioBufferCommit: "_on_commit",
+        ev.InputAudioBufferClear: "_on_clear",
+        ev.OutputAudioBufferClear: "_on_output_clear",
+        ev.SessionUpdate: "_on_session_update",
+        ev.TranscriptionSessionUpdate: "_on_transcription_session_update",
+        ev.ConversationItemCreate: "_on_item_create",
+        ev.ConversationItemRetrieve: "_on_item_retrieve",
+        ev.ConversationItemDelete: "_on_item_delete",
+        ev.ConversationItemTruncate: "_on_item_truncate",
+        ev.ResponseCreate: "_on_response_create",
+        ev.ResponseCancel: "_on_response_cancel",
+    }
+
     def __init__(
         self,
         pipeline: Pipeline,
@@ -101,20 +117,6 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
         self.closed = False
         self.ending = False
         self._reset_detector()
-        self._handlers: dict[type, Callable[[Any], Awaitable[None]]] = {
-            ev.InputAudioBufferAppend: self._on_append,
-            ev.InputAudioBufferCommit: self._on_commit,
-            ev.InputAudioBufferClear: self._on_clear,
-            ev.OutputAudioBufferClear: self._on_output_clear,
-            ev.SessionUpdate: self._on_session_update,
-            ev.TranscriptionSessionUpdate: self._on_transcription_session_update,
-            ev.ConversationItemCreate: self._on_item_create,
-            ev.ConversationItemRetrieve: self._on_item_retrieve,
-            ev.ConversationItemDelete: self._on_item_delete,
-            ev.ConversationItemTruncate: self._on_item_truncate,
-            ev.ResponseCreate: self._on_response_create,
-            ev.ResponseCancel: self._on_response_cancel,
-        }
 
     # ================================================================== plumbing
 
@@ -169,7 +171,7 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
             return
         self.metrics.event_in(event.__struct_config__.tag)
         try:
-            await self._handlers[type(event)](event)
+            await getattr(self, self._HANDLERS[type(event)])(event)
         except RealtimeError as err:
             err.event_id = err.event_id or event.event_id
             await self.report(err)
@@ -231,7 +233,7 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
         if self.closed:
             return
         self.closed = True
-        self.outbox.close()
+        self.outbox.discard()
         if self.playout is not None:
             self.playout.close()
         runs = [r for r in (self.active, *self.out_of_band) if r is not None]

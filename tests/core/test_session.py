@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import json
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -331,6 +333,34 @@ async def test_closing_mid_answer_stops_the_pipeline_and_leaves_nothing_running(
     assert run is not None and run.done and opened.session.active is None
     assert opened.pipeline.stats()["active_responses"] == 0 and opened.pipe.closed
     assert not len(opened.session.tasks)
+
+
+async def test_a_closed_session_is_freed_at_once_not_at_the_next_full_garbage_collection():
+    """No reference cycle keeps a closed session (its conversation, its audio) alive: with the
+    cyclic collector off, dropping the last reference frees it. Closed mid-answer, with an
+    out-of-band answer running and a spoken turn behind it, so every kind of task has run."""
+    vad = await open_session(msgspec.json.decode(b'{"audio": {"input": {"transcription": {"model": "fake"}}}}', type=ev.Session))
+    await vad.speak(np.concatenate([silence(300, RATE), QUESTION, silence(800, RATE)]))
+    await vad.until("response.done")
+    await vad.send(
+        {"type": "conversation.item.create", "item": TEXT_ITEM},
+        {"type": "response.create", "response": {"conversation": "none"}},
+        {"type": "response.create"},
+    )
+    await vad.until("response.created")
+    await vad.speak(QUESTION[: RATE // 2])  # barge in on it
+    gc.collect()
+    gc.disable()
+    try:
+        await vad.session.close()
+        ref = weakref.ref(vad.session)
+        history = weakref.ref(vad.session.conversation)
+        assert vad.pipeline.stats()["active_responses"] == 0 and vad.pipe.closed
+        del vad
+        kept = [type(r).__name__ for r in gc.get_referrers(ref())] if ref() is not None else []
+        assert ref() is None and history() is None, f"a closed session is still held by {kept}"
+    finally:
+        gc.enable()
 
 
 async def test_noise_reduction_reaches_the_pipeline_at_open_and_on_every_change():
