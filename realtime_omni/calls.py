@@ -29,6 +29,7 @@ from dsp.resample import PolyphaseResampler
 from .errors import RealtimeError
 from .ids import new_id
 from .pump import EventPump, SidebandQueue, Sink, SinkGone
+from .tasks import create_task
 
 if TYPE_CHECKING:
     from .server import Server
@@ -68,14 +69,14 @@ class Call:
         """Start pumping the session's events (see ``EventPump.run`` for ``wait_for_sink``)."""
         assert self.session is not None and self.pump is None
         self.pump = EventPump(self.session, self.server.metrics)
-        self._pump = asyncio.create_task(self._run_pump(self.pump, wait_for_sink), name=f"call-events:{self.id}")
+        self._pump = create_task(self._run_pump(self.pump, wait_for_sink), name=f"call-events:{self.id}")
 
     async def _run_pump(self, pump: EventPump, wait_for_sink: float | None) -> None:
         try:
             await pump.run(wait_for_sink=wait_for_sink)
         except SinkGone:
             log.warning("call %s: the data channel stopped taking events; hanging up", self.id)
-            self._hangup = asyncio.get_running_loop().create_task(self.hangup("client_gone"))
+            self._hangup = create_task(self.hangup("client_gone"), name=f"hangup:{self.id}")
 
     def add_sink(self, sink: Sink) -> None:
         assert self.pump is not None
@@ -115,7 +116,7 @@ class Call:
         else:
             return
         log.info("call %s: %s; hanging up", self.id, reason)
-        self._hangup = asyncio.get_running_loop().create_task(self.hangup(reason))  # (hangup cancels this task)
+        self._hangup = create_task(self.hangup(reason), name=f"hangup:{self.id}")  # (hangup cancels this task)
 
     # ------------------------------------------------------------------ control
 
