@@ -214,8 +214,17 @@ def summarize(samples: list[dict[str, float]], warmup_s: float) -> dict[str, Any
     after = samples[-1]
     warm = [s for s in load if s["t_s"] >= warmup_s] or load
     first, last = warm[0], warm[-1]
+    # one sample swings with the live sessions' conversations: also a least-squares trend over
+    # every sample after warm-up, and the median of its last fifth against its first fifth
+    t = np.array([s["t_s"] for s in warm]) / 3600
+    rss = np.array([s["rss_mb"] for s in warm])
+    slope = float(np.polyfit(t, rss, 1)[0]) if len(warm) >= 3 else None
+    k = max(1, len(warm) // 5)
+    head, tail = float(np.median(rss[:k])), float(np.median(rss[-k:]))
     return {
         "rss_growth_after_warmup_pct": round(100 * (last["rss_mb"] - first["rss_mb"]) / first["rss_mb"], 2) if first else None,
+        "rss_growth_after_warmup_median_pct": round(100 * (tail - head) / head, 2),
+        "rss_trend_mib_per_hour": round(slope, 1) if slope is not None else None,
         "rss_mb": {"before": base["rss_mb"], "first_after_warmup": first["rss_mb"], "last_under_load": last["rss_mb"], "after": after["rss_mb"]},
         "fds": {"before": base["fds"], "peak": max(s["fds"] for s in samples), "after": after["fds"]},
         "tasks": {"before": base["tasks"], "peak": max(s["tasks"] for s in samples), "after": after["tasks"]},
