@@ -65,19 +65,7 @@ def server_process(config: dict[str, Any], startup_s: float = 600.0) -> Iterator
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        deadline = time.monotonic() + startup_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited during startup; see {log.name}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("server did not become ready")
-            time.sleep(0.1)
+        wait_ready(proc, f"http://127.0.0.1:{port}/healthz", startup_s, "the server", Path(log.name), every_s=0.1)
         url = ServerURL(f"ws://127.0.0.1:{port}/v1")
         url.process = proc
         url.log = Path(log.name)
@@ -86,6 +74,23 @@ def server_process(config: dict[str, Any], startup_s: float = 600.0) -> Iterator
         stop(proc)
         log.close()
         os.unlink(path)
+
+
+def wait_ready(proc: subprocess.Popen[bytes], health_url: str, startup_s: float, what: str, log: Path | None = None, every_s: float = 0.2) -> None:
+    """Poll ``health_url`` until it answers 200; raise (naming ``log``, where its output goes) if
+    ``proc`` exits first or ``startup_s`` passes."""
+    see = f"; see {log}" if log is not None else ""
+    deadline = time.monotonic() + startup_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited during startup{see}")
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(health_url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not become ready in {startup_s:g} s{see}")
+        time.sleep(every_s)
 
 
 def stop(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
@@ -138,15 +143,7 @@ def vllm_serve(model_name: str = "smollm2-135m-instruct", served_as: str = "smol
     log = open(Path(tempfile.gettempdir()) / f"vllm-serve-{port}.log", "w")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 600
-        while True:
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"vllm serve did not start; see {log.name}")
-            time.sleep(0.5)
+        wait_ready(proc, f"http://127.0.0.1:{port}/health", 600, "vllm serve", Path(log.name), every_s=0.5)
         url = ServerURL(f"http://127.0.0.1:{port}/v1")
         url.process = proc
         yield url

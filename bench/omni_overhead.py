@@ -23,13 +23,12 @@ import json
 import random
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 from bench.client import first_audio, open_session
-from bench.common import free_port, machine, save, server_process
+from bench.common import free_port, machine, save, server_process, stop, wait_ready
 from bench.metrics import dist
 from realtime_omni import config as config_file
 
@@ -49,18 +48,10 @@ def engine_process(chunk_ms: float) -> Iterator[str]:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{url}/health", timeout=1):
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the fake engine did not start")
-            time.sleep(0.1)
+        wait_ready(proc, f"{url}/health", 60, "the fake engine", every_s=0.1)
         yield url
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        stop(proc, grace_s=10.0)
 
 
 def recorded(engine: str) -> list[dict[str, Any]]:

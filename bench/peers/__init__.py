@@ -18,8 +18,6 @@ import json
 import os
 import subprocess
 import tempfile
-import time
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -58,7 +56,7 @@ def pipecat_agent(config: dict[str, Any], llm_url: str, llm_model: str, startup_
     repetition penalty, the LLM at ``llm_url`` (``bench.common.vllm_serve``). Yields its ws URL."""
     from pipelines import models
 
-    from ..common import free_port, stop
+    from ..common import free_port, stop, wait_ready
 
     options = config["pipeline"]["options"]
     thinker = options.get("thinker", {})
@@ -77,17 +75,7 @@ def pipecat_agent(config: dict[str, Any], llm_url: str, llm_model: str, startup_
     env.pop("PYTHONPATH", None)  # nothing of this repository's environment leaks into the peer's
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tempfile.gettempdir())
     try:
-        deadline = time.monotonic() + startup_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the Pipecat agent exited during startup; see {log.name}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the Pipecat agent did not become ready; see {log.name}")
-            time.sleep(0.2)
+        wait_ready(proc, f"http://127.0.0.1:{port}/healthz", startup_s, "the Pipecat agent", Path(log.name))
         url = PeerURL(f"ws://127.0.0.1:{port}")
         url.process = proc
         yield url
