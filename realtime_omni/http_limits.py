@@ -130,30 +130,26 @@ class HeadLimits:
         self._head_timer = None
         if self.refusal is None and not self.transport.is_closing():
             self.refusal = f"no complete request head within {self.header_timeout_s:g} s"
-            self.send_400_response("")
+            self.logger.info("Request head timed out (%s): answered 408.", self.refusal)
+            self._answer(b"408 Request Timeout", "request_timeout", f"Request timeout: {self.refusal}.")
 
     def send_400_response(self, msg: str) -> None:
         if self.refusal is None:
             super().send_400_response(msg)  # type: ignore[misc]
             return
+        self.logger.warning("Request header fields too large (%s): answered 431.", self.refusal)
+        self._answer(b"431 Request Header Fields Too Large", "request_header_fields_too_large", f"Request header fields too large: {self.refusal}.")
+
+    def _answer(self, status: bytes, code: str, message: str) -> None:
+        """An OpenAI-shaped error, then the connection ends (it lingers for the client to read it)."""
         self.head_done()
-        late = self.refusal.startswith("no complete request head")
-        if late:
-            self.logger.info("Request head timed out (%s): answered 408.", self.refusal)
-            error = {"type": "invalid_request_error", "code": "request_timeout", "param": None}
-            body = msgspec.json.encode({"error": {**error, "message": f"Request timeout: {self.refusal}."}})
-            status_line = b"HTTP/1.1 408 Request Timeout"
-        else:
-            self.logger.warning("Request header fields too large (%s): answered 431.", self.refusal)
-            error = {"type": "invalid_request_error", "code": "request_header_fields_too_large", "param": None}
-            body = msgspec.json.encode({"error": {**error, "message": f"Request header fields too large: {self.refusal}."}})
-            status_line = b"HTTP/1.1 431 Request Header Fields Too Large"
-        lines = [status_line]
+        body = msgspec.json.encode({"error": {"type": "invalid_request_error", "code": code, "param": None, "message": message}})
+        lines = [b"HTTP/1.1 " + status]
         lines += [name + b": " + value for name, value in self.server_state.default_headers]
         lines += [b"content-type: application/json", b"content-length: %d" % len(body), b"connection: close"]
         self.transport.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
         if self.transport.can_write_eof():
-            self.transport.write_eof()  # the client reads the 431, then the end of the stream
+            self.transport.write_eof()  # the client reads the answer, then the end of the stream
             self.loop.call_later(LINGER_S, self.transport.close)  # sooner if the client closes
         else:
             self.transport.close()
