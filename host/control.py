@@ -61,8 +61,9 @@ def _ttl(body: dict[str, Any]) -> int:
     return seconds
 
 
-def _mint(server: Server, ttl: int, session: ev.Session | None) -> tuple[keys.EphemeralKey, ev.Session]:
-    """Check the grant against the server's defaults (a bad config fails now, not at connect)."""
+def mint_key(server: Server, ttl: int, session: ev.Session | None) -> tuple[keys.EphemeralKey, ev.Session]:
+    """An ephemeral key granting ``session``, checked against the server's defaults (a bad config
+    fails now, not at connect); minting too fast raises ``Throttled``. The demo page mints here too."""
     if server.defaults is None:
         raise RealtimeError("The server is still starting.", code="server_unavailable", type="server_error")
     effective = server.defaults
@@ -95,7 +96,7 @@ async def client_secrets(request: Request) -> Response:
         body = await json_body(request)
         ttl = _ttl(body)
         session = decode_session(msgspec.json.encode(body["session"])) if body.get("session") is not None else None
-        key, wire = _mint(server, ttl, session)
+        key, wire = mint_key(server, ttl, session)
     except RealtimeError as err:
         return refused(err)
     session_out = {"id": new_id("sess"), "object": "realtime.session", **msgspec.to_builtins(wire), "expires_at": key.expires_at}
@@ -110,7 +111,7 @@ async def beta_sessions(request: Request) -> Response:
         body = await json_body(request)
         body.pop("client_secret", None)
         session = decode_session(msgspec.json.encode(body)) if body else None
-        key, wire = _mint(server, keys.DEFAULT_TTL_S, session)
+        key, wire = mint_key(server, keys.DEFAULT_TTL_S, session)
     except RealtimeError as err:
         return refused(err)
     out = msgspec.to_builtins(wire)

@@ -20,6 +20,8 @@ from realtime_omni.errors import RealtimeError
 from realtime_omni.http import error_response
 from realtime_omni.server import Server
 
+from .control import mint_key, refused
+
 WEB_DEMO = Path(__file__).resolve().parent.parent / "web_demo"
 
 
@@ -53,8 +55,8 @@ async def mint(request: Request) -> Response:
         err = RealtimeError("This server does not hand out keys to the demo page (web_demo_mints_keys is off).", code="forbidden")
         return error_response(403, err)
     try:
-        key = server.keys.issue(60, None)
-    except OverflowError as exc:  # keys.MintRefused: too many outstanding, or minted too fast
-        return error_response(429, RealtimeError(str(exc), code="rate_limit_exceeded", type="rate_limit_error"))
+        key, _ = mint_key(server, 60, None)
+    except RealtimeError as err:
+        return refused(err)
     return JSONResponse({"value": key.value, "expires_at": key.expires_at})
 
