@@ -101,6 +101,15 @@ class Sampler:
         print(f"  {s}", flush=True)
         return s
 
+    def settle(self, timeout: float = 60) -> dict[str, float]:
+        """Once the clients are gone: wait (up to ``timeout``) for the server to close their
+        sessions, then sample what is left ("after")."""
+        deadline = time.monotonic() + timeout
+        while self.sample("settling")["sessions"] > 0 and time.monotonic() < deadline:
+            time.sleep(1)
+        time.sleep(3)  # let the loop watch count tasks again
+        return self.sample("after")
+
 
 async def user(url: str, scripts: list[list[str]], stop_at: float, rng: random.Random, tally: Tally) -> None:
     """One seat: sessions one after another until ``stop_at``."""
@@ -250,11 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(2.5)  # let the loop watch publish its first task count
         sampler.sample("before")
         tally = asyncio.run(soak(url, sampler, args.sessions, args.minutes, args.sample_s, args.seed, questions))
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and sampler.sample("settling")["sessions"] > 0:
-            time.sleep(2)
-        time.sleep(3)
-        sampler.sample("after")
+        sampler.settle(timeout=30)
         log = url.log.read_text()
     tracebacks = log.count("Traceback")
     result = {

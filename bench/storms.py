@@ -38,17 +38,6 @@ def server_config(max_sessions: int) -> dict[str, Any]:
     }
 
 
-async def settle(sampler: Sampler, timeout: float = 60) -> dict[str, float]:
-    deadline = time.monotonic() + timeout
-    while True:
-        s = await asyncio.to_thread(sampler.sample, "settling")
-        if s["sessions"] == 0 or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(1)
-    await asyncio.sleep(3)  # let the loop watch count tasks again
-    return await asyncio.to_thread(sampler.sample, "after")
-
-
 async def drops(url: str, waves: int, per_wave: int) -> dict[str, Any]:
     mid_response = failed = 0
 
@@ -160,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 print(f"{name} ...", flush=True)
                 out = await storm()
-                after = await settle(sampler)
+                after = await asyncio.to_thread(sampler.settle)
                 out["after"] = {k: after[k] for k in ("rss_mb", "fds", "tasks", "threads", "sessions")}
                 result[name] = out
                 print(json.dumps(out), flush=True)
