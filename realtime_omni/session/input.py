@@ -145,7 +145,8 @@ class InputHandling:
 
     async def _speech_started(self, e: SpeechStarted) -> None:
         self._cancel_idle_timer()
-        self._turn = turn = Turn(new_id("item"), e.start, e.start)
+        start = max(e.start, self.buffer.start)  # its padding never reaches into audio already committed or cleared
+        self._turn = turn = Turn(new_id("item"), start, start)
         if not self._guard_holds(turn, e.onset):
             await self._begin_turn(turn)
 
@@ -266,8 +267,10 @@ class InputHandling:
             return None  # the response itself will report it
 
     async def _end_turn_now(self) -> None:
-        self._reset_detector()
+        """A turn longer than the input buffer: it ends where the buffer is full, and a fresh
+        detector hears the rest of the speech as a turn of its own."""
         await self._speech_stopped(self.buffer.end)
+        self._reset_detector()
 
     async def _commit(self, item_id: str, start: int, end: int) -> None:
         pcm = self.buffer.slice(start, end)
@@ -311,17 +314,19 @@ class InputHandling:
         await self.emit(ev.InputAudioBufferCleared())
 
     def _reset_detector(self) -> None:
-        """A fresh detector (new settings, a commit/clear mid-turn); an open turn is abandoned."""
+        """A fresh detector (new settings, a commit/clear mid-turn); an open turn is abandoned. It
+        counts from the buffer's end, so its positions stay those of the session's input."""
         self._turn = None
         vad = self.config.vad
+        origin = self.buffer.end
         if vad is None:
             self.detector = None
         elif vad.end_of_turn is not None and self.turn_model is not None:  # semantic_vad with its model
             settings = replace(vad, silence_duration_ms=vad.end_of_turn.max_wait_ms)
             check = self.limits.end_of_turn_silence_ms
-            self.detector = TurnDetector(settings, self.caps.input_rate, self.limits.pause_ms, check_ms=check)
+            self.detector = TurnDetector(settings, self.caps.input_rate, self.limits.pause_ms, check_ms=check, origin=origin)
         else:
-            self.detector = TurnDetector(vad, self.caps.input_rate, self.limits.pause_ms)
+            self.detector = TurnDetector(vad, self.caps.input_rate, self.limits.pause_ms, origin=origin)
 
     def _transcribe(self, item: Message) -> None:
         if not self.caps.transcribes_input:

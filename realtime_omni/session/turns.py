@@ -19,7 +19,10 @@ higher threshold needs louder, clearer speech, as with OpenAI's VAD.
   decision was made. ``events`` judges frames lazily, so a verdict applied between two events
   takes effect on the very next frame.
 
-All positions are in samples of the audio the detector was given since the session began.
+All positions are absolute: samples of the session's input since it began (the input buffer's
+time base), counted from ``origin``, the position of the first sample this detector is given. A
+detector made mid-session (after a clear, a commit or a settings change) therefore reports
+positions the buffer can slice, and ``audio_start_ms`` keeps counting from the session's start.
 """
 
 from __future__ import annotations
@@ -80,9 +83,10 @@ def floor_rms(threshold: float) -> float:
 
 
 class TurnDetector:
-    def __init__(self, settings: VadSettings, rate: int, pause_ms: int = 200, check_ms: int | None = None) -> None:
+    def __init__(self, settings: VadSettings, rate: int, pause_ms: int = 200, check_ms: int | None = None, origin: int = 0) -> None:
         self.settings = settings
         self.rate = rate
+        self.origin = origin
         self._vad_rate = rate if rate in VAD_RATES else 16000
         self._to_vad = Resampler(rate, self._vad_rate)
         self._vad = webrtcvad.Vad(min(3, int(settings.threshold * 4)))
@@ -96,7 +100,7 @@ class TurnDetector:
         self._silence = 0
         self._streak = 0
         self._paused = False
-        self._last_speech_end = 0
+        self._last_speech_end = origin
         ms = lambda v: max(1, round(v / FRAME_MS))  # noqa: E731
         self._pause_frames = ms(pause_ms)
         self._stop_frames = ms(settings.silence_duration_ms)
@@ -112,7 +116,7 @@ class TurnDetector:
         return self._last_speech_end
 
     def _pos(self, frames: int) -> int:
-        return int(frames * self._frame * self._scale)
+        return self.origin + int(frames * self._frame * self._scale)
 
     def end_turn(self) -> None:
         """The turn ended (an end-of-turn model's verdict): listen for the next one."""
@@ -149,7 +153,7 @@ class TurnDetector:
                 self.in_speech, self._silence, self._streak, self._paused = True, 0, 0, False
                 self._last_speech_end = self._pos(self._frames)
                 onset = self._pos(first)
-                yield SpeechStarted(max(0, onset - self._padding), onset)
+                yield SpeechStarted(max(self.origin, onset - self._padding), onset)
             return
         self._streak = self._streak + 1 if speech else 0
         if speech and (self._silence == 0 or self._streak >= BREAK_FRAMES):
