@@ -6,12 +6,17 @@ the session (see ``realtime_omni.session.config``). Server events are encoded fr
 a beta connection gets them renamed by ``protocol.beta``.
 
 ``UNSET`` marks "the client did not send this field", which is different from ``null``: session
-updates merge, and ``null`` clears.
+updates merge, and ``null`` clears where clearing means something (``turn_detection: null`` is
+manual turns, ``transcription: null`` no transcripts). Everywhere else that the official SDK's GA
+models make a field optional, clients send ``null`` for "not given" (LiveKit's plugin sends
+``"instructions": null`` in every ``response.create`` without instructions): a class lists those
+fields in ``_absent_if_null`` and they decode to ``UNSET``, exactly as if absent. A field that
+needs a value still refuses ``null``, naming it in ``param``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -22,11 +27,20 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 
 class Wire(Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
-    """Base for nested wire objects: unknown fields are an error, unset fields are not sent."""
+    """Base for nested wire objects: unknown fields are an error, unset fields are not sent, and
+    the fields named in ``_absent_if_null`` read ``null`` as not given."""
+
+    _absent_if_null: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        for name in self._absent_if_null:
+            if getattr(self, name) is None:
+                setattr(self, name, UNSET)
 
 
 class PcmFormat(Wire, tag="audio/pcm", tag_field="type"):
-    rate: int | UnsetType = UNSET
+    _absent_if_null = ("rate",)
+    rate: int | None | UnsetType = UNSET
 
 
 class PcmuFormat(Wire, tag="audio/pcmu", tag_field="type"):
@@ -45,18 +59,20 @@ Millis = Annotated[int, Meta(ge=0, le=60_000)]
 
 
 class ServerVad(Wire, tag="server_vad", tag_field="type"):
-    threshold: Probability | UnsetType = UNSET
-    prefix_padding_ms: Millis | UnsetType = UNSET
-    silence_duration_ms: Millis | UnsetType = UNSET
-    create_response: bool | UnsetType = UNSET
-    interrupt_response: bool | UnsetType = UNSET
+    _absent_if_null = ("threshold", "prefix_padding_ms", "silence_duration_ms", "create_response", "interrupt_response")
+    threshold: Probability | None | UnsetType = UNSET
+    prefix_padding_ms: Millis | None | UnsetType = UNSET
+    silence_duration_ms: Millis | None | UnsetType = UNSET
+    create_response: bool | None | UnsetType = UNSET
+    interrupt_response: bool | None | UnsetType = UNSET
     idle_timeout_ms: Annotated[int, Meta(ge=0, le=600_000)] | None | UnsetType = UNSET
 
 
 class SemanticVad(Wire, tag="semantic_vad", tag_field="type"):
-    eagerness: Literal["low", "medium", "high", "auto"] | UnsetType = UNSET
-    create_response: bool | UnsetType = UNSET
-    interrupt_response: bool | UnsetType = UNSET
+    _absent_if_null = ("eagerness", "create_response", "interrupt_response")
+    eagerness: Literal["low", "medium", "high", "auto"] | None | UnsetType = UNSET
+    create_response: bool | None | UnsetType = UNSET
+    interrupt_response: bool | None | UnsetType = UNSET
 
 
 TurnDetection = Union[ServerVad, SemanticVad]
@@ -65,33 +81,37 @@ TurnDetection = Union[ServerVad, SemanticVad]
 class BetaTurnDetection(Wire):
     """Beta ``turn_detection``: flat, ``type`` optional (defaults to server_vad)."""
 
-    type: Literal["server_vad", "semantic_vad"] | UnsetType = UNSET
-    threshold: Probability | UnsetType = UNSET
-    prefix_padding_ms: Millis | UnsetType = UNSET
-    silence_duration_ms: Millis | UnsetType = UNSET
-    create_response: bool | UnsetType = UNSET
-    interrupt_response: bool | UnsetType = UNSET
-    eagerness: Literal["low", "medium", "high", "auto"] | UnsetType = UNSET
+    _absent_if_null = ("type", "threshold", "prefix_padding_ms", "silence_duration_ms", "create_response", "interrupt_response", "eagerness")
+    type: Literal["server_vad", "semantic_vad"] | None | UnsetType = UNSET
+    threshold: Probability | None | UnsetType = UNSET
+    prefix_padding_ms: Millis | None | UnsetType = UNSET
+    silence_duration_ms: Millis | None | UnsetType = UNSET
+    create_response: bool | None | UnsetType = UNSET
+    interrupt_response: bool | None | UnsetType = UNSET
+    eagerness: Literal["low", "medium", "high", "auto"] | None | UnsetType = UNSET
     idle_timeout_ms: Annotated[int, Meta(ge=0, le=600_000)] | None | UnsetType = UNSET
 
 
 class Transcription(Wire):
+    _absent_if_null = ("delay", "keywords", "languages")
     model: str | None | UnsetType = UNSET
     language: str | None | UnsetType = UNSET
     prompt: str | None | UnsetType = UNSET
     # Newer SDK fields: accepted, passed to the pipeline as hints.
-    delay: Literal["minimal", "low", "medium", "high", "xhigh"] | UnsetType = UNSET
-    keywords: list[str] | UnsetType = UNSET
-    languages: list[str] | UnsetType = UNSET
+    delay: Literal["minimal", "low", "medium", "high", "xhigh"] | None | UnsetType = UNSET
+    keywords: list[str] | None | UnsetType = UNSET
+    languages: list[str] | None | UnsetType = UNSET
 
 
 class NoiseReduction(Wire):
-    type: Literal["near_field", "far_field"] | UnsetType = UNSET
-    strength: Probability | UnsetType = UNSET
+    _absent_if_null = ("type", "strength")
+    type: Literal["near_field", "far_field"] | None | UnsetType = UNSET
+    strength: Probability | None | UnsetType = UNSET
 
 
 class AudioInput(Wire):
-    format: AudioFormat | UnsetType = UNSET
+    _absent_if_null = ("format",)
+    format: AudioFormat | None | UnsetType = UNSET
     transcription: Transcription | None | UnsetType = UNSET
     noise_reduction: NoiseReduction | None | UnsetType = UNSET
     turn_detection: TurnDetection | None | UnsetType = UNSET
@@ -105,20 +125,23 @@ Voice = Union[str, VoiceId]
 
 
 class AudioOutput(Wire):
-    format: AudioFormat | UnsetType = UNSET
-    voice: Voice | UnsetType = UNSET
-    speed: Annotated[float, Meta(ge=0.25, le=1.5)] | UnsetType = UNSET
+    _absent_if_null = ("format", "voice", "speed")
+    format: AudioFormat | None | UnsetType = UNSET
+    voice: Voice | None | UnsetType = UNSET
+    speed: Annotated[float, Meta(ge=0.25, le=1.5)] | None | UnsetType = UNSET
 
 
 class SessionAudio(Wire):
-    input: AudioInput | UnsetType = UNSET
-    output: AudioOutput | UnsetType = UNSET
+    _absent_if_null = ("input", "output")
+    input: AudioInput | None | UnsetType = UNSET
+    output: AudioOutput | None | UnsetType = UNSET
 
 
 class FunctionTool(Wire, tag="function", tag_field="type"):
+    _absent_if_null = ("description", "parameters")
     name: Annotated[str, Meta(min_length=1, max_length=64)]
-    description: str | UnsetType = UNSET
-    parameters: dict[str, Any] | UnsetType = UNSET
+    description: str | None | UnsetType = UNSET
+    parameters: dict[str, Any] | None | UnsetType = UNSET
 
 
 class McpTool(Struct, tag="mcp", tag_field="type", kw_only=True):
@@ -143,18 +166,21 @@ ToolChoice = Union[Literal["auto", "none", "required"], ToolChoiceFunction, Tool
 
 
 class TracingConfig(Wire):
-    workflow_name: str | UnsetType = UNSET
-    group_id: str | UnsetType = UNSET
-    metadata: dict[str, Any] | UnsetType = UNSET
+    _absent_if_null = ("workflow_name", "group_id", "metadata")
+    workflow_name: str | None | UnsetType = UNSET
+    group_id: str | None | UnsetType = UNSET
+    metadata: dict[str, Any] | None | UnsetType = UNSET
 
 
 class TokenLimits(Wire):
-    post_instructions: int | UnsetType = UNSET
+    _absent_if_null = ("post_instructions",)
+    post_instructions: int | None | UnsetType = UNSET
 
 
 class RetentionRatio(Wire, tag="retention_ratio", tag_field="type"):
+    _absent_if_null = ("token_limits",)
     retention_ratio: Probability
-    token_limits: TokenLimits | UnsetType = UNSET
+    token_limits: TokenLimits | None | UnsetType = UNSET
 
 
 class Reasoning(Wire):
@@ -172,31 +198,36 @@ class Session(Wire):
     """The session object: the full effective session in ``session.created|updated`` and a
     partial update in ``session.update``. Beta (flat) fields are accepted on input only."""
 
+    _absent_if_null = (
+        "model", "instructions", "output_modalities", "audio", "tools", "tool_choice", "max_output_tokens", "truncation",
+        "parallel_tool_calls", "modalities", "voice", "input_audio_format", "output_audio_format", "temperature",
+        "max_response_output_tokens", "speed",
+    )  # fmt: skip
     type: Literal["realtime", "transcription"] | UnsetType = UNSET
-    model: str | UnsetType = UNSET
-    instructions: str | UnsetType = UNSET
-    output_modalities: list[Literal["text", "audio"]] | UnsetType = UNSET
-    audio: SessionAudio | UnsetType = UNSET
-    tools: list[Tool] | UnsetType = UNSET
-    tool_choice: ToolChoice | UnsetType = UNSET
-    max_output_tokens: MaxTokens | UnsetType = UNSET
+    model: str | None | UnsetType = UNSET
+    instructions: str | None | UnsetType = UNSET
+    output_modalities: list[Literal["text", "audio"]] | None | UnsetType = UNSET
+    audio: SessionAudio | None | UnsetType = UNSET
+    tools: list[Tool] | None | UnsetType = UNSET
+    tool_choice: ToolChoice | None | UnsetType = UNSET
+    max_output_tokens: MaxTokens | None | UnsetType = UNSET
     tracing: Literal["auto"] | TracingConfig | None | UnsetType = UNSET
-    truncation: Literal["auto", "disabled"] | RetentionRatio | UnsetType = UNSET
+    truncation: Literal["auto", "disabled"] | RetentionRatio | None | UnsetType = UNSET
     prompt: dict[str, Any] | None | UnsetType = UNSET
     include: list[Literal["item.input_audio_transcription.logprobs"]] | None | UnsetType = UNSET
-    parallel_tool_calls: bool | UnsetType = UNSET
+    parallel_tool_calls: bool | None | UnsetType = UNSET
     reasoning: Reasoning | None | UnsetType = UNSET
     # --- beta spellings (input only) ---
-    modalities: list[Literal["text", "audio"]] | UnsetType = UNSET
-    voice: Voice | UnsetType = UNSET
-    input_audio_format: BetaAudioFormat | UnsetType = UNSET
-    output_audio_format: BetaAudioFormat | UnsetType = UNSET
+    modalities: list[Literal["text", "audio"]] | None | UnsetType = UNSET
+    voice: Voice | None | UnsetType = UNSET
+    input_audio_format: BetaAudioFormat | None | UnsetType = UNSET
+    output_audio_format: BetaAudioFormat | None | UnsetType = UNSET
     input_audio_transcription: Transcription | None | UnsetType = UNSET
     input_audio_noise_reduction: NoiseReduction | None | UnsetType = UNSET
     turn_detection: BetaTurnDetection | None | UnsetType = UNSET
-    temperature: Annotated[float, Meta(ge=0.0, le=2.0)] | UnsetType = UNSET
-    max_response_output_tokens: MaxTokens | UnsetType = UNSET
-    speed: Annotated[float, Meta(ge=0.25, le=1.5)] | UnsetType = UNSET
+    temperature: Annotated[float, Meta(ge=0.0, le=2.0)] | None | UnsetType = UNSET
+    max_response_output_tokens: MaxTokens | None | UnsetType = UNSET
+    speed: Annotated[float, Meta(ge=0.25, le=1.5)] | None | UnsetType = UNSET
     client_secret: ClientSecretConfig | UnsetType = UNSET
     id: str | UnsetType = UNSET
     object: str | UnsetType = UNSET
@@ -218,8 +249,9 @@ class InputAudio(Wire, tag="input_audio", tag_field="type"):
 
 
 class InputImage(Wire, tag="input_image", tag_field="type"):
+    _absent_if_null = ("detail",)
     image_url: str
-    detail: Literal["auto", "low", "high"] | UnsetType = UNSET
+    detail: Literal["auto", "low", "high"] | None | UnsetType = UNSET
 
 
 class OutputText(Wire, tag="output_text", tag_field="type"):
@@ -250,28 +282,31 @@ ItemStatus = Literal["completed", "incomplete", "in_progress"]
 
 
 class MessageItem(Wire, tag="message", tag_field="type"):
+    _absent_if_null = ("id", "object", "status")
     role: Literal["user", "assistant", "system"]
     content: list[Content]
-    id: str | UnsetType = UNSET
-    object: Literal["realtime.item"] | UnsetType = UNSET
-    status: ItemStatus | UnsetType = UNSET
+    id: str | None | UnsetType = UNSET
+    object: Literal["realtime.item"] | None | UnsetType = UNSET
+    status: ItemStatus | None | UnsetType = UNSET
 
 
 class FunctionCallItem(Wire, tag="function_call", tag_field="type"):
+    _absent_if_null = ("call_id", "id", "object", "status")
     name: str
     arguments: str
-    call_id: str | UnsetType = UNSET
-    id: str | UnsetType = UNSET
-    object: Literal["realtime.item"] | UnsetType = UNSET
-    status: ItemStatus | UnsetType = UNSET
+    call_id: str | None | UnsetType = UNSET
+    id: str | None | UnsetType = UNSET
+    object: Literal["realtime.item"] | None | UnsetType = UNSET
+    status: ItemStatus | None | UnsetType = UNSET
 
 
 class FunctionCallOutputItem(Wire, tag="function_call_output", tag_field="type"):
+    _absent_if_null = ("id", "object", "status")
     call_id: str
     output: str
-    id: str | UnsetType = UNSET
-    object: Literal["realtime.item"] | UnsetType = UNSET
-    status: ItemStatus | UnsetType = UNSET
+    id: str | None | UnsetType = UNSET
+    object: Literal["realtime.item"] | None | UnsetType = UNSET
+    status: ItemStatus | None | UnsetType = UNSET
 
 
 class ItemReference(Wire, tag="item_reference", tag_field="type"):
@@ -288,36 +323,42 @@ InputItem = Union[MessageItem, FunctionCallItem, FunctionCallOutputItem, ItemRef
 
 
 class ResponseAudioOutput(Wire):
-    format: AudioFormat | UnsetType = UNSET
-    voice: Voice | UnsetType = UNSET
+    _absent_if_null = ("format", "voice")
+    format: AudioFormat | None | UnsetType = UNSET
+    voice: Voice | None | UnsetType = UNSET
 
 
 class ResponseAudio(Wire):
-    output: ResponseAudioOutput | UnsetType = UNSET
+    _absent_if_null = ("output",)
+    output: ResponseAudioOutput | None | UnsetType = UNSET
 
 
 Metadata = Annotated[dict[Annotated[str, Meta(max_length=64)], Annotated[str, Meta(max_length=512)]], Meta(max_length=16)]
 
 
 class ResponseParams(Wire):
-    conversation: str | UnsetType = UNSET
-    input: list[InputItem] | UnsetType = UNSET
-    instructions: str | UnsetType = UNSET
-    max_output_tokens: MaxTokens | UnsetType = UNSET
+    _absent_if_null = (
+        "conversation", "input", "instructions", "max_output_tokens", "output_modalities", "audio", "tools", "tool_choice",
+        "parallel_tool_calls", "modalities", "voice", "output_audio_format", "max_response_output_tokens", "temperature",
+    )  # fmt: skip
+    conversation: str | None | UnsetType = UNSET
+    input: list[InputItem] | None | UnsetType = UNSET
+    instructions: str | None | UnsetType = UNSET
+    max_output_tokens: MaxTokens | None | UnsetType = UNSET
     metadata: Metadata | None | UnsetType = UNSET
-    output_modalities: list[Literal["text", "audio"]] | UnsetType = UNSET
-    audio: ResponseAudio | UnsetType = UNSET
-    tools: list[Tool] | UnsetType = UNSET
-    tool_choice: ToolChoice | UnsetType = UNSET
+    output_modalities: list[Literal["text", "audio"]] | None | UnsetType = UNSET
+    audio: ResponseAudio | None | UnsetType = UNSET
+    tools: list[Tool] | None | UnsetType = UNSET
+    tool_choice: ToolChoice | None | UnsetType = UNSET
     prompt: dict[str, Any] | None | UnsetType = UNSET
-    parallel_tool_calls: bool | UnsetType = UNSET
+    parallel_tool_calls: bool | None | UnsetType = UNSET
     reasoning: Reasoning | None | UnsetType = UNSET
     # --- beta spellings ---
-    modalities: list[Literal["text", "audio"]] | UnsetType = UNSET
-    voice: Voice | UnsetType = UNSET
-    output_audio_format: BetaAudioFormat | UnsetType = UNSET
-    max_response_output_tokens: MaxTokens | UnsetType = UNSET
-    temperature: Annotated[float, Meta(ge=0.0, le=2.0)] | UnsetType = UNSET
+    modalities: list[Literal["text", "audio"]] | None | UnsetType = UNSET
+    voice: Voice | None | UnsetType = UNSET
+    output_audio_format: BetaAudioFormat | None | UnsetType = UNSET
+    max_response_output_tokens: MaxTokens | None | UnsetType = UNSET
+    temperature: Annotated[float, Meta(ge=0.0, le=2.0)] | None | UnsetType = UNSET
 
 
 # ---------------------------------------------------------------------------------------------
