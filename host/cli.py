@@ -16,7 +16,9 @@ def _serve(args: argparse.Namespace) -> int:
     from .app import create_app
     from .runner import RealtimeUvicorn, uvicorn_config
 
-    cfg = config_mod.load(args.config, host=args.host, port=args.port, api_key=args.api_key)
+    cfg = config_mod.load(
+        args.config, host=args.host, port=args.port, api_key=args.api_key, ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile
+    )
     if args.sip_port is not None:  # the SIP bridge beside HTTP, on the config's other SIP settings
         cfg.sip.port = args.sip_port
     if args.engine_url is not None:  # a remote engine's deployment (omni configs)
@@ -71,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--api-key", default=None, help="require this key (also REALTIME_OMNI_API_KEY)")
     serve.add_argument("--sip-port", type=int, default=None, help="also answer SIP calls on this UDP port (default from config: off)")
     serve.add_argument("--engine-url", default=None, help="a remote engine's OpenAI base URL, e.g. http://gpu-host:8091/v1 (omni configs)")
+    serve.add_argument("--ssl-certfile", default=None, help="serve HTTPS and wss:// with this PEM certificate (chain); needs --ssl-keyfile")
+    serve.add_argument("--ssl-keyfile", default=None, help="the certificate's PEM private key")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=_serve)
 

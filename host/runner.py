@@ -47,6 +47,8 @@ def uvicorn_config(app: Starlette, server: Server, log_level: str = "info") -> u
         ws_ping_interval=20.0,
         ws_ping_timeout=20.0,
         timeout_graceful_shutdown=int(cfg.shutdown_grace_s) + 1,
+        ssl_certfile=cfg.ssl_certfile,
+        ssl_keyfile=cfg.ssl_keyfile,
         log_level=log_level,
         lifespan="on",
     )

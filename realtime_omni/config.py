@@ -128,6 +128,18 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # these ("https://app.example.com"; "*" any), else 403; clients that are not browsers send none.
     allowed_origins: list[str] | None = None
     metrics_need_key: bool = False  # /metrics answers only with the API key (401 otherwise)
+    # TLS for everything served over HTTP (WebSocket as wss://, WebRTC signalling, the demo page):
+    # a PEM certificate (chain) and its key. Both or neither; neither is plain HTTP.
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("ssl_certfile and ssl_keyfile go together: give both, or neither")
+
+    @property
+    def tls(self) -> bool:
+        return self.ssl_certfile is not None
 
 
 def resolve(name_or_path: str) -> Path:

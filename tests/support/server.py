@@ -34,11 +34,11 @@ class ServerThread:
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.config.tls else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def ws_base(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1"
+        return f"{'wss' if self.config.tls else 'ws'}://127.0.0.1:{self.port}/v1"
 
     def _run(self) -> None:
         async def main() -> None:
