@@ -8,8 +8,10 @@ model. It runs the same stage structure as a real pipeline (a "thinker" producin
   synthetic transcript of their audio), ``{n}`` by the response number;
 * audio: per word, ``word_ms`` of a tone whose pitch follows the word (``audio: tone``), or the
   user's last audio played back (``audio: echo``; the transcript is then still ``reply``);
-* a tool call when the request forces one (``tool_choice`` "required" or a function name), with
-  ``{}`` as arguments; after a tool result, a reply that quotes it.
+* a tool call when the request forces one (``tool_choice`` "required" or a function name), or, with
+  ``tool_choice`` "auto", when the user's last words name a tool (a word of four letters or more
+  of its name: "What's the weather in Paris?" calls ``get_weather``); its arguments satisfy the
+  tool's JSON schema (``arguments_for``); after a tool result, a reply that quotes it.
 
 Timing: the first chunk leaves ``first_chunk_ms`` after the request, then a chunk of ``chunk_ms``
 audio every ``chunk_interval_ms`` (0: as fast as possible), on an absolute schedule (no drift), and
@@ -23,11 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import math
+import re
 import time
 import zlib
 from collections.abc import AsyncIterator
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
@@ -45,6 +49,7 @@ from .base import (
     ResponseRequest,
     StageTimes,
     TextDelta,
+    Tool,
     ToolCall,
     Transcript,
     Usage,
@@ -152,11 +157,11 @@ class SyntheticSession(PipelineSession):
         self.pipeline.active_responses += 1
         t0 = time.perf_counter()
         try:
-            forced = request.tool_choice not in ("auto", "none")
-            if forced and request.tools:
-                name = request.tool_choice if request.tool_choice != "required" else request.tools[0].name
+            tool = self._tool_to_call(request)
+            if tool is not None:
                 await self._wait_until(t0, 0)
-                yield ToolCall(call_id="", name=name, arguments="{}")
+                arguments = json.dumps(arguments_for(tool.parameters or {"type": "object"}, self._heard(request).split()))
+                yield ToolCall(call_id="", name=tool.name, arguments=arguments)
                 yield self._usage(request, words=1)
                 return
             words = self._reply(request).split()
@@ -225,6 +230,22 @@ class SyntheticSession(PipelineSession):
 
         return stage
 
+    def _tool_to_call(self, request: ResponseRequest) -> Tool | None:
+        """The tool this request calls: the one ``tool_choice`` forces, or with "auto" the first
+        whose name the user's last words name, unless a tool's result is being answered."""
+        choice, tools = request.tool_choice, request.tools
+        if not tools or choice == "none" or (request.items and isinstance(request.items[-1], FunctionResult)):
+            return None
+        if choice == "required":
+            return tools[0]
+        if choice != "auto":
+            return next((t for t in tools if t.name == choice), None)
+        heard = {w.strip(".,!?;:'\"").lower() for w in self._heard(request).split()}
+        for tool in tools:
+            if any(len(part) >= 4 and part in heard for part in _name_words(tool.name)):
+                return tool
+        return None
+
     def _reply(self, request: ResponseRequest) -> str:
         last = request.items[-1] if request.items else None
         if isinstance(last, FunctionResult):
@@ -270,6 +291,43 @@ class SyntheticSession(PipelineSession):
             output_tokens=words,
             hit_max_tokens=request.max_output_tokens is not None and words >= request.max_output_tokens,
         )
+
+
+def _name_words(name: str) -> list[str]:
+    """``get_weather`` and ``getWeather`` -> ["get", "weather"]."""
+    return [w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", name)]
+
+
+def arguments_for(schema: dict[str, Any], words: list[str]) -> Any:
+    """A value that satisfies the JSON schema ``schema``, deterministically: an object gets its
+    required properties (all of them when none are listed), a string the user's last capitalised
+    word (a name: "Paris"), else the first enum value, a const, or a number its minimum."""
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if schema.get(key):
+            return arguments_for(schema[key][0], words)
+    kind = schema.get("type", "object" if "properties" in schema else "string")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object":
+        props = schema.get("properties", {})
+        names = schema.get("required", list(props))
+        return {name: arguments_for(props.get(name, {}), words) for name in names}
+    if kind == "array":
+        return [arguments_for(schema.get("items", {}), words) for _ in range(schema.get("minItems", 0))]
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum", 0) + (1 if "exclusiveMinimum" in schema else 0))
+        return int(max(low, 1)) if kind == "integer" else float(max(low, 1))
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    names = [w.strip(".,!?;:'\"") for w in words[1:] if w[:1].isupper() and w.strip(".,!?;:'\"") not in ("I", "")]
+    text = names[-1] if names else "example"
+    return text.ljust(schema.get("minLength", 0), "x")
 
 
 @functools.lru_cache(maxsize=256)

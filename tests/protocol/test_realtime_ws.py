@@ -415,7 +415,8 @@ async def test_function_calling_round_trip(server):
             "response.output_item.done", "conversation.item.done", "response.done",
         ]
         call = events[-1].response.output[0]
-        assert call.type == "function_call" and call.name == "get_weather" and call.arguments == "{}" and call.status == "completed"
+        assert call.type == "function_call" and call.name == "get_weather" and call.status == "completed"
+        assert json.loads(call.arguments) == {"city": "example"}  # fits the schema (no user words to take a name from)
         await c.send({"type": "conversation.item.create", "item": {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}})
         await c.expect("conversation.item.added")
         await c.send({"type": "response.create"})
@@ -424,6 +425,13 @@ async def test_function_calling_round_trip(server):
         await c.send({"type": "response.create", "response": {"tool_choice": {"type": "function", "name": "nope"}}})
         err = await c.expect("error")
         assert err.error.param == "response.tool_choice.name"
+        # tool_choice "auto": words that name no tool get an answer; words that name one, a call
+        for text, called in (("Tell me a joke.", None), ("What is the weather like in Paris today?", {"city": "Paris"})):
+            await c.send({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}})
+            await c.expect("conversation.item.done")
+            await c.send({"type": "response.create"})
+            out = (await c.expect("response.done")).response.output[0]
+            assert (json.loads(out.arguments) if out.type == "function_call" else None) == called
 
 
 async def test_idle_timeout_prompts_the_user(server):
