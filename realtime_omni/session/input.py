@@ -90,6 +90,8 @@ class InputHandling:
         """Audio at the pipeline's input rate, from an append or a media transport."""
         if not len(pcm):
             return
+        if self._turn is None and self.detector is not None:
+            self._forget_silence()  # a buffer filled without VAD (manual turns) makes room here too
         if len(pcm) > self.buffer.room():
             if self._turn is None or self.detector is None:
                 raise RealtimeError(
@@ -128,14 +130,20 @@ class InputHandling:
             self._feed_to(self.buffer.end if self._turn.hold is None else self._turn.hold)
             if self.buffer.end - self._turn.captioned >= ms_to_samples(CAPTION_EVERY_MS, self.caps.input_rate):
                 self._caption(self.buffer.end)
-        else:  # keep only what a turn detected now (or an idle timeout) would need: its onset can lie
-            # up to the detector's onset window back, and the turn keeps prefix padding before that
-            keep_ms = self.detector.settings.prefix_padding_ms + ONSET_LOOKBACK_MS + 40
-            keep = ms_to_samples(keep_ms, self.caps.input_rate)
-            pos = self.buffer.end - keep
-            if self._idle_from is not None:
-                pos = max(min(pos, self._idle_from), self.buffer.end - self.buffer.max_samples // 2)
-            self.buffer.drop_before(pos)
+        elif self.detector is not None:  # (None: a session.update to manual turns while a verdict was awaited)
+            self._forget_silence()
+
+    def _forget_silence(self) -> None:
+        """VAD and no turn: keep only what a turn detected now (or an idle timeout) would need. Its
+        onset can lie up to the detector's onset window back, and the turn keeps prefix padding
+        before that."""
+        assert self.detector is not None
+        keep_ms = self.detector.settings.prefix_padding_ms + ONSET_LOOKBACK_MS + 40
+        keep = ms_to_samples(keep_ms, self.caps.input_rate)
+        pos = self.buffer.end - keep
+        if self._idle_from is not None:
+            pos = max(min(pos, self._idle_from), self.buffer.end - self.buffer.max_samples // 2)
+        self.buffer.drop_before(pos)
 
     def _feed_to(self, pos: int) -> None:
         turn = self._turn
@@ -301,10 +309,10 @@ class InputHandling:
                 code="input_audio_buffer_commit_empty",
             )
         turn = self._turn
-        if turn is not None:
+        if turn is not None:  # the turn under way: its item, from where speech_started said it starts
             self._feed_to(self.buffer.end)
             self._reset_detector()
-        await self._commit(turn.item_id if turn else new_id("item"), self.buffer.start, self.buffer.end)
+        await self._commit(turn.item_id if turn else new_id("item"), turn.start if turn else self.buffer.start, self.buffer.end)
 
     async def _on_clear(self, e: ev.InputAudioBufferClear) -> None:
         self._input.flush()
