@@ -12,12 +12,14 @@ import asyncio
 import base64
 import fractions
 import json
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import av
+import httpx
 import numpy as np
 from aiortc import (
     MediaStreamTrack,
@@ -69,10 +71,13 @@ class Microphone(MediaStreamTrack):
 
 
 class RtcClient:
-    def __init__(self, http_url: str, api_key: str = "test-key", validate: Callable[[dict[str, Any]], Any] | None = None) -> None:
+    def __init__(
+        self, http_url: str, api_key: str = "test-key", validate: Callable[[dict[str, Any]], Any] | None = None, verify: ssl.SSLContext | None = None
+    ) -> None:
         self.http_url = http_url
         self.api_key = api_key
         self.validate = validate
+        self.verify = verify  # an https server's trust (a test CA); None: the system's
         if urlsplit(http_url).hostname in ("127.0.0.1", "localhost"):
             use_host_addresses(["127.0.0.1"])  # a local server: offer the loopback address
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
@@ -129,7 +134,8 @@ class RtcClient:
         sdp = self.pc.localDescription.sdp
         if strip_candidates:  # what a browser sends when it does not wait for ICE gathering
             sdp = "".join(line + "\r\n" for line in sdp.splitlines() if not line.startswith(("a=candidate", "a=end-of-candidates")))
-        client = AsyncOpenAI(api_key=self.api_key, base_url=f"{self.http_url}/v1")
+        http = httpx.AsyncClient(verify=self.verify) if self.verify is not None else None
+        client = AsyncOpenAI(api_key=self.api_key, base_url=f"{self.http_url}/v1", http_client=http)
         kwargs: dict[str, Any] = {"sdp": sdp}
         if session is not None:
             kwargs["session"] = session
