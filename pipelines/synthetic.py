@@ -298,36 +298,60 @@ def _name_words(name: str) -> list[str]:
     return [w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", name)]
 
 
-def arguments_for(schema: dict[str, Any], words: list[str]) -> Any:
+def arguments_for(schema: Any, words: list[str], depth: int = 0) -> Any:
     """A value that satisfies the JSON schema ``schema``, deterministically: an object gets its
     required properties (all of them when none are listed), a string the user's last capitalised
-    word (a name: "Paris"), else the first enum value, a const, or a number its minimum."""
+    word (a name: "Paris"), else the first enum value, a const, or a number its minimum.
+
+    The schema is the client's, unchecked: whatever its shape (a list where an object belongs, a
+    string for ``required``, a huge ``minItems``), this returns a value and never raises; what it
+    cannot satisfy within bounds it answers as best it can (a synthetic pipeline, not a validator)."""
+    if not isinstance(schema, dict) or depth > MAX_SCHEMA_DEPTH:
+        schema = {}
     if "const" in schema:
         return schema["const"]
-    if schema.get("enum"):
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
         return schema["enum"][0]
     for key in ("anyOf", "oneOf", "allOf"):
-        if schema.get(key):
-            return arguments_for(schema[key][0], words)
+        if isinstance(schema.get(key), list) and schema[key]:
+            return arguments_for(schema[key][0], words, depth + 1)
     kind = schema.get("type", "object" if "properties" in schema else "string")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object":
-        props = schema.get("properties", {})
-        names = schema.get("required", list(props))
-        return {name: arguments_for(props.get(name, {}), words) for name in names}
+        props = schema.get("properties")
+        props = props if isinstance(props, dict) else {}
+        required = schema.get("required")
+        names = required if isinstance(required, list) else list(props)
+        return {name: arguments_for(props.get(name), words, depth + 1) for name in names[:MAX_ITEMS] if isinstance(name, str)}
     if kind == "array":
-        return [arguments_for(schema.get("items", {}), words) for _ in range(schema.get("minItems", 0))]
+        return [arguments_for(schema.get("items"), words, depth + 1) for _ in range(_bounded(schema.get("minItems"), MAX_ITEMS))]
     if kind in ("integer", "number"):
-        low = schema.get("minimum", schema.get("exclusiveMinimum", 0) + (1 if "exclusiveMinimum" in schema else 0))
-        return int(max(low, 1)) if kind == "integer" else float(max(low, 1))
+        low = schema.get("minimum", 0)
+        if "exclusiveMinimum" in schema and _number(schema["exclusiveMinimum"]):
+            low = schema["exclusiveMinimum"] + 1
+        low = max(low, 1) if _number(low) and abs(low) < 1e15 else 1
+        return int(low) if kind == "integer" else float(low)
     if kind == "boolean":
         return True
     if kind == "null":
         return None
     names = [w.strip(".,!?;:'\"") for w in words[1:] if w[:1].isupper() and w.strip(".,!?;:'\"") not in ("I", "")]
     text = names[-1] if names else "example"
-    return text.ljust(schema.get("minLength", 0), "x")
+    return text.ljust(_bounded(schema.get("minLength"), MAX_STRING), "x")
+
+
+MAX_SCHEMA_DEPTH = 32  # deeper than any real tool's parameters
+MAX_ITEMS = 64  # properties or array items made
+MAX_STRING = 4096
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _bounded(value: Any, most: int) -> int:
+    return min(int(value), most) if _number(value) and value > 0 else 0
 
 
 @functools.lru_cache(maxsize=256)
