@@ -52,7 +52,7 @@ MAX_CAPTIONED_TURNS = 8  # turns whose captions await their final transcript
 
 
 @dataclass
-class Turn:
+class UserTurn:
     """The user's turn in progress (server VAD): the item it will become and what was fed."""
 
     item_id: str
@@ -154,11 +154,11 @@ class InputHandling:
     async def _speech_started(self, e: SpeechStarted) -> None:
         self._cancel_idle_timer()
         start = max(e.start, self.buffer.start)  # its padding never reaches into audio already committed or cleared
-        self._turn = turn = Turn(new_id("item"), start, start)
+        self._turn = turn = UserTurn(new_id("item"), start, start)
         if not self._guard_holds(turn, e.onset):
             await self._begin_turn(turn)
 
-    def _guard_holds(self, turn: Turn, onset: int) -> bool:
+    def _guard_holds(self, turn: UserTurn, onset: int) -> bool:
         """The interruption guard (config.InterruptionGuard): speech that starts while the
         agent's audio plays becomes a turn (and a barge-in) only once it has lasted
         ``min_speech_ms`` (the detector still hears speech that long after its onset), counted
@@ -189,7 +189,7 @@ class InputHandling:
                 self._captions.popitem(last=False)
         turn.captioning = self.tasks.spawn(self._run_caption(turn, self.buffer.slice(turn.start, at)), "caption")
 
-    async def _run_caption(self, turn: Turn, pcm: np.ndarray) -> None:
+    async def _run_caption(self, turn: UserTurn, pcm: np.ndarray) -> None:
         try:
             text = await self.pipe.caption(pcm)
         except Exception:
@@ -202,7 +202,7 @@ class InputHandling:
         if delta:
             await self.emit(ev.InputTranscriptionDelta(item_id=turn.item_id, content_index=0, delta=delta))
 
-    async def _begin_turn(self, turn: Turn) -> None:
+    async def _begin_turn(self, turn: UserTurn) -> None:
         vad = self.config.vad
         interrupt = vad is not None and vad.interrupt_response
         barge_in = self.active if interrupt else None
@@ -248,7 +248,7 @@ class InputHandling:
             detector.end_turn()
             await self._speech_stopped(e.at)
 
-    async def _judge(self, turn: Turn, end: int) -> bool:
+    async def _judge(self, turn: UserTurn, end: int) -> bool:
         model, vad = self.turn_model, self.config.vad
         if model is None or vad is None or vad.end_of_turn is None:
             return False

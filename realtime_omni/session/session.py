@@ -33,10 +33,10 @@ from ..tasks import TaskSet
 from . import config as sc
 from .captions import Captions
 from .conversation import Alignment, Conversation
-from .input import InputHandling, Turn
+from .input import InputHandling, UserTurn
 from .input_buffer import InputBuffer
 from .items import ItemHandling
-from .outbox import Outbox, Owner
+from .outbox import Outbox, EventOwner
 from .playout import Playout
 from .responses import ResponseHandling
 from .run import ResponseRun, Weight
@@ -101,7 +101,7 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
         self.buffer = InputBuffer(self.caps.input_rate, limits.max_buffer_seconds)
         self._input = InputConverter(defaults.input_format, self.caps.input_rate)
         self.detector: TurnDetector | None = None
-        self._turn: Turn | None = None
+        self._turn: UserTurn | None = None
         self.active: ResponseRun | None = None  # the in-band response, if any
         self.media = media
         self.playout = Playout(media.playout_rate, self._notify, max_buffer_ms=media.playout_buffer_ms) if media.playout_rate else None
@@ -124,14 +124,14 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
         await self.emit(ev.SessionCreated(session=self.config.public))
         await self.emit(ev.ConversationCreated(conversation=ev.Conversation(id=self.conversation.id)))
 
-    async def emit(self, event: Any, owner: Owner | None = None, weight: Weight | None = None) -> bool:
+    async def emit(self, event: Any, owner: EventOwner | None = None, weight: Weight | None = None) -> bool:
         if isinstance(event, ev.ServerEvent):
             event.event_id = self._event_id()
         if isinstance(event, ev.Error):
             self.metrics.errors.labels(event.error.code or "none").inc()
         return await self.outbox.put(event, owner, weight)
 
-    def purge(self, owner: Owner) -> list[Weight]:
+    def purge(self, owner: EventOwner) -> list[Weight]:
         return self.outbox.purge(owner)
 
     async def emit_error(

@@ -44,8 +44,8 @@ def turn_model() -> TurnModel:
     return model
 
 
-def vad(td: dict[str, Any] | None) -> ev.Session:
-    return msgspec.convert({"type": "realtime", "audio": {"input": {"turn_detection": td}}}, ev.Session)
+def vad(td: dict[str, Any] | None) -> ev.SessionObject:
+    return msgspec.convert({"type": "realtime", "audio": {"input": {"turn_detection": td}}}, ev.SessionObject)
 
 
 SEMANTIC = {"type": "semantic_vad"}

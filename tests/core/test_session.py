@@ -28,7 +28,7 @@ from tests.support.audio import silence, spoken
 from tests.support.fake_pipeline import FakePipeline, FakeSession
 
 RATE = 16000  # the fake pipeline's input rate: what push_audio takes
-MANUAL = msgspec.json.decode(b'{"type": "realtime", "audio": {"input": {"turn_detection": null}}}', type=ev.Session)
+MANUAL = msgspec.json.decode(b'{"type": "realtime", "audio": {"input": {"turn_detection": null}}}', type=ev.SessionObject)
 TEXT_ITEM = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
 
 
@@ -76,7 +76,7 @@ class Opened:
         return [kind(e) for e, _, _ in self.session.outbox._items]
 
 
-async def open_session(update: ev.Session | None = None, media: Media = Media(), **fake: Any) -> Opened:
+async def open_session(update: ev.SessionObject | None = None, media: Media = Media(), **fake: Any) -> Opened:
     pipeline = FakePipeline(**fake)
     caps = pipeline.capabilities
     config = SessionConfig.default(caps, "m")
@@ -98,7 +98,7 @@ async def opened() -> AsyncIterator[Opened]:
 @pytest.fixture
 async def vad() -> AsyncIterator[Opened]:
     """Server VAD (the default turn detection) with input transcription, an answer of three words at once."""
-    o = await open_session(msgspec.json.decode(b'{"audio": {"input": {"transcription": {"model": "fake"}}}}', type=ev.Session))
+    o = await open_session(msgspec.json.decode(b'{"audio": {"input": {"transcription": {"model": "fake"}}}}', type=ev.SessionObject))
     yield o
     await o.session.close()
     assert o.pipeline.stats()["active_responses"] == 0 and o.pipe.closed
@@ -339,7 +339,7 @@ async def test_a_closed_session_is_freed_at_once_not_at_the_next_full_garbage_co
     """No reference cycle keeps a closed session (its conversation, its audio) alive: with the
     cyclic collector off, dropping the last reference frees it. Closed mid-answer, with an
     out-of-band answer running and a spoken turn behind it, so every kind of task has run."""
-    vad = await open_session(msgspec.json.decode(b'{"audio": {"input": {"transcription": {"model": "fake"}}}}', type=ev.Session))
+    vad = await open_session(msgspec.json.decode(b'{"audio": {"input": {"transcription": {"model": "fake"}}}}', type=ev.SessionObject))
     await vad.speak(np.concatenate([silence(300, RATE), QUESTION, silence(800, RATE)]))
     await vad.until("response.done")
     await vad.send(
@@ -364,7 +364,7 @@ async def test_a_closed_session_is_freed_at_once_not_at_the_next_full_garbage_co
 
 
 async def test_noise_reduction_reaches_the_pipeline_at_open_and_on_every_change():
-    near = msgspec.json.decode(b'{"audio": {"input": {"noise_reduction": {"type": "near_field"}}}}', type=ev.Session)
+    near = msgspec.json.decode(b'{"audio": {"input": {"noise_reduction": {"type": "near_field"}}}}', type=ev.SessionObject)
     o = await open_session(near)
     try:
         assert o.pipe.noise_reduction == ["near_field"]
@@ -390,7 +390,7 @@ LONG = "I would like to know what the weather is going to be like in Paris tomor
 
 async def test_live_captions_append_while_the_user_speaks_then_the_transcript_completes_them():
     transcription = b'{"audio": {"input": {"transcription": {"model": "fake"}}}}'
-    o = await open_session(msgspec.json.decode(transcription, type=ev.Session), script=LONG)
+    o = await open_session(msgspec.json.decode(transcription, type=ev.SessionObject), script=LONG)
     try:
         speech = spoken(LONG, RATE)
         assert len(speech) > 4 * RATE

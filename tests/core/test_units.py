@@ -242,11 +242,11 @@ def test_transcription_sessions_only_where_the_pipeline_transcribes():
     from realtime_omni.session.config import SessionConfig
 
     hears = Capabilities(name="hears", transcribes_input=True, transcription_model="whisper-tiny.en")
-    config = SessionConfig.default(hears, "m").updated(ev.Session(type="transcription"), hears)
+    config = SessionConfig.default(hears, "m").updated(ev.SessionObject(type="transcription"), hears)
     assert not config.responds and config.transcription is not None and config.transcription.model == "whisper-tiny.en"
     assert config.public.type == "transcription" and config.public.instructions is msgspec.UNSET
-    assert config.updated(ev.Session(type="realtime"), hears).responds
+    assert config.updated(ev.SessionObject(type="realtime"), hears).responds
     deaf = Capabilities(name="deaf")
     with pytest.raises(RealtimeError) as err:
-        SessionConfig.default(deaf, "m").updated(ev.Session(type="transcription"), deaf)
+        SessionConfig.default(deaf, "m").updated(ev.SessionObject(type="transcription"), deaf)
     assert err.value.code == "unsupported_value" and err.value.param == "session.type"

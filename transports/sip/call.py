@@ -40,7 +40,7 @@ from realtime_omni.tasks import TaskSet
 from . import message as sipmsg
 from . import rtp, sdp
 from .dialog import Dialog, dialog_for
-from .message import Addr, Message, response
+from .message import Addr, SipMessage, response
 from .transaction import ServerTransaction
 
 if TYPE_CHECKING:
@@ -55,9 +55,9 @@ INBOUND_PACKETS = 100  # 2 s of 20 ms packets between the socket and the decoder
 SIP_HEADERS_IN_WEBHOOK = ("From", "To", "Call-ID", "Contact", "User-Agent", "P-Asserted-Identity", "Diversion", "Subject")
 
 
-class SipBridge(Protocol):
-    """What a call asks of the bridge that carries its signalling (``bridge.SipBridge``), which
-    imports this module: a call never imports the bridge."""
+class Signalling(Protocol):
+    """What a call asks of the SIP signalling that carries it: ``bridge.SipBridge``, which imports
+    this module (a call never imports the bridge)."""
 
     server: Server
     config: SipConfig
@@ -67,10 +67,10 @@ class SipBridge(Protocol):
 
     def advertised(self, peer: Addr) -> str: ...
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]: ...
-    def respond(self, tx: ServerTransaction, msg: Message) -> None: ...
+    def respond(self, tx: ServerTransaction, msg: SipMessage) -> None: ...
     def acknowledged(self, tx: ServerTransaction) -> None: ...
-    def request(self, dialog: Dialog, method: str, extra: list[tuple[str, str]] | None = None, body: bytes = b"") -> Message: ...
-    async def transact(self, msg: Message, addr: Addr) -> Message | None: ...
+    def request(self, dialog: Dialog, method: str, extra: list[tuple[str, str]] | None = None, body: bytes = b"") -> SipMessage: ...
+    async def transact(self, msg: SipMessage, addr: Addr) -> SipMessage | None: ...
 
 
 class RtpEndpoint(asyncio.DatagramProtocol):
@@ -122,7 +122,7 @@ def _bind_rtp(host: str, low: int, high: int) -> socket.socket:
 class SipCall(Call):
     kind = "sip"
 
-    def __init__(self, bridge: SipBridge, invite: Message, tx: ServerTransaction, offer: sdp.Offer) -> None:
+    def __init__(self, bridge: Signalling, invite: SipMessage, tx: ServerTransaction, offer: sdp.Offer) -> None:
         super().__init__(bridge.server)
         self.bridge = bridge
         self.config = bridge.config
@@ -148,7 +148,7 @@ class SipCall(Call):
     # ------------------------------------------------------------------ arrival
 
     @classmethod
-    def incoming(cls, bridge: SipBridge, invite: Message, tx: ServerTransaction) -> None:
+    def incoming(cls, bridge: Signalling, invite: SipMessage, tx: ServerTransaction) -> None:
         server = bridge.server
         if (invite.get("Content-Type") or "").split(";")[0].strip().lower() != "application/sdp" or not invite.body:
             bridge.respond(tx, response(invite, 488, reason="Not Acceptable Here (an SDP offer is required)"))
@@ -182,7 +182,7 @@ class SipCall(Call):
 
     async def _accept_default(self) -> None:
         try:
-            await self.accept(ev.Session())
+            await self.accept(ev.SessionObject())
         except RealtimeError as err:
             log.info("call %s: not accepted: %s", self.id, err.message)
 
@@ -256,7 +256,7 @@ class SipCall(Call):
         self.bridge.respond(self.tx, self._ok(self.invite))
         log.info("call %s: answered (session %s)", self.id, session.id)
 
-    def _ok(self, request: Message) -> Message:
+    def _ok(self, request: SipMessage) -> SipMessage:
         host, port = self.bridge.advertised(self.dialog.addr), self.bridge.address[1]
         extra = [("Contact", f"<sip:realtime-omni@{host}:{port}>"), ("Allow", "INVITE, ACK, CANCEL, BYE, OPTIONS, NOTIFY"), ("Content-Type", "application/sdp")]
         return response(request, 200, to_tag=self.dialog.local_tag, extra=extra, body=self.answer_sdp)
@@ -303,11 +303,11 @@ class SipCall(Call):
 
     # ------------------------------------------------------------------ in-dialog requests
 
-    def on_ack(self, msg: Message) -> None:
+    def on_ack(self, msg: SipMessage) -> None:
         self.dialog.confirmed = True
         self.bridge.acknowledged(self.tx)
 
-    def on_reinvite(self, msg: Message, tx: ServerTransaction) -> None:
+    def on_reinvite(self, msg: SipMessage, tx: ServerTransaction) -> None:
         """A re-INVITE (hold, media move, session refresh): take the new address, keep our answer."""
         if self.state != "answered":
             self.bridge.respond(tx, response(msg, 491))
@@ -331,7 +331,7 @@ class SipCall(Call):
         tx.call = self
         self.bridge.respond(tx, self._ok(msg))
 
-    def on_notify(self, msg: Message) -> None:
+    def on_notify(self, msg: SipMessage) -> None:
         """Progress of a transfer we asked for (RFC 3515): a 2xx sipfrag means the caller is now
         talking to the target, so this call is over."""
         body = msg.body.decode("utf-8", "replace").strip()
