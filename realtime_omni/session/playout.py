@@ -18,6 +18,7 @@ its last one has, and the session reports ``cleared`` when it cuts it.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ class Playout:
         self._buffered = 0
         self._space = asyncio.Event()
         self._playing: AudioOwner | None = None  # whose audio is on the wire (started, not yet stopped)
+        self.playing_since = 0.0  # monotonic time the owner playing now started (the interruption guard's grace)
         self._ended: set[int] = set()  # id() of owners that will write no more
         self._message: Any = None
         self._message_played = 0
@@ -147,6 +149,7 @@ class Playout:
                 if self._playing is not None:
                     self._stop()
                 self._playing = chunk.owner
+                self.playing_since = time.monotonic()
                 self._notify(ev.OutputAudioBufferStarted(response_id=chunk.owner.id))
             if chunk.message is not self._message:
                 self._message, self._message_played = chunk.message, 0

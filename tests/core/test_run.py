@@ -15,7 +15,9 @@ from pipelines.base import AudioChunk, ResponseRequest, TextDelta, Usage
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.audio import WireFormat
 from realtime_omni.session.conversation import Alignment, Conversation
-from realtime_omni.session.run import EventAudio, ResponseRun, Weight
+from realtime_omni.session.audio_out import EventAudio
+from realtime_omni.session.draft import Weight
+from realtime_omni.session.run import ResponseRun
 from tests.support.fake_pipeline import CAPS
 
 WORD = CAPS.output_rate // 5  # 200 ms of audio per word

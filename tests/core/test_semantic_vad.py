@@ -141,7 +141,7 @@ async def test_a_complete_question_commits_sooner_than_server_vad_would(turn_mod
         assert fed == len(item.parts[0].audio)  # the item is exactly the audio the pipeline was fed
         if name == "semantic":  # the turn ends 200 ms after the speech, where the model was asked
             assert abs(stopped.audio_end_ms - (LEAD + r.ms(len(QUESTION)) + 200)) <= 60
-            assert r.o.session.metrics.end_of_turn_decisions.labels("finished")._value.get() == 1
+            assert r.o.session.ctx.metrics.end_of_turn_decisions.labels("finished")._value.get() == 1
         await close(r)
     assert delays["semantic"] <= 300 and delays["semantic"] + 250 <= delays["server"], delays
 
@@ -156,7 +156,7 @@ async def test_a_mid_sentence_pause_is_held_and_the_turn_commits_when_the_senten
     assert r.ms(commits[0][0] - end) <= 300
     calls = [c[0] for c in r.o.pipe.calls]
     assert calls.index("pause") < calls.index("resume") < calls.index("commit")  # speculation at the pause, voided
-    decisions = r.o.session.metrics.end_of_turn_decisions
+    decisions = r.o.session.ctx.metrics.end_of_turn_decisions
     assert decisions.labels("unfinished")._value.get() == 1 and decisions.labels("finished")._value.get() == 1
     item = r.o.session.conversation.get(commits[0][1].item_id)
     assert len(item.parts[0].audio) >= end - 8000  # both halves of the sentence are one item
@@ -264,6 +264,6 @@ async def test_the_pipelines_partial_transcript_is_weighed_with_the_audio(turn_m
     r.o.pipe.partial_transcript = partial_transcript  # what the cascade's speculative ASR would say
     await r.speak(said(QUESTION, 1000))
     assert bool(r.at("input_audio_buffer.committed")) is not held
-    decisions = r.o.session.metrics.end_of_turn_decisions
+    decisions = r.o.session.ctx.metrics.end_of_turn_decisions
     assert decisions.labels("unfinished" if held else "finished")._value.get() == 1
     await close(r)

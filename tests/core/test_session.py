@@ -40,7 +40,7 @@ class Opened:
     def __init__(self, session: Session, pipeline: FakePipeline) -> None:
         self.session = session
         self.pipeline = pipeline
-        self.pipe: FakeSession = session.pipe  # type: ignore[assignment]
+        self.pipe: FakeSession = session.ctx.pipe  # type: ignore[assignment]
         self.events: list[Any] = []
 
     async def send(self, *events: dict[str, Any]) -> None:
@@ -114,7 +114,7 @@ async def test_listening_silence_emits_nothing_and_keeps_only_a_preroll(vad):
     await vad.speak(silence(3000, RATE))
     assert vad.queued() == ["session.created", "conversation.created"]
     assert vad.pipe.pending == 0 and not vad.pipe.calls
-    assert len(vad.session.buffer) <= RATE  # prefix padding + onset window, not 3 s
+    assert len(vad.session.user.buffer) <= RATE  # prefix padding + onset window, not 3 s
 
 
 # ------------------------------------------------------------------------------ a turn
@@ -183,7 +183,7 @@ async def test_manual_commit_needs_100_ms_and_clear_discards(opened):
     assert (await opened.until("error"))[-1].error.code == "input_audio_buffer_commit_empty"
     await opened.send({"type": "input_audio_buffer.clear"})
     await opened.until("input_audio_buffer.cleared")
-    assert opened.pipe.calls[-1][0] == "clear" and len(opened.session.buffer) == 0
+    assert opened.pipe.calls[-1][0] == "clear" and len(opened.session.user.buffer) == 0
     await opened.send(*[{"type": "input_audio_buffer.append", "audio": pcm}] * 3, {"type": "input_audio_buffer.commit"})
     committed = (await opened.until("input_audio_buffer.committed"))[-1]
     assert opened.pipe.calls[-1][:2] == ("commit", committed.item_id)
@@ -214,7 +214,7 @@ async def test_a_response_cancelled_before_it_ran_still_reports_created_and_done
     assert types.index("response.created") < types.index("response.done")
     done = events[-1]
     assert done.response.status == "cancelled" and done.response.status_details.reason == "client_cancelled"
-    assert opened.session.active is None
+    assert opened.session.runs.active is None
     await opened.send({"type": "response.create"})
     created = (await opened.until("response.created"))[-1]
     assert created.response.id != done.response.id
@@ -228,7 +228,7 @@ async def test_an_out_of_band_response_cancelled_before_it_ran_reports_done(open
     types = [kind(e) for e in events]
     assert types[types.index("response.created") + 1] == "rate_limits.updated"
     assert events[-1].response.status == "cancelled" and events[-1].response.conversation_id is None
-    assert not opened.session.out_of_band
+    assert not opened.session.runs.out_of_band
 
 
 MALFORMED = [
@@ -309,7 +309,7 @@ async def test_the_interruption_guard_ignores_a_short_sound_over_the_agent(min_s
     try:
         await o.send({"type": "conversation.item.create", "item": TEXT_ITEM}, {"type": "response.create"})
         await o.until("output_audio_buffer.started")
-        answer = o.session.active
+        answer = o.session.runs.active
         await o.speak(np.concatenate([spoken("No.", RATE), silence(800, RATE)]))
         await asyncio.sleep(0.1)
         assert answer is not None and (answer.status == "cancelled") is cut
@@ -328,11 +328,24 @@ async def test_the_interruption_guard_ignores_a_short_sound_over_the_agent(min_s
 async def test_closing_mid_answer_stops_the_pipeline_and_leaves_nothing_running(opened):
     await opened.send({"type": "conversation.item.create", "item": TEXT_ITEM}, {"type": "response.create"})
     await opened.until("response.output_audio.delta")
-    run = opened.session.active
+    run = opened.session.runs.active
     await opened.session.close()
-    assert run is not None and run.done and opened.session.active is None
+    assert run is not None and run.done and opened.session.runs.active is None
     assert opened.pipeline.stats()["active_responses"] == 0 and opened.pipe.closed
-    assert not len(opened.session.tasks)
+    assert not len(opened.session.ctx.tasks)
+
+
+async def close_watched(o: Opened) -> tuple[weakref.ref[Session], weakref.ref[Any]]:
+    """Close ``o``'s session; weak references to it and its conversation, to see them freed once
+    the caller drops ``o`` (with the cyclic collector off: only a reference cycle could keep them)."""
+    await o.session.close()
+    assert o.pipeline.stats()["active_responses"] == 0 and o.pipe.closed
+    return weakref.ref(o.session), weakref.ref(o.session.conversation)
+
+
+def assert_freed(ref: weakref.ref[Session], history: weakref.ref[Any]) -> None:
+    kept = [type(r).__name__ for r in gc.get_referrers(ref())] if ref() is not None else []
+    assert ref() is None and history() is None, f"a closed session is still held by {kept}"
 
 
 async def test_a_closed_session_is_freed_at_once_not_at_the_next_full_garbage_collection():
@@ -352,13 +365,29 @@ async def test_a_closed_session_is_freed_at_once_not_at_the_next_full_garbage_co
     gc.collect()
     gc.disable()
     try:
-        await vad.session.close()
-        ref = weakref.ref(vad.session)
-        history = weakref.ref(vad.session.conversation)
-        assert vad.pipeline.stats()["active_responses"] == 0 and vad.pipe.closed
+        refs = await close_watched(vad)
         del vad
-        kept = [type(r).__name__ for r in gc.get_referrers(ref())] if ref() is not None else []
-        assert ref() is None and history() is None, f"a closed session is still held by {kept}"
+        assert_freed(*refs)
+    finally:
+        gc.enable()
+
+
+async def test_a_closed_media_session_is_freed_at_once_too():
+    """The same for a media session closed while its answer plays: the playout reports started and
+    stopped through the session's shared context, which leads back to no part of it."""
+    o = await open_session(MANUAL, media=Media(playout_rate=8000), reply=" ".join(["word"] * 40), word_interval_s=0.02)
+    await o.send({"type": "conversation.item.create", "item": TEXT_ITEM}, {"type": "response.create"})
+    await o.until("response.output_item.added")
+    while o.session.playout.playing is None:  # the clock takes the first frame once there is one
+        o.session.playout.frame()
+        await asyncio.sleep(0)
+    await o.until("output_audio_buffer.started")
+    gc.collect()
+    gc.disable()
+    try:
+        refs = await close_watched(o)
+        del o
+        assert_freed(*refs)
     finally:
         gc.enable()
 
