@@ -153,20 +153,35 @@ async def test_chain_cancels_every_stage_and_runs_their_cleanup():
 
         return gen()
 
+    stuck = asyncio.Event()
+
     async def consume():
         async with chain(source(), double, maxsize=2) as stream:
             async for x in stream:
                 if x >= 10:
-                    await asyncio.sleep(3600)  # stuck downstream: the stages must stay bounded
+                    stuck.set()
+                    await asyncio.Event().wait()  # stuck downstream for good: the stages must stay bounded
 
     task = asyncio.create_task(consume())
-    await asyncio.sleep(0.1)
-    assert produced <= 5 + 2 * 3  # consumed 5, then at most maxsize+1 per handoff in flight
+    await stuck.wait()
+    ahead = await settled(lambda: produced) - 5  # consumed 5; every stage has run as far as it can
+    assert 0 < ahead <= 2 * 3  # the stages ran ahead, at most maxsize+1 per handoff in flight
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert sorted(cleaned) == ["double", "source"]
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("stage-")]
+
+
+async def settled(value, rounds: int = 20) -> int:  # type: ignore[no-untyped-def]
+    """``value()`` once it has not changed for ``rounds`` turns of the event loop: every task that
+    could run has run, and every one left waits on something (here: a full queue)."""
+    last, same = value(), 0
+    while same < rounds:
+        await asyncio.sleep(0)  # one turn of the loop, not a span of time
+        now = value()
+        same, last = (same + 1 if now == last else 0), now
+    return last
 
 
 async def test_chain_propagates_stage_errors():
@@ -220,11 +235,10 @@ async def test_outbox_is_bounded_and_purges_an_owners_events():
     for i in range(3):
         assert await box.put(f"delta{i}", owner, weight=i)
     blocked = asyncio.create_task(box.put("late", owner, weight=3))
-    await asyncio.sleep(0.01)
-    assert not blocked.done() and len(box) == 3  # full: the producer waits
+    await asyncio.sleep(0)  # one turn of the loop: the put runs up to where it waits
+    assert len(box._putters) == 1 and not blocked.done() and len(box) == 3  # full: the producer waits
     assert await box.get() == "delta0"
-    await asyncio.sleep(0.01)
-    assert blocked.done() and blocked.result() is True
+    assert await blocked is True  # a slot freed: it is queued
     assert box.purge(owner) == [1, 2, 3]  # delta1, delta2, late: their weights
     assert await box.put("control")
     assert await box.get() == "control"
