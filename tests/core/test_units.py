@@ -1,5 +1,6 @@
-"""The engine's building blocks on their own: G.711, resampling, turn detection, stage graphs,
-transcript alignment, the input buffer and the outbox."""
+"""The engine's building blocks on their own: wire audio input, turn detection, stage graphs,
+transcript alignment, the input buffer and the outbox (the signal processing under them:
+tests/dsp)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import pytest
 
 from pipelines.stages import chain
 from dsp import g711
-from dsp.resample import Resampler, resample
 from realtime_omni.protocol.audio import InputConverter, WireFormat
 from realtime_omni.session.conversation import Alignment
 from realtime_omni.session.input_buffer import InputBuffer
@@ -20,43 +20,7 @@ from realtime_omni.session.config import SERVER_VAD_DEFAULTS, _vad_settings
 from realtime_omni.session.turns import Paused, SpeechStarted, SpeechStopped, TurnDetector
 from tests.support.audio import espeak, silence, speech_bounds_ms
 
-# ------------------------------------------------------------------ G.711 and resampling
-
-
-def test_g711_matches_the_reference_tables():
-    # ITU-T G.711 reference points: decoded values of well-known codes.
-    assert g711.ulaw_to_pcm(bytes([0xFF, 0x7F, 0x00, 0x80])).tolist() == [0, 0, -32124, 32124]
-    assert g711.alaw_to_pcm(bytes([0xD5, 0x55, 0x2A, 0xAA])).tolist() == [8, -8, -32256, 32256]
-    assert g711.pcm_to_ulaw(np.array([0, -1, 32767, -32768], np.int16)) == bytes([0xFF, 0x7E, 0x80, 0x00])
-    assert g711.pcm_to_alaw(np.array([0, -1, 32767, -32768], np.int16)) == bytes([0xD5, 0x55, 0xAA, 0x2A])
-
-
-def test_g711_is_bit_exact_with_stdlib_audioop():
-    audioop = pytest.importorskip("audioop", reason="audioop left the stdlib in Python 3.13")
-    every = np.arange(-32768, 32768, dtype=np.int16)
-    assert g711.pcm_to_ulaw(every) == audioop.lin2ulaw(every.tobytes(), 2)
-    assert g711.pcm_to_alaw(every) == audioop.lin2alaw(every.tobytes(), 2)
-    codes = bytes(range(256))
-    assert g711.ulaw_to_pcm(codes).tobytes() == audioop.ulaw2lin(codes, 2)
-    assert g711.alaw_to_pcm(codes).tobytes() == audioop.alaw2lin(codes, 2)
-
-
-def test_g711_round_trip_error_is_small_for_speech():
-    speech = espeak("round trip", rate=8000)
-    for fmt in (WireFormat.PCMU, WireFormat.PCMA):
-        back = fmt.decode(fmt.encode(speech)).astype(float)
-        err = np.sqrt(np.mean((back - speech) ** 2)) / np.sqrt(np.mean(speech.astype(float) ** 2))
-        assert err < 0.05, (fmt, err)
-
-
-def test_streaming_resampler_keeps_time_exact():
-    rng = np.random.default_rng(0)
-    pcm = (rng.standard_normal(24000 * 2) * 3000).astype(np.int16)
-    r = Resampler(24000, 16000)
-    out = np.concatenate([r(pcm[i : i + 480]) for i in range(0, len(pcm), 480)] + [r.flush()])
-    assert len(out) == 32000  # 2 s in, 2 s out, nothing lost at the edges
-    whole = resample(pcm, 24000, 16000)
-    assert np.max(np.abs(out.astype(int) - whole.astype(int))) < 200  # streamed == one-shot (up to filter edges)
+# ------------------------------------------------------------------ wire audio (G.711 and resampling themselves: tests/dsp)
 
 
 def test_input_converter_decodes_each_wire_format():
