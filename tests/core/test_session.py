@@ -338,23 +338,25 @@ async def test_closing_mid_answer_stops_the_pipeline_and_leaves_nothing_running(
     assert not len(opened.session.ctx.tasks)
 
 
-async def close_watched(o: Opened) -> tuple[weakref.ref[Session], weakref.ref[Any]]:
-    """Close ``o``'s session; weak references to it and its conversation, to see them freed once
-    the caller drops ``o`` (with the cyclic collector off: only a reference cycle could keep them)."""
-    await o.session.close()
-    assert o.pipeline.stats()["active_responses"] == 0 and o.pipe.closed
-    return weakref.ref(o.session), weakref.ref(o.session.conversation)
+async def closed_and_freed_at_once(o: Opened) -> None:
+    """Close ``o``'s session with the cyclic collector off and drop it: with no reference cycle,
+    the session and its conversation are freed then and there. (``o`` must be the last reference:
+    pass it straight from the call that made it.)"""
+    gc.collect()
+    gc.disable()
+    try:
+        await o.session.close()
+        assert o.pipeline.stats()["active_responses"] == 0 and o.pipe.closed
+        ref, history = weakref.ref(o.session), weakref.ref(o.session.conversation)
+        del o
+        kept = [type(r).__name__ for r in gc.get_referrers(ref())] if ref() is not None else []
+        assert ref() is None and history() is None, f"a closed session is still held by {kept}"
+    finally:
+        gc.enable()
 
 
-def assert_freed(ref: weakref.ref[Session], history: weakref.ref[Any]) -> None:
-    kept = [type(r).__name__ for r in gc.get_referrers(ref())] if ref() is not None else []
-    assert ref() is None and history() is None, f"a closed session is still held by {kept}"
-
-
-async def test_a_closed_session_is_freed_at_once_not_at_the_next_full_garbage_collection():
-    """No reference cycle keeps a closed session (its conversation, its audio) alive: with the
-    cyclic collector off, dropping the last reference frees it. Closed mid-answer, with an
-    out-of-band answer running and a spoken turn behind it, so every kind of task has run."""
+async def mid_answer_with_every_kind_of_task() -> Opened:
+    """A spoken turn answered, an out-of-band answer running, and an in-band one barged in on."""
     vad = await open_session(msgspec.json.decode(b'{"audio": {"input": {"transcription": {"model": "fake"}}}}', type=ev.SessionObject))
     await vad.speak(np.concatenate([silence(300, RATE), QUESTION, silence(800, RATE)]))
     await vad.until("response.done")
@@ -365,19 +367,10 @@ async def test_a_closed_session_is_freed_at_once_not_at_the_next_full_garbage_co
     )
     await vad.until("response.created")
     await vad.speak(QUESTION[: RATE // 2])  # barge in on it
-    gc.collect()
-    gc.disable()
-    try:
-        refs = await close_watched(vad)
-        del vad
-        assert_freed(*refs)
-    finally:
-        gc.enable()
+    return vad
 
 
-async def test_a_closed_media_session_is_freed_at_once_too():
-    """The same for a media session closed while its answer plays: the playout reports started and
-    stopped through the session's shared context, which leads back to no part of it."""
+async def media_answer_playing() -> Opened:
     o = await open_session(MANUAL, media=Media(playout_rate=8000), reply=" ".join(["word"] * 40), word_interval_s=0.02)
     await o.send({"type": "conversation.item.create", "item": TEXT_ITEM}, {"type": "response.create"})
     await o.until("response.output_item.added")
@@ -385,14 +378,20 @@ async def test_a_closed_media_session_is_freed_at_once_too():
         o.session.playout.frame()
         await asyncio.sleep(0)
     await o.until("output_audio_buffer.started")
-    gc.collect()
-    gc.disable()
-    try:
-        refs = await close_watched(o)
-        del o
-        assert_freed(*refs)
-    finally:
-        gc.enable()
+    return o
+
+
+async def test_a_closed_session_is_freed_at_once_not_at_the_next_full_garbage_collection():
+    """No reference cycle keeps a closed session (its conversation, its audio) alive: with the
+    cyclic collector off, dropping the last reference frees it. Closed mid-answer, with an
+    out-of-band answer running and a spoken turn behind it, so every kind of task has run."""
+    await closed_and_freed_at_once(await mid_answer_with_every_kind_of_task())
+
+
+async def test_a_closed_media_session_is_freed_at_once_too():
+    """The same for a media session closed while its answer plays: the playout reports started and
+    stopped through the session's shared context, which leads back to no part of it."""
+    await closed_and_freed_at_once(await media_answer_playing())
 
 
 async def test_noise_reduction_reaches_the_pipeline_at_open_and_on_every_change():

@@ -12,7 +12,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from pipelines.base import AudioChunk, ResponseRequest, TextDelta, Usage
+from pipelines.base import AudioChunk, TextDelta, Usage
 from realtime_omni.config import Limits
 from realtime_omni.metrics import Metrics
 from realtime_omni.protocol import events as ev
@@ -23,7 +23,7 @@ from realtime_omni.session.config import SessionConfig
 from realtime_omni.session.context import LIFECYCLE_MOVES, Lifecycle
 from realtime_omni.session.run import RUN_MOVES, ResponseRun, RunState
 from realtime_omni.states import IllegalMove, move
-from tests.core.test_run import ListPort
+from tests.core.test_run import WORD, ListPort, make_run
 from tests.support.fake_pipeline import CAPS, FakePipeline
 
 MANUAL = msgspec.json.decode(b'{"type": "realtime", "audio": {"input": {"turn_detection": null}}}', type=ev.SessionObject)
@@ -91,16 +91,6 @@ async def test_a_session_whose_connection_went_goes_open_closed_and_cannot_end_a
 
 # ------------------------------------------------------------------------------ a response
 
-WORD = CAPS.output_rate // 5
-
-
-def make_run(port: ListPort, chunks: AsyncIterator[Any]) -> ResponseRun:
-    request = ResponseRequest(response_id="resp_states", items=[], output_modalities=("audio",))
-    return ResponseRun(
-        port, request, chunks, EventAudio(port, CAPS.output_rate, WireFormat.PCM16), in_band=True, output_format=WireFormat.PCM16,
-        voice="fake", max_output_tokens="inf", metadata=None, started_at=0.0,
-    )  # fmt: skip
-
 
 async def test_a_run_goes_created_streaming_finishing_done_and_cannot_run_again() -> None:
     seen: list[RunState] = []
@@ -118,7 +108,7 @@ async def test_a_run_goes_created_streaming_finishing_done_and_cannot_run_again(
     assert run.state is RunState.CREATED
     outcome = await run.run()
     assert seen == [RunState.STREAMING] and run.state is RunState.DONE and outcome.status == "completed"
-    with pytest.raises(IllegalMove, match="done -> streaming"):
+    with pytest.raises(IllegalMove, match="response resp_1: done -> streaming"):
         await run.run()
     assert port.take()[-1] == "response.done"
 
@@ -153,11 +143,7 @@ async def test_a_finishing_run_is_no_longer_muted_or_cancelled() -> None:
         yield TextDelta("hi")
         yield AudioChunk(np.ones(WORD, np.int16))
 
-    request = ResponseRequest(response_id="resp_finishing", items=[], output_modalities=("audio",))
-    run = ResponseRun(
-        port, request, one_word(), HeldAudio(port, CAPS.output_rate, WireFormat.PCM16), in_band=True, output_format=WireFormat.PCM16,
-        voice="fake", max_output_tokens="inf", metadata=None, started_at=0.0,
-    )  # fmt: skip
+    run = make_run(port, one_word(), HeldAudio(port, CAPS.output_rate, WireFormat.PCM16))
     run.task = asyncio.create_task(run.run())
     while run.state is not RunState.FINISHING:
         await asyncio.sleep(0)

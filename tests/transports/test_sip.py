@@ -155,13 +155,6 @@ def test_pcma_call_is_answered_in_pcma(echo_server: ServerThread, tmp_path: Path
 
 
 @pytest.fixture(scope="module")
-def webhook() -> Any:
-    receiver = WebhookReceiver()
-    yield receiver
-    receiver.close()
-
-
-@pytest.fixture(scope="module")
 def hooked(webhook: WebhookReceiver) -> Any:
     """Calls announced to a webhook and left ringing until the test accepts or rejects them."""
     server = sip_server(audio="echo", chunk_interval_ms=40, sip={"webhook_url": webhook.url}, server={"api_key": "test-key"})

@@ -25,14 +25,7 @@ pytestmark = [pytest.mark.timeout(60)]
 
 
 @pytest.fixture(scope="module")
-def webhook() -> Any:
-    receiver = WebhookReceiver()
-    yield receiver
-    receiver.close()
-
-
-@pytest.fixture(scope="module")
-def server(webhook: WebhookReceiver) -> Any:
+def bridge(webhook: WebhookReceiver) -> Any:
     config = synthetic_config(server={"api_key": "test-key"})
     config["sip"] = {"port": 0, "webhook_url": webhook.url, "t1_ms": 100}
     srv = ServerThread(config).start()
@@ -40,29 +33,22 @@ def server(webhook: WebhookReceiver) -> Any:
     srv.stop()
 
 
-@pytest.fixture()
-def uac(server: ServerThread) -> Any:
-    client = RawUac(tuple(server.app.state.sip.address))
-    yield client
-    client.close()
-
-
-async def ringing(server: ServerThread, webhook: WebhookReceiver, uac: RawUac, sip_call_id: str) -> SipCall:
+async def ringing(bridge: ServerThread, webhook: WebhookReceiver, uac: RawUac, sip_call_id: str) -> SipCall:
     """INVITE (its branch ``z9hG4bK-<Call-ID>``, for a CANCEL to name); the call once the webhook
     has heard of it (ringing)."""
     uac.send(uac.request("INVITE", sip_call_id, branch=f"z9hG4bK-{sip_call_id}", body=sdp_offer(free_udp_port())))
     call_id = (await webhook.next())["data"]["call_id"]
-    call = server.call(lambda: server.server.calls[call_id])
+    call = bridge.call(lambda: bridge.server.calls[call_id])
     assert isinstance(call, SipCall) and call.state is CallState.RINGING
     return call
 
 
-async def control(server: ServerThread, call: SipCall, action: str, body: dict[str, Any] | None = None) -> httpx.Response:
-    async with httpx.AsyncClient(base_url=server.http_url, headers={"Authorization": "Bearer test-key"}) as http:
+async def control(bridge: ServerThread, call: SipCall, action: str, body: dict[str, Any] | None = None) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=bridge.http_url, headers={"Authorization": "Bearer test-key"}) as http:
         return await http.post(f"/v1/realtime/calls/{call.id}/{action}", json=body or {})
 
 
-def refused(server: ServerThread, call: SipCall, to: CallState) -> bool:
+def refused(bridge: ServerThread, call: SipCall, to: CallState) -> bool:
     """Whether the call's setter refuses ``to`` now (run on the server's loop, as every move is)."""
 
     def attempt() -> bool:
@@ -72,11 +58,11 @@ def refused(server: ServerThread, call: SipCall, to: CallState) -> bool:
             return True
         return False
 
-    return server.call(attempt)
+    return bridge.call(attempt)
 
 
-def nothing_left(server: ServerThread) -> bool:
-    return server.call(lambda: not server.server.calls and not server.app.state.sip.calls and not server.server.sessions)
+def nothing_left(bridge: ServerThread) -> bool:
+    return bridge.call(lambda: not bridge.server.calls and not bridge.app.state.sip.calls and not bridge.server.sessions)
 
 
 def test_the_table_lets_every_state_end_and_nothing_leave_ended() -> None:
@@ -86,22 +72,22 @@ def test_the_table_lets_every_state_end_and_nothing_leave_ended() -> None:
     assert CALL_MOVES[CallState.ANSWERED] == {CallState.ENDED}  # an answered call never goes back
 
 
-async def test_ringing_accepting_answered_ended(server: ServerThread, webhook: WebhookReceiver, uac: RawUac) -> None:
-    call = await ringing(server, webhook, uac, "states-answer")
-    assert refused(server, call, CallState.ANSWERED)  # not without accepting first
-    assert (await control(server, call, "accept")).status_code == 200
+async def test_ringing_accepting_answered_ended(bridge: ServerThread, webhook: WebhookReceiver, uac: RawUac) -> None:
+    call = await ringing(bridge, webhook, uac, "states-answer")
+    assert refused(bridge, call, CallState.ANSWERED)  # not without accepting first
+    assert (await control(bridge, call, "accept")).status_code == 200
     assert call.state is CallState.ANSWERED
     ok = uac.final("states-answer")
     assert ok is not None and ok.status == 200
-    assert (await control(server, call, "accept")).status_code == 409  # answered: not ringing
-    assert refused(server, call, CallState.RINGING) and refused(server, call, CallState.REJECTED)
+    assert (await control(bridge, call, "accept")).status_code == 409  # answered: not ringing
+    assert refused(bridge, call, CallState.RINGING) and refused(bridge, call, CallState.REJECTED)
     tag = param(ok.get("To"), "tag")
     uac.send(uac.request("ACK", "states-answer", to_tag=tag))
     uac.send(uac.request("BYE", "states-answer", cseq=2, to_tag=tag))
     assert (bye := uac.final("states-answer", "BYE")) is not None and bye.status == 200
-    await server.acall(lambda: call.ended.wait())
-    assert call.state is CallState.ENDED and refused(server, call, CallState.ANSWERED)
-    assert await wait_until(lambda: nothing_left(server))
+    await bridge.acall(lambda: call.ended.wait())
+    assert call.state is CallState.ENDED and refused(bridge, call, CallState.ANSWERED)
+    assert await wait_until(lambda: nothing_left(bridge))
 
 
 @pytest.mark.parametrize(
@@ -109,28 +95,28 @@ async def test_ringing_accepting_answered_ended(server: ServerThread, webhook: W
     [("reject", 603), ("cancel", 487), ("hangup", 603)],
     ids=["ringing-rejected-ended", "ringing-cancelled-ended", "ringing-ended"],
 )
-async def test_a_call_ended_before_its_answer(server: ServerThread, webhook: WebhookReceiver, uac: RawUac, how: str, status: int) -> None:
+async def test_a_call_ended_before_its_answer(bridge: ServerThread, webhook: WebhookReceiver, uac: RawUac, how: str, status: int) -> None:
     sip_call_id = f"states-{how}"
-    call = await ringing(server, webhook, uac, sip_call_id)
+    call = await ringing(bridge, webhook, uac, sip_call_id)
     if how == "cancel":
         uac.send(uac.request("CANCEL", sip_call_id, branch=f"z9hG4bK-{sip_call_id}"))  # the INVITE's transaction
     else:
-        assert (await control(server, call, how)).status_code == 200
+        assert (await control(bridge, call, how)).status_code == 200
     final = uac.final(sip_call_id)
     assert final is not None and final.status == status
-    await server.acall(lambda: call.ended.wait())
+    await bridge.acall(lambda: call.ended.wait())
     assert call.state is CallState.ENDED
-    assert refused(server, call, CallState.ACCEPTING) and refused(server, call, CallState.RINGING)
-    assert await wait_until(lambda: nothing_left(server))
+    assert refused(bridge, call, CallState.ACCEPTING) and refused(bridge, call, CallState.RINGING)
+    assert await wait_until(lambda: nothing_left(bridge))
 
 
 async def test_a_cancel_while_the_call_is_being_accepted_ends_it_and_the_accept_fails(
-    server: ServerThread, webhook: WebhookReceiver, uac: RawUac
+    bridge: ServerThread, webhook: WebhookReceiver, uac: RawUac
 ) -> None:
     """The accept opens the call's RTP socket (a wait); a CANCEL handled meanwhile ends the call.
     The accept then finds it no longer accepting: it fails, closes the socket it opened, and
     sends no 200 after the 487."""
-    call = await ringing(server, webhook, uac, "states-race")
+    call = await ringing(bridge, webhook, uac, "states-race")
 
     async def race() -> tuple[str | None, CallState, bool]:
         accepting = asyncio.ensure_future(call.accept(ev.SessionObject()))
@@ -144,7 +130,7 @@ async def test_a_cancel_while_the_call_is_being_accepted_ends_it_and_the_accept_
             return err.code, call.state, call.endpoint.transport.is_closing()
         raise AssertionError("the accept of a cancelled call succeeded")
 
-    code, state, socket_closed = await server.acall(race)
+    code, state, socket_closed = await bridge.acall(race)
     assert (code, state, socket_closed) == ("call_state", CallState.ENDED, True)
     # Everything the bridge sent for this call left before the race returned; an OPTIONS answered
     # after it shows that all of it has arrived.
@@ -152,4 +138,4 @@ async def test_a_cancel_while_the_call_is_being_accepted_ends_it_and_the_accept_
     assert uac.final("states-race-probe", "OPTIONS") is not None
     answers = [m.status for m in uac.inbox if m.call_id == "states-race" and m.cseq[1] == "INVITE" and m.status >= 200]
     assert answers and set(answers) == {487}  # (the 487 may be resent until an ACK)
-    assert await wait_until(lambda: nothing_left(server))
+    assert await wait_until(lambda: nothing_left(bridge))

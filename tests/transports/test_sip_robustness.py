@@ -5,7 +5,6 @@ nothing crashes, and no call or session is left behind."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from collections import Counter
 from typing import Any
@@ -29,13 +28,6 @@ def bridge() -> Any:
     server = ServerThread(config).start()
     yield server
     server.stop()
-
-
-@pytest.fixture()
-def uac(bridge: ServerThread) -> Any:
-    client = RawUac(tuple(bridge.app.state.sip.address))
-    yield client
-    client.close()
 
 
 def clean(server: ServerThread) -> bool:
