@@ -3,7 +3,7 @@ truncate.
 
 A part of the session (see session.py): the items live in ``Conversation`` (conversation.py); this
 part says what adding, removing and cutting one means on the wire. Truncating the answer still
-being generated cancels its response (it reads the runs, never starts or ends one).
+being generated cancels its response: this part reads the runs, and starts none.
 """
 
 from __future__ import annotations
