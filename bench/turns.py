@@ -124,13 +124,13 @@ class Timed(TurnModel):
         return verdict
 
 
-def session_config(mode: str) -> ev.Session:
+def session_config(mode: str) -> ev.SessionObject:
     if mode == "server_vad":
         td: dict[str, Any] = {"type": "server_vad", "silence_duration_ms": 500, "create_response": False}
     else:
         eagerness = mode.split("_")[1].split("+")[0]
         td = {"type": "semantic_vad", "eagerness": eagerness, "create_response": False}
-    return msgspec.convert({"type": "realtime", "audio": {"input": {"turn_detection": td}}}, ev.Session)
+    return msgspec.convert({"type": "realtime", "audio": {"input": {"turn_detection": td}}}, ev.SessionObject)
 
 
 async def replay(fixture: Fixture, mode: str, pipeline: Listening, model: Timed, noise: np.ndarray) -> dict[str, Any]:

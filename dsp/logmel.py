@@ -8,7 +8,7 @@ projected onto 80 triangular mel bands of the Slaney scale with Slaney area norm
 the loudest value, then scaled by (x + 4) / 4. ``normalize`` first brings the waveform to zero
 mean and unit variance, as Hugging Face's extractor does with ``do_normalize``.
 
-tests/core/test_logmel.py checks it against transformers' ``WhisperFeatureExtractor``.
+tests/dsp/test_logmel.py checks it against transformers' ``WhisperFeatureExtractor``.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def _ttl(body: dict[str, Any]) -> int:
     return seconds
 
 
-def mint_key(server: Server, ttl: int, session: ev.Session | None) -> tuple[keys.EphemeralKey, ev.Session]:
+def mint_key(server: Server, ttl: int, session: ev.SessionObject | None) -> tuple[keys.EphemeralKey, ev.SessionObject]:
     """An ephemeral key granting ``session``, checked against the server's defaults (a bad config
     fails now, not at connect); minting too fast raises ``Throttled``. The demo page mints here too."""
     if server.defaults is None:
@@ -133,7 +133,7 @@ async def call_action(request: Request) -> Response:
         body = await json_body(request)
         action = request.path_params["action"]
         if action == "accept":
-            await call.accept(decode_session(msgspec.json.encode(body)) if body else ev.Session())
+            await call.accept(decode_session(msgspec.json.encode(body)) if body else ev.SessionObject())
         elif action == "reject":
             status = body.get("status_code", 603)
             if not isinstance(status, int) or isinstance(status, bool) or not 400 <= status <= 699:

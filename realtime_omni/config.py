@@ -78,7 +78,7 @@ class SipConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     webhook_url: str | None = None
     webhook_timeout_s: float = 5.0
     ring_timeout_s: float = 30.0  # unanswered for this long: 480
-    session: ev.Session = msgspec.field(default_factory=ev.Session)  # applied to every SIP call's session
+    session: ev.SessionObject = msgspec.field(default_factory=ev.SessionObject)  # applied to every SIP call's session
     rtp_timeout_s: float = 30.0  # no RTP from the caller for this long ends the call
     jitter_depth: int = 2  # packets held waiting for a missing one before it is concealed
     jitter_max_depth: int = 10  # the most the depth grows to when packets arrive late
@@ -107,7 +107,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     model: str = "realtime-omni"  # reported when a client names no model
     limits: Limits = msgspec.field(default_factory=Limits)
     turn_model: TurnModelConfig = msgspec.field(default_factory=TurnModelConfig)
-    session: ev.Session = msgspec.field(default_factory=ev.Session)  # defaults for new sessions (GA shape)
+    session: ev.SessionObject = msgspec.field(default_factory=ev.SessionObject)  # defaults for new sessions (GA shape)
     shutdown_grace_s: float = 5.0
     # A pipeline that fails for good (its in-process vLLM engine died): "exit" drains (every session
     # told why, every response ended) and exits with status 3 for a supervisor to restart the server;

@@ -31,7 +31,7 @@ MIN_TTL_S, MAX_TTL_S, DEFAULT_TTL_S = 10, 7200, 600
 class EphemeralKey:
     value: str
     expires_at: int
-    session: ev.Session | None
+    session: ev.SessionObject | None
 
 
 class MintRefused(OverflowError):
@@ -61,7 +61,7 @@ class EphemeralKeys:
             raise MintRefused(f"Ephemeral keys are being minted too fast (at most {self.mint_rate:g} a second); try again in {wait:.1f} s.", wait)
         self._tokens -= 1.0
 
-    def issue(self, ttl_s: int, session: ev.Session | None) -> EphemeralKey:
+    def issue(self, ttl_s: int, session: ev.SessionObject | None) -> EphemeralKey:
         self._purge()
         if len(self._keys) >= self.max_keys:
             raise MintRefused("Too many unused ephemeral keys are outstanding; try again later.", 10.0)

@@ -39,7 +39,7 @@ class Admission:
     configuration it grants."""
 
     ephemeral_key: str | None
-    session: ev.Session | None
+    session: ev.SessionObject | None
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
@@ -211,7 +211,7 @@ class Server:
         transport: str,
         model: str | None,
         admission: Admission,
-        updates: tuple[ev.Session | None, ...] = (),
+        updates: tuple[ev.SessionObject | None, ...] = (),
         media: Media = Media(),
     ) -> Session:
         """A new session, or a ``RealtimeError`` saying why not (not ready, full, draining, an
@@ -221,7 +221,7 @@ class Server:
         assert self.defaults is not None
         defaults = self.defaults
         if model and model != defaults.wire.model:
-            defaults = defaults.updated(ev.Session(model=model), self.pipeline.capabilities)
+            defaults = defaults.updated(ev.SessionObject(model=model), self.pipeline.capabilities)
         for update in (admission.session, *updates):
             if update is not None:
                 defaults = defaults.updated(update, self.pipeline.capabilities)

@@ -105,7 +105,7 @@ async def _create(request: Request, *, beta: bool) -> Response:
     return Response(call.answer, status_code=201, media_type="application/sdp", headers=headers)
 
 
-async def _read_offer(request: Request) -> tuple[str, ev.Session | None]:
+async def _read_offer(request: Request) -> tuple[str, ev.SessionObject | None]:
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
         try:
@@ -184,7 +184,7 @@ class WebRTCCall(Call):
 
     @classmethod
     async def open(
-        cls, server: Server, sdp: str, *, beta: bool, model: str | None, admission: Admission, updates: tuple[ev.Session | None, ...]
+        cls, server: Server, sdp: str, *, beta: bool, model: str | None, admission: Admission, updates: tuple[ev.SessionObject | None, ...]
     ) -> WebRTCCall:
         config = server.config.webrtc
         use_host_addresses(config.host_addresses)

@@ -82,7 +82,7 @@ async def realtime(ws: WebSocket) -> None:
         await _deny(ws, 401, err)
         return
     try:
-        intent = (ev.Session(type="transcription"),) if ws.query_params.get("intent") == "transcription" else ()
+        intent = (ev.SessionObject(type="transcription"),) if ws.query_params.get("intent") == "transcription" else ()
         session = server.open_session(beta=beta, transport="websocket", model=ws.query_params.get("model"), admission=admission, updates=intent)
     except RealtimeError as err:
         if err.code == "invalid_api_key":  # its ephemeral key was spent meanwhile

@@ -102,10 +102,10 @@ def encode_server_event(event: msgspec.Struct, *, beta_names: bool = False) -> b
     return None if translated is None else _encoder.encode(translated)
 
 
-_session_decoder = msgspec.json.Decoder(events.Session)
+_session_decoder = msgspec.json.Decoder(events.SessionObject)
 
 
-def decode_session(data: bytes | str, param: str = "session") -> events.Session:
+def decode_session(data: bytes | str, param: str = "session") -> events.SessionObject:
     """A session object sent outside an event (a call's multipart ``session`` part, a call's
     accept body, an ephemeral key's grant), checked like ``session.update``'s."""
     try:

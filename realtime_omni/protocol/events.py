@@ -194,7 +194,7 @@ class ClientSecretConfig(Struct, kw_only=True):
     expires_after: dict[str, Any] | UnsetType = UNSET
 
 
-class Session(Wire):
+class SessionObject(Wire):
     """The session object: the full effective session in ``session.created|updated`` and a
     partial update in ``session.update``. Beta (flat) fields are accepted on input only."""
 
@@ -371,13 +371,13 @@ class ClientEvent(Struct, tag_field="type", forbid_unknown_fields=True, kw_only=
 
 
 class SessionUpdate(ClientEvent, tag="session.update"):
-    session: Session
+    session: SessionObject
 
 
 class TranscriptionSessionUpdate(ClientEvent, tag="transcription_session.update"):
     """Beta: a ``session.update`` that makes (or keeps) the session a transcription session."""
 
-    session: Session
+    session: SessionObject
 
 
 class InputAudioBufferAppend(ClientEvent, tag="input_audio_buffer.append"):
@@ -463,11 +463,11 @@ class Error(ServerEvent, tag="error"):
 
 
 class SessionCreated(ServerEvent, tag="session.created"):
-    session: Session
+    session: SessionObject
 
 
 class SessionUpdated(ServerEvent, tag="session.updated"):
-    session: Session
+    session: SessionObject
 
 
 class Conversation(Struct, kw_only=True):

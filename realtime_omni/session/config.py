@@ -1,7 +1,8 @@
 """The effective session configuration and ``session.update`` merge semantics.
 
-The effective session is kept as a fully populated GA ``Session`` (exactly what ``session.created``
-and ``session.updated`` report) plus the values derived from it that the engine reads often.
+The effective session is kept as a fully populated GA ``SessionObject`` (exactly what
+``session.created`` and ``session.updated`` report) plus the values derived from it that the
+engine reads often.
 Updates merge: a field that is absent keeps its value, ``null`` clears it, nested objects merge
 field by field (a turn detection of another ``type`` starts from that type's defaults), lists are
 replaced. Beta spellings (flat fields) are folded into their GA places, here and only here: a
@@ -72,7 +73,7 @@ class VadSettings:
 class SessionConfig:
     __slots__ = ("wire", "temperature", "input_format", "output_format", "vad", "voice", "audio_out", "max_output_tokens")
 
-    def __init__(self, wire: ev.Session, caps: Capabilities, temperature: float | None = None) -> None:
+    def __init__(self, wire: ev.SessionObject, caps: Capabilities, temperature: float | None = None) -> None:
         self.wire = wire
         self.temperature = temperature
         audio = wire.audio
@@ -91,13 +92,13 @@ class SessionConfig:
         return self.wire.type != "transcription"
 
     @property
-    def public(self) -> ev.Session:
+    def public(self) -> ev.SessionObject:
         """The session as ``session.created|updated`` show it: a transcription session has only
         its input audio settings and ``include``."""
         if self.responds:
             return self.wire
         w = self.wire
-        return ev.Session(type="transcription", audio=ev.SessionAudio(input=w.audio.input), include=w.include)
+        return ev.SessionObject(type="transcription", audio=ev.SessionAudio(input=w.audio.input), include=w.include)
 
     @property
     def transcription(self) -> ev.Transcription | None:
@@ -111,7 +112,7 @@ class SessionConfig:
     @classmethod
     def default(cls, caps: Capabilities, model: str) -> "SessionConfig":
         audio_out = "audio" in caps.output_modalities
-        wire = ev.Session(
+        wire = ev.SessionObject(
             type="realtime",
             model=model,
             instructions="",
@@ -133,7 +134,7 @@ class SessionConfig:
         )
         return cls(wire, caps)
 
-    def updated(self, update: ev.Session, caps: Capabilities, prefix: str = "session") -> "SessionConfig":
+    def updated(self, update: ev.SessionObject, caps: Capabilities, prefix: str = "session") -> "SessionConfig":
         return _Merger(self, caps, prefix).apply(update)
 
 
@@ -230,12 +231,12 @@ class OutputChoice:
     max_output_tokens: int | Literal["inf"]
 
     @classmethod
-    def of(cls, wire: ev.Session) -> "OutputChoice":
+    def of(cls, wire: ev.SessionObject) -> "OutputChoice":
         out = wire.audio.output
         return cls(wire.output_modalities, out.voice, out.format, wire.tools, wire.tool_choice, wire.max_output_tokens)  # type: ignore[arg-type]
 
 
-def fold_output(u: ev.Session | ev.ResponseParams, current: OutputChoice, caps: Capabilities, p: str) -> OutputChoice:
+def fold_output(u: ev.SessionObject | ev.ResponseParams, current: OutputChoice, caps: Capabilities, p: str) -> OutputChoice:
     """``current`` with what ``u`` sets, checked (beta spellings first, GA ones win)."""
     modalities, voice, fmt = current.modalities, current.voice, current.format
     if u.modalities is not UNSET:
@@ -273,7 +274,7 @@ class _Merger:
         self.caps = caps
         self.p = prefix
 
-    def apply(self, u: ev.Session) -> SessionConfig:
+    def apply(self, u: ev.SessionObject) -> SessionConfig:
         p, caps = self.p, self.caps
         wire = self.current.wire
         audio_in, audio_out = wire.audio.input, wire.audio.output

@@ -137,6 +137,20 @@ class Conversation:
         self.trim_audio()
         return evicted
 
+    def truncate(self, item: Message, index: int, end: int) -> None:
+        """Keep the first ``end`` samples of an assistant item's audio part ``index``, and the
+        words of them (its alignment says which; with none known, no words the user may not
+        have heard)."""
+        part = item.parts[index]
+        assert part.audio is not None
+        total = len(part.audio)
+        alignment = self.alignment.get(item.id)
+        if part.text and alignment is not None:
+            part.text = alignment.cut(part.text, end, total)
+        elif part.text and end < total:
+            part.text = ""
+        part.audio = part.audio[:end]
+
     def trim_audio(self) -> None:
         budget = self.max_audio_seconds
         for item in reversed(self.items):

@@ -16,14 +16,16 @@ from collections import deque
 from typing import Any, Protocol
 
 
-class Owner(Protocol):
+class EventOwner(Protocol):
+    """What put a delta in the outbox: a response."""
+
     muted: bool  # set once its deltas must no longer be sent (see ResponseRun.mute)
 
 
 class Outbox:
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
-        self._items: deque[tuple[Any, Owner | None, Any]] = deque()
+        self._items: deque[tuple[Any, EventOwner | None, Any]] = deque()
         self._getter: asyncio.Future[None] | None = None
         self._putters: deque[asyncio.Future[None]] = deque()
         self.closed = False
@@ -31,7 +33,7 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._items)
 
-    async def put(self, event: Any, owner: Owner | None = None, weight: Any = None) -> bool:
+    async def put(self, event: Any, owner: EventOwner | None = None, weight: Any = None) -> bool:
         """Queue ``event`` (waiting while the outbox is full). False when it was not queued: the
         outbox closed, or the owner was muted while it waited."""
         while len(self._items) >= self.maxsize and not self.closed:
@@ -70,7 +72,7 @@ class Outbox:
                 fut.set_result(None)
                 return
 
-    def purge(self, owner: Owner) -> list[Any]:
+    def purge(self, owner: EventOwner) -> list[Any]:
         """Drop the owner's queued events; the weights they were put with."""
         dropped = [weight for _, o, weight in self._items if o is owner]
         if dropped:

@@ -18,6 +18,7 @@ its last one has, and the session reports ``cleared`` when it cuts it.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,8 +30,8 @@ from ..clock import Ticker
 from ..protocol import events as ev
 
 
-class Owner(Protocol):
-    """What writes audio: a response."""
+class AudioOwner(Protocol):
+    """What writes audio into the playout: a response."""
 
     id: str
     muted: bool
@@ -38,7 +39,7 @@ class Owner(Protocol):
 
 @dataclass
 class _Chunk:
-    owner: Owner
+    owner: AudioOwner
     message: Any
     pcm: np.ndarray  # at the playout rate
     source_samples: int  # the same audio in samples at the pipeline's output rate
@@ -50,7 +51,7 @@ class Cut:
     """What a cut interrupted: the owner playing, its message, and how much of it was played
     (samples at the pipeline's output rate)."""
 
-    owner: Owner
+    owner: AudioOwner
     message: Any
     played: int
 
@@ -65,7 +66,8 @@ class Playout:
         self._chunks: deque[_Chunk] = deque()
         self._buffered = 0
         self._space = asyncio.Event()
-        self._playing: Owner | None = None  # whose audio is on the wire (started, not yet stopped)
+        self._playing: AudioOwner | None = None  # whose audio is on the wire (started, not yet stopped)
+        self.playing_since = 0.0  # monotonic time the owner playing now started (the interruption guard's grace)
         self._ended: set[int] = set()  # id() of owners that will write no more
         self._message: Any = None
         self._message_played = 0
@@ -77,12 +79,12 @@ class Playout:
         return self._buffered * 1000 / self.rate
 
     @property
-    def playing(self) -> Owner | None:
+    def playing(self) -> AudioOwner | None:
         return self._playing
 
     # ------------------------------------------------------------------ producer side
 
-    async def write(self, owner: Owner, message: Any, pcm: np.ndarray, source_samples: int) -> bool:
+    async def write(self, owner: AudioOwner, message: Any, pcm: np.ndarray, source_samples: int) -> bool:
         """Queue audio; waits while the buffer is full. False (nothing queued) once the owner is
         muted or the playout closed."""
         while self._buffered >= self.max_samples and not owner.muted and not self.closed:
@@ -94,14 +96,14 @@ class Playout:
         self._buffered += len(pcm)
         return True
 
-    def end(self, owner: Owner) -> None:
+    def end(self, owner: AudioOwner) -> None:
         """The owner will write no more: ``stopped`` follows its last frame."""
         if self._has(owner):
             self._ended.add(id(owner))
         elif self._playing is owner:
             self._stop()
 
-    def drop(self, owner: Owner) -> tuple[Cut | None, list[tuple[Any, int]]]:
+    def drop(self, owner: AudioOwner) -> tuple[Cut | None, list[tuple[Any, int]]]:
         """Remove what ``owner`` still has queued (it was muted). Returns what was cut if its audio
         was playing, and (message, samples at the pipeline's rate) of each piece removed unplayed."""
         cut = self._cut() if self._playing is owner else None
@@ -147,6 +149,7 @@ class Playout:
                 if self._playing is not None:
                     self._stop()
                 self._playing = chunk.owner
+                self.playing_since = time.monotonic()
                 self._notify(ev.OutputAudioBufferStarted(response_id=chunk.owner.id))
             if chunk.message is not self._message:
                 self._message, self._message_played = chunk.message, 0
@@ -167,7 +170,7 @@ class Playout:
 
     # ------------------------------------------------------------------ internals
 
-    def _has(self, owner: Owner) -> bool:
+    def _has(self, owner: AudioOwner) -> bool:
         return any(c.owner is owner for c in self._chunks)
 
     def _stop(self) -> None:

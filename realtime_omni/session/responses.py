@@ -1,8 +1,11 @@
 """Responses: ``response.create`` (per-response parameters over the session's, in-band or out of
-band), ``response.cancel``, ``output_audio_buffer.clear``, and the bookkeeping when a run ends.
+band), ``response.cancel``, ``output_audio_buffer.clear``, cutting the paced audio, and the
+bookkeeping when a run ends.
 
-A part of ``Session`` (see session.py). One run (run.py) per response; at most one in-band
-response at a time, and ``limits.max_out_of_band`` out-of-band ones.
+A part of the session (see session.py). One run (run.py) per response, registered in ``Runs``:
+at most one in-band response at a time, and ``limits.max_out_of_band`` out-of-band ones. A run sees
+the session only through a ``SessionPort`` (events, items, rate limits), which leads back to no
+part. When an in-band answer ends, the idle timeout is armed with this part's ``start``.
 """
 
 from __future__ import annotations
@@ -13,50 +16,94 @@ from typing import Any
 
 from msgspec import UNSET
 
-from pipelines.base import ResponseRequest, Tool
+from pipelines.base import FunctionCall, Message, ResponseRequest, Tool
 
 from ..errors import RealtimeError, invalid_value
 from ..ids import new_id
 from ..protocol import events as ev
+from ..protocol.audio import samples_to_ms
 from ..tasks import create_task
 from . import config as sc
-from .conversation import from_wire
-from .run import EventAudio, Outcome, PacedAudio, ResponseRun
+from .audio_out import EventAudio, PacedAudio
+from .context import SessionContext
+from .conversation import Alignment, Conversation, from_wire
+from .draft import Weight
+from .idle import IdleTimeout
+from .items import Items
+from .playout import Cut, Playout
+from .run import Outcome, ResponseRun, Runs
 
 log = logging.getLogger(__name__)
 
 
-class ResponseHandling:
-    async def _on_response_create(self, e: ev.ResponseCreate) -> None:
-        if not self.config.responds:
+class SessionPort:
+    """What a run sees of its session (``run.Port``): the events, the conversation, rate limits."""
+
+    def __init__(self, ctx: SessionContext, items: Items, conversation: Conversation) -> None:
+        self.ctx = ctx
+        self.items = items
+        self.caps = ctx.caps
+        self.conversation = conversation
+        self.timing_metadata = ctx.timing_metadata
+        self.context_tokens = 0  # of the last in-band response: its input and output
+
+    async def emit(self, event: Any, owner: Any = None, weight: Weight | None = None) -> bool:
+        return await self.ctx.emit(event, owner, weight)
+
+    def purge(self, owner: Any) -> list[Weight]:
+        return self.ctx.purge(owner)
+
+    def add_item(self, item: Message | FunctionCall, alignment: Alignment | None = None) -> str | None:
+        return self.items.add(item, alignment)
+
+    def rate_limits(self) -> ev.RateLimitsUpdated:
+        limit = self.caps.context_tokens
+        remaining = max(0, limit - self.context_tokens)
+        return ev.RateLimitsUpdated(rate_limits=[ev.RateLimit(name="tokens", limit=limit, remaining=remaining, reset_seconds=0.0)])
+
+
+class Responses:
+    def __init__(
+        self, ctx: SessionContext, runs: Runs, items: Items, conversation: Conversation, idle: IdleTimeout, playout: Playout | None
+    ) -> None:
+        self.ctx = ctx
+        self.runs = runs
+        self.conversation = conversation
+        self.idle = idle
+        self.playout = playout
+        self.port = SessionPort(ctx, items, conversation)
+
+    # ------------------------------------------------------------------ starting
+
+    async def on_create(self, e: ev.ResponseCreate) -> None:
+        if not self.ctx.config.responds:
             raise RealtimeError(
                 "This is a transcription session: it transcribes the input audio and creates no responses.",
                 code="unsupported_value",
                 param="session.type",
             )
-        await self._start_response(e.response or ev.ResponseParams(), started_at=time.perf_counter())
+        await self.start(e.response or ev.ResponseParams(), started_at=time.perf_counter())
 
-    async def _start_response(self, params: ev.ResponseParams, started_at: float) -> ResponseRun:
+    async def start(self, params: ev.ResponseParams, started_at: float) -> ResponseRun:
+        runs, limits = self.runs, self.ctx.limits
         conversation = params.conversation if params.conversation is not UNSET else "auto"
         if conversation not in ("auto", "none"):
             raise invalid_value("response.conversation", "Invalid 'response.conversation': expected 'auto' or 'none'.")
         in_band = conversation == "auto"
-        if in_band and self.active is not None:
+        if in_band and runs.active is not None:
             raise RealtimeError(
-                f"Conversation already has an active response in progress: {self.active.id}. "
+                f"Conversation already has an active response in progress: {runs.active.id}. "
                 "Wait until the response is finished before creating a new one.",
                 code="conversation_already_has_active_response",
             )
-        if not in_band and len(self.out_of_band) >= self.limits.max_out_of_band:
-            raise RealtimeError(
-                f"At most {self.limits.max_out_of_band} out-of-band responses may run at once.", code="too_many_active_responses"
-            )
+        if not in_band and len(runs.out_of_band) >= limits.max_out_of_band:
+            raise RealtimeError(f"At most {limits.max_out_of_band} out-of-band responses may run at once.", code="too_many_active_responses")
         run = self._build_run(params, in_band, started_at)
-        self._cancel_idle_timer()
+        self.idle.cancel()
         if in_band:
-            self.active = run
+            runs.active = run
         else:
-            self.out_of_band.add(run)
+            runs.out_of_band.add(run)
         run.task = create_task(self._respond(run), name=f"response:{run.id}")
         return run
 
@@ -64,13 +111,13 @@ class ResponseHandling:
         self._finished(run, await run.run())
 
     def _build_run(self, params: ev.ResponseParams, in_band: bool, started_at: float) -> ResponseRun:
-        request, out = self._build_request(params)
-        wire_format = sc.wire_format(out.format)
-        audio_out = PacedAudio(self.playout, self.caps.output_rate) if self.playout else EventAudio(self, self.caps.output_rate, wire_format)
+        request, out = self.build_request(params)
+        ctx, caps, wire_format = self.ctx, self.ctx.caps, sc.wire_format(out.format)
+        audio_out = PacedAudio(self.playout, caps.output_rate) if self.playout else EventAudio(self.port, caps.output_rate, wire_format)
         return ResponseRun(
-            self,
+            self.port,
             request,
-            self.pipe.respond(request),
+            ctx.pipe.respond(request),
             audio_out,
             in_band=in_band,
             output_format=wire_format,
@@ -78,13 +125,13 @@ class ResponseHandling:
             max_output_tokens=out.max_output_tokens,
             metadata=params.metadata if params.metadata is not UNSET else None,
             started_at=started_at,
-            stage_timeout_s=self.limits.stage_timeout_s,
+            stage_timeout_s=ctx.limits.stage_timeout_s,
         )
 
-    def _build_request(self, params: ev.ResponseParams) -> tuple[ResponseRequest, sc.OutputChoice]:
+    def build_request(self, params: ev.ResponseParams) -> tuple[ResponseRequest, sc.OutputChoice]:
         """The pipeline request for ``params`` over this session's settings, and the output settings
         (voice, audio format, max tokens) the response reports."""
-        cfg, caps, wire = self.config, self.caps, self.config.wire
+        cfg, caps, wire = self.ctx.config, self.ctx.caps, self.ctx.config.wire
         out = sc.fold_output(params, sc.OutputChoice.of(wire), caps, "response")
         items = self._response_input(params) if params.input is not UNSET else list(self.conversation)
         voice_name = out.voice.id if isinstance(out.voice, ev.VoiceId) else out.voice
@@ -104,6 +151,7 @@ class ResponseHandling:
         return request, out
 
     def _response_input(self, params: ev.ResponseParams) -> list[Any]:
+        cfg = self.ctx.config
         items: list[Any] = []
         for i, entry in enumerate(params.input):  # type: ignore[arg-type]
             if isinstance(entry, ev.ItemReference):
@@ -112,11 +160,13 @@ class ResponseHandling:
                     raise invalid_value(f"response.input[{i}].id", f"Invalid 'response.input[{i}].id': no item with id {entry.id!r}.")
                 items.append(item)
             else:
-                items.append(from_wire(entry, self.caps, self.config.input_format, self.config.output_format, f"response.input[{i}]"))
+                items.append(from_wire(entry, self.ctx.caps, cfg.input_format, cfg.output_format, f"response.input[{i}]"))
         return items
 
-    async def _on_response_cancel(self, e: ev.ResponseCancel) -> None:
-        runs = ([self.active] if self.active else []) + list(self.out_of_band)
+    # ------------------------------------------------------------------ stopping
+
+    async def on_cancel(self, e: ev.ResponseCancel) -> None:
+        runs = self.runs.all()
         if e.response_id is not None:
             runs = [r for r in runs if r.id == e.response_id]
         if not runs:
@@ -124,21 +174,39 @@ class ResponseHandling:
             raise RealtimeError(f"Cancellation failed: no active response{which} found.", code="response_cancel_not_active")
         await runs[0].cancel("client_cancelled")
 
-    async def _on_output_clear(self, e: ev.OutputAudioBufferClear) -> None:
-        run = self.active
-        cut = self._cut_playout()
+    async def on_output_clear(self, e: ev.OutputAudioBufferClear) -> None:
+        run = self.runs.active
+        cut = self.cut_playout()
         if run is not None:
             run.mute()
         if cut is not None:
-            await self._report_cut(cut)
+            await self.report_cut(cut)
         if run is not None:
             await run.cancel("client_cancelled")
             if cut is None:
-                await self.emit(ev.OutputAudioBufferCleared(response_id=run.id))
+                await self.ctx.emit(ev.OutputAudioBufferCleared(response_id=run.id))
+
+    def cut_playout(self) -> Cut | None:
+        """Silence the media stream now (barge-in, ``output_audio_buffer.clear``)."""
+        return self.playout.clear() if self.playout is not None else None
+
+    async def report_cut(self, cut: Cut) -> None:
+        """After a cut: say so, and truncate an answer that had finished generating but was still
+        playing to what was heard (an answer still generating trims itself when cancelled)."""
+        await self.ctx.emit(ev.OutputAudioBufferCleared(response_id=cut.owner.id))
+        message, conversation = cut.message, self.conversation
+        if cut.owner is not self.runs.active and isinstance(message, Message) and conversation.get(message.id) is message:
+            part = message.parts[0]
+            if part.kind == "audio" and part.audio is not None and cut.played < len(part.audio):
+                conversation.truncate(message, 0, cut.played)
+                end_ms = samples_to_ms(cut.played, self.ctx.caps.output_rate)
+                await self.ctx.emit(ev.ConversationItemTruncated(item_id=message.id, content_index=0, audio_end_ms=end_ms))
+
+    # ------------------------------------------------------------------ the end of a run
 
     def _finished(self, run: ResponseRun, outcome: Outcome) -> None:
         """A run has said ``response.done``."""
-        metrics = self.metrics
+        metrics = self.ctx.metrics
         metrics.responses.labels(outcome.status).inc()
         metrics.response_duration.observe(outcome.done_at - outcome.started_at)
         if outcome.first_audio_at:
@@ -148,7 +216,7 @@ class ResponseHandling:
         metrics.response_timings(
             {
                 "response_id": run.id,
-                "session_id": self.id,
+                "session_id": self.ctx.id,
                 "status": outcome.status,
                 "first_audio_ms": outcome.first_audio_ms,
                 "stages": outcome.stage_times,
@@ -156,8 +224,8 @@ class ResponseHandling:
             }
         )
         if outcome.in_band:
-            self._context_tokens = outcome.usage.input_tokens + outcome.usage.output_tokens
-        if self.active is run:
-            self.active = None
-            self._arm_idle_timer(outcome)
-        self.out_of_band.discard(run)
+            self.port.context_tokens = outcome.usage.input_tokens + outcome.usage.output_tokens
+        if self.runs.active is run:
+            self.runs.active = None
+            self.idle.arm(outcome, self.start)
+        self.runs.out_of_band.discard(run)

@@ -9,13 +9,17 @@
 
 A run sees its session only through a narrow ``Port`` (send events, add items, drop its own queued
 deltas) and hands its audio to an ``AudioOut`` of one of two kinds, chosen when the session
-opened: ``EventAudio`` (``response.output_audio.delta`` events, for WebSocket) or ``PacedAudio`` (a
-media transport's playout). ``run()`` returns an ``Outcome`` (status, usage, timings); it calls
-nothing back.
+opened (audio_out.py: ``EventAudio`` for WebSocket, ``PacedAudio`` for a media transport's
+playout). ``run()`` returns an ``Outcome`` (status, usage, timings); it calls nothing back.
 
 What the client got is known without asking anyone: every delta and every piece of paced audio
 carries its weight (samples, characters) when queued; a cut drops what is still queued and says
-how much that was; delivered = queued - dropped.
+how much that was; delivered = queued - dropped (draft.py keeps the tally).
+
+A run's lifecycle is a ``RunState``: created (its task has not started), streaming (taking the
+pipeline's chunks), finishing (no more output: closing the open message, saying response.done),
+done. Muting (``mute``) is apart from it: a latch, set at most once, that any state before
+finishing can take, and that the outbox and the playout read to refuse the run's output.
 
 Cancellation (barge-in, ``response.cancel``, ``output_audio_buffer.clear``) cancels the run's task,
 which closes the pipeline stream (aborting its engine work), drops this response's deltas still
@@ -26,17 +30,16 @@ transcript to match), and ends with ``response.done`` status ``cancelled``.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
+import enum
 import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from dsp.resample import PolyphaseResampler
 from pipelines.base import (
     AudioChunk,
     Capabilities,
@@ -52,10 +55,12 @@ from pipelines.base import (
 
 from ..ids import new_id
 from ..protocol import events as ev
-from ..protocol.audio import OutputConverter, WireFormat
+from ..protocol.audio import WireFormat
+from ..states import move
 from .config import format_struct
 from .conversation import Alignment, Conversation, to_wire
-from .playout import Cut, Playout
+from .draft import MessageDraft, Weight
+from .playout import Cut
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +72,19 @@ class StageTimeout(Exception):
     """A pipeline stage gave no output within ``Limits.stage_timeout_s``."""
 
 
-class Weight(NamedTuple):
-    """What one queued delta carries of a message: samples of its audio (pipeline output rate)
-    and characters of its text."""
+class RunState(enum.Enum):
+    CREATED = "created"
+    STREAMING = "streaming"
+    FINISHING = "finishing"
+    DONE = "done"
 
-    message: Any
-    samples: int = 0
-    chars: int = 0
+
+RUN_MOVES: dict[RunState, frozenset[RunState]] = {
+    RunState.CREATED: frozenset({RunState.STREAMING}),
+    RunState.STREAMING: frozenset({RunState.FINISHING}),
+    RunState.FINISHING: frozenset({RunState.DONE}),
+    RunState.DONE: frozenset(),
+}
 
 
 class Port(Protocol):
@@ -96,7 +107,7 @@ class Port(Protocol):
 
 
 class AudioOut(Protocol):
-    """Where a response's audio goes."""
+    """Where a response's audio goes (audio_out.py has the two kinds)."""
 
     async def write(self, run: ResponseRun, message: Message, index: int, pcm: np.ndarray) -> bool:
         """Queue ``pcm`` (pipeline output rate) of ``message``, waiting while the way out is full.
@@ -108,65 +119,6 @@ class AudioOut(Protocol):
     def drop(self, run: ResponseRun) -> tuple[Cut | None, list[Weight]]:
         """Drop ``run``'s audio still queued here: what was cut if it was playing, and the weights
         of what was dropped."""
-
-
-class EventAudio:
-    """Audio as ``response.output_audio.delta`` events in the outbox, converted to the session's
-    output format (the deltas are dropped from the outbox by ``Port.purge``)."""
-
-    def __init__(self, port: Port, rate: int, fmt: WireFormat) -> None:
-        self.port = port
-        self.rate = rate
-        self.format = fmt
-        self._converter: OutputConverter | None = None
-
-    async def write(self, run: ResponseRun, message: Message, index: int, pcm: np.ndarray) -> bool:
-        if self._converter is None:
-            self._converter = OutputConverter(self.rate, self.format)
-        return await self._send(run, message, index, self._converter(pcm), len(pcm))
-
-    async def finish(self, run: ResponseRun, message: Message | None, index: int) -> None:
-        converter, self._converter = self._converter, None
-        if converter is not None and message is not None:
-            tail = converter.flush()
-            if tail:
-                await self._send(run, message, index, tail, 0)
-
-    def drop(self, run: ResponseRun) -> tuple[Cut | None, list[Weight]]:
-        return None, []
-
-    async def _send(self, run: ResponseRun, message: Message, index: int, data: bytes, samples: int) -> bool:
-        if not data and not samples:
-            return False
-        delta = ev.ResponseOutputAudioDelta(
-            response_id=run.id, item_id=message.id, output_index=index, content_index=0, delta=base64.b64encode(data).decode()
-        )
-        return await self.port.emit(delta, run, Weight(message, samples=samples))
-
-
-class PacedAudio:
-    """Audio into a media transport's playout, resampled to its rate as it comes (a polyphase
-    filter: soxr's stream would hold 40-80 ms back)."""
-
-    def __init__(self, playout: Playout, rate: int) -> None:
-        self.playout = playout
-        self.rate = rate
-        self._resampler: PolyphaseResampler | None = None
-
-    async def write(self, run: ResponseRun, message: Message, index: int, pcm: np.ndarray) -> bool:
-        if self._resampler is None:
-            self._resampler = PolyphaseResampler(self.rate, self.playout.rate)
-        return await self.playout.write(run, message, self._resampler(pcm), len(pcm))
-
-    async def finish(self, run: ResponseRun, message: Message | None, index: int) -> None:
-        resampler, self._resampler = self._resampler, None
-        if resampler is not None and message is not None:
-            await self.playout.write(run, message, resampler.flush(), 0)
-        self.playout.end(run)
-
-    def drop(self, run: ResponseRun) -> tuple[Cut | None, list[Weight]]:
-        cut, dropped = self.playout.drop(run)
-        return cut, [Weight(message, samples=samples) for message, samples in dropped]
 
 
 @dataclass
@@ -215,7 +167,8 @@ class ResponseRun:
         self.max_output_tokens = max_output_tokens
         self.metadata = metadata
         self.output: list[Message | FunctionCall] = []
-        self.status: str = "in_progress"
+        self.status: str = "in_progress"  # the wire status response.done reports
+        self.state = RunState.CREATED
         self.cancel_reason: CancelReason | None = None
         self.task: asyncio.Task[Any] | None = None
         self.muted = False
@@ -224,19 +177,16 @@ class ResponseRun:
         self._stage_timeout_s = stage_timeout_s
         self._audio_out = audio_out
         self._rate = port.caps.output_rate
-        self._started = False
         self._announced = False  # response.created is queued
-        self._finishing = False
-        # the open assistant message
-        self._message: Message | None = None
-        self._index = 0
-        self._text: list[str] = []
-        self._text_len = 0
-        self._audio: list[np.ndarray] = []
-        self._produced = 0  # samples produced (pipeline output rate)
-        self._alignment = Alignment(self._rate)
-        self._sent = Weight(None)  # of the open message: queued for the client
-        self._dropped = Weight(None)  # of the open message: queued, then dropped by a cut
+        self._draft: MessageDraft | None = None  # the assistant message open now
+
+    def _move(self, to: RunState) -> None:
+        self.state = move(self.state, to, RUN_MOVES, f"response {self.id}")
+
+    @property
+    def _output_open(self) -> bool:
+        """Still producing output (not finishing): a cut or a cancellation still changes it."""
+        return self.state in (RunState.CREATED, RunState.STREAMING)
 
     # ------------------------------------------------------------------ control (from the session)
 
@@ -249,13 +199,14 @@ class ResponseRun:
         audio) are dropped and no new ones queued. Called before announcing what interrupted the
         response (``speech_started``), so nothing of this response reaches the client after that
         announcement. Returns what was cut if its audio was playing."""
-        if self._finishing or self.muted:
+        if not self._output_open or self.muted:
             return None
         self.muted = True
         cut, dropped = self._audio_out.drop(self)
+        draft = self._draft
         for weight in [*self.port.purge(self), *dropped]:
-            if weight.message is self._message:
-                self._dropped = Weight(self._message, self._dropped.samples + weight.samples, self._dropped.chars + weight.chars)
+            if draft is not None and weight.message is draft.message:
+                draft.dropped = draft.dropped.plus(weight)
         return cut
 
     async def cancel(self, reason: CancelReason) -> None:
@@ -265,12 +216,12 @@ class ResponseRun:
         cut = self.mute()
         if cut is not None:
             await self.port.emit(ev.OutputAudioBufferCleared(response_id=self.id))
-        if not self._finishing:
+        if self._output_open:
             self.cancel_reason = reason
             self.outcome.cancel_requested_at = time.perf_counter()
             # A task cancelled before its first step never runs a line of ``run`` (so nothing
             # would ever say response.done): one not yet started sees ``cancel_reason`` instead.
-            if self._started:
+            if self.state is RunState.STREAMING:
                 task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
@@ -283,7 +234,7 @@ class ResponseRun:
     # ------------------------------------------------------------------ the run
 
     async def run(self) -> Outcome:
-        self._started = True
+        self._move(RunState.STREAMING)
         port = self.port
         error: BaseException | None = None
         try:
@@ -291,29 +242,12 @@ class ResponseRun:
             await port.emit(port.rate_limits())
             if self.cancel_reason is not None:  # cancelled before it started
                 raise asyncio.CancelledError
-            async with contextlib.aclosing(self._chunks) as stream:  # type: ignore[type-var]
-                while True:
-                    try:  # every wait on the pipeline is bounded: a hung stage fails the response
-                        async with asyncio.timeout(self._stage_timeout_s):
-                            chunk = await anext(stream)
-                    except StopAsyncIteration:
-                        break
-                    except TimeoutError:
-                        raise StageTimeout(f"The pipeline produced nothing for {self._stage_timeout_s:g} s.") from None
-                    if isinstance(chunk, AudioChunk):
-                        await self._on_audio(chunk.pcm)
-                    elif isinstance(chunk, TextDelta):
-                        await self._on_text(chunk.text)
-                    elif isinstance(chunk, ToolCall):
-                        await self._on_tool_call(chunk)
-                    elif isinstance(chunk, Usage):
-                        self.outcome.usage = chunk
-                    elif isinstance(chunk, StageTimes):
-                        self.outcome.stage_times, self.outcome.stage_info = chunk.stages, chunk.info
-            self._finishing = True
+            await self._stream()
+            self._move(RunState.FINISHING)
             self.status = "incomplete" if self.outcome.usage.hit_max_tokens else "completed"
             if self.audio:
-                await self._audio_out.finish(self, self._message, self._index)
+                draft = self._draft
+                await self._audio_out.finish(self, draft.message if draft else None, draft.index if draft else 0)
         except asyncio.CancelledError:
             if self.cancel_reason is None:
                 raise  # the session is closing
@@ -325,7 +259,8 @@ class ResponseRun:
             self.status = "failed"
             self.mute()
             self._trim_to_delivered()
-        self._finishing = True
+        if self.state is RunState.STREAMING:  # cut off: finishing now
+            self._move(RunState.FINISHING)
         if not self._announced:  # cancelled while the outbox was full: say it began before it ended
             await port.emit(ev.ResponseCreated(response=self._wire()))
         await self._close_message()
@@ -340,53 +275,70 @@ class ResponseRun:
         self.outcome.status = self.status
         self.outcome.done_at = time.perf_counter()
         await port.emit(ev.ResponseDone(response=self._wire(error)))
+        self._move(RunState.DONE)
         return self.outcome
+
+    async def _stream(self) -> None:
+        async with contextlib.aclosing(self._chunks) as stream:  # type: ignore[type-var]
+            while True:
+                try:  # every wait on the pipeline is bounded: a hung stage fails the response
+                    async with asyncio.timeout(self._stage_timeout_s):
+                        chunk = await anext(stream)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    raise StageTimeout(f"The pipeline produced nothing for {self._stage_timeout_s:g} s.") from None
+                if isinstance(chunk, AudioChunk):
+                    await self._on_audio(chunk.pcm)
+                elif isinstance(chunk, TextDelta):
+                    await self._on_text(chunk.text)
+                elif isinstance(chunk, ToolCall):
+                    await self._on_tool_call(chunk)
+                elif isinstance(chunk, Usage):
+                    self.outcome.usage = chunk
+                elif isinstance(chunk, StageTimes):
+                    self.outcome.stage_times, self.outcome.stage_info = chunk.stages, chunk.info
 
     # ------------------------------------------------------------------ chunks
 
-    async def _open_message(self) -> Message:
-        if self._message is not None:
-            return self._message
+    async def _open_message(self) -> MessageDraft:
+        if self._draft is not None:
+            return self._draft
         port = self.port
         part = Part("audio" if self.audio else "text", text="")
-        msg = self._message = Message(new_id("item"), "assistant", [part], status="in_progress")
-        self._index = len(self.output)
+        msg = Message(new_id("item"), "assistant", [part], status="in_progress")
+        draft = self._draft = MessageDraft(msg, len(self.output), self._rate, audio=self.audio)
         self.output.append(msg)
-        self._text, self._text_len, self._audio, self._produced = [], 0, [], 0
-        self._sent = self._dropped = Weight(msg)
-        self._alignment = Alignment(self._rate)
-        await port.emit(ev.ResponseOutputItemAdded(response_id=self.id, output_index=self._index, item=self._item_wire(msg)))
+        await port.emit(ev.ResponseOutputItemAdded(response_id=self.id, output_index=draft.index, item=self._item_wire(msg)))
         if self.in_band:
-            previous = port.add_item(msg, self._alignment)
+            previous = port.add_item(msg, draft.alignment)
             await port.emit(ev.ConversationItemAdded(previous_item_id=previous, item=self._item_wire(msg)))
         wire_part = ev.ContentPart(type="audio", transcript="") if self.audio else ev.ContentPart(type="text", text="")
         await port.emit(
-            ev.ResponseContentPartAdded(response_id=self.id, item_id=msg.id, output_index=self._index, content_index=0, part=wire_part)
+            ev.ResponseContentPartAdded(response_id=self.id, item_id=msg.id, output_index=draft.index, content_index=0, part=wire_part)
         )
-        return msg
+        return draft
 
     async def _on_text(self, text: str) -> None:
         if not text:
             return
-        msg = await self._open_message()
-        if self.audio:
-            self._alignment.mark(self._produced, self._text_len)
-        self._text.append(text)
-        self._text_len += len(text)
+        draft = await self._open_message()
+        draft.add_text(text)
         cls = ev.ResponseOutputAudioTranscriptDelta if self.audio else ev.ResponseOutputTextDelta
         if not self.muted:
-            delta = cls(response_id=self.id, item_id=msg.id, output_index=self._index, content_index=0, delta=text)
-            if await self.port.emit(delta, self, Weight(msg, chars=len(text))):
-                self._sent = Weight(msg, self._sent.samples, self._sent.chars + len(text))
+            msg = draft.message
+            delta = cls(response_id=self.id, item_id=msg.id, output_index=draft.index, content_index=0, delta=text)
+            weight = Weight(msg, chars=len(text))
+            if await self.port.emit(delta, self, weight):
+                draft.sent = draft.sent.plus(weight)
 
     async def _on_audio(self, pcm: np.ndarray) -> None:
         if not self.audio or not len(pcm):
             return
-        msg = await self._open_message()
-        self._audio.append(pcm)
-        self._produced += len(pcm)
-        if not self.muted and await self._audio_out.write(self, msg, self._index, pcm):
-            self._sent = Weight(msg, self._sent.samples + len(pcm), self._sent.chars)
+        draft = await self._open_message()
+        draft.add_audio(pcm)
+        if not self.muted and await self._audio_out.write(self, draft.message, draft.index, pcm):
+            draft.sent = draft.sent.plus(Weight(draft.message, samples=len(pcm)))
             if not self.outcome.first_audio_at:
                 self.outcome.first_audio_at = time.perf_counter()
 
@@ -409,34 +361,20 @@ class ResponseRun:
     # ------------------------------------------------------------------ endings
 
     def _trim_to_delivered(self) -> None:
-        """Keep only what the client got: audio delivered, and the transcript of that audio."""
-        if self._message is None:
-            return
-        delivered_samples = max(0, self._sent.samples - self._dropped.samples)
-        delivered_chars = max(0, self._sent.chars - self._dropped.chars)
-        text = "".join(self._text)
-        if self.audio:
-            text = self._alignment.cut(text, delivered_samples, self._produced, final=False)
-            self._alignment.trim(delivered_samples, len(text))
-            pcm = np.concatenate(self._audio) if self._audio else np.zeros(0, np.int16)
-            self._audio = [pcm[:delivered_samples]]
-            self._produced = min(self._produced, delivered_samples)
-        else:
-            text = text[:delivered_chars]
-        self._text, self._text_len = [text], len(text)
+        if self._draft is not None:
+            self._draft.trim_to_delivered()
 
     async def _close_message(self) -> None:
-        msg = self._message
-        if msg is None:
+        draft, self._draft = self._draft, None
+        if draft is None:
             return
-        self._message = None
         port = self.port
-        text = "".join(self._text)
+        msg, text = draft.message, draft.text
         part = msg.parts[0]
         part.text = text
-        ids = dict(response_id=self.id, item_id=msg.id, output_index=self._index, content_index=0)
+        ids = dict(response_id=self.id, item_id=msg.id, output_index=draft.index, content_index=0)
         if self.audio:
-            part.audio = np.concatenate(self._audio) if self._audio else np.zeros(0, np.int16)
+            part.audio = draft.pcm()
             self.outcome.audio_seconds += len(part.audio) / self._rate
             await port.emit(ev.ResponseOutputAudioDone(**ids))
             await port.emit(ev.ResponseOutputAudioTranscriptDone(**ids, transcript=text))
@@ -448,7 +386,7 @@ class ResponseRun:
         msg.status = "completed" if self.status in ("completed", "in_progress") else "incomplete"
         if self.in_band:
             port.conversation.trim_audio()
-        await self._item_done(msg, self._index)
+        await self._item_done(msg, draft.index)
 
     async def _item_done(self, item: Message | FunctionCall, index: int) -> None:
         port = self.port
@@ -474,26 +412,10 @@ class ResponseRun:
             details = ev.ResponseStatusDetails(
                 type="failed", error=ev.ResponseStatusError(type="server_error", code="pipeline_error", message=str(error) or type(error).__name__)
             )
-        usage = None
-        if self.status != "in_progress":
-            u = self.outcome.usage
-            usage = ev.Usage(
-                total_tokens=u.input_tokens + u.output_tokens,
-                input_tokens=u.input_tokens,
-                output_tokens=u.output_tokens,
-                input_token_details=ev.InputTokenDetails(
-                    cached_tokens=u.cached_tokens,
-                    text_tokens=u.input_tokens - u.input_audio_tokens,
-                    audio_tokens=u.input_audio_tokens,
-                    cached_tokens_details=ev.CachedTokensDetails(text_tokens=u.cached_tokens),
-                ),
-                output_token_details=ev.OutputTokenDetails(
-                    text_tokens=u.output_tokens - u.output_audio_tokens, audio_tokens=u.output_audio_tokens
-                ),
-            )
         audio = None
         if self.audio:
             audio = ev.ResponseAudio(output=ev.ResponseAudioOutput(format=format_struct(self.output_format), voice=self.voice))
+        finished = self.status != "in_progress"
         return ev.Response(
             id=self.id,
             status=self.status,  # type: ignore[arg-type]
@@ -503,23 +425,53 @@ class ResponseRun:
             output_modalities=["audio"] if self.audio else ["text"],
             max_output_tokens=self.max_output_tokens,
             audio=audio,
-            usage=usage,
-            metadata=self._metadata(),
+            usage=usage_wire(self.outcome.usage) if finished else None,
+            metadata=with_timings(self.metadata, self.outcome) if finished and self.port.timing_metadata else self.metadata,
         )
 
-    def _metadata(self) -> dict[str, str] | None:
-        """The client's metadata, plus (when the server reports timings) the pipeline's stage
-        timings of a finished response as ``timing.<stage>_ms``, in ms from the response trigger
-        (the end of the user's turn, or response.create). Client keys win."""
-        if self.status == "in_progress" or not self.port.timing_metadata:
-            return self.metadata
-        timings: dict[str, str] = {}
-        first_audio_ms = self.outcome.first_audio_ms
-        if first_audio_ms is not None:
-            timings["timing.first_audio_delta_ms"] = f"{first_audio_ms:.1f}"
-        for stage, ms in self.outcome.stage_times.items():
-            timings[f"timing.{stage}_ms"] = f"{ms:.1f}"
-        if not timings:
-            return self.metadata
-        return {**timings, **(self.metadata or {})}
 
+class Runs:
+    """A session's responses under way: at most one in band (it writes the conversation), and the
+    out-of-band ones. The responses part starts and ends them; the others only look."""
+
+    def __init__(self) -> None:
+        self.active: ResponseRun | None = None  # the in-band response, if any
+        self.out_of_band: set[ResponseRun] = set()
+
+    def all(self) -> list[ResponseRun]:
+        """Every run, the in-band one first."""
+        return [run for run in (self.active, *self.out_of_band) if run is not None]
+
+    def clear(self) -> None:
+        self.active = None
+        self.out_of_band.clear()
+
+
+def usage_wire(u: Usage) -> ev.Usage:
+    return ev.Usage(
+        total_tokens=u.input_tokens + u.output_tokens,
+        input_tokens=u.input_tokens,
+        output_tokens=u.output_tokens,
+        input_token_details=ev.InputTokenDetails(
+            cached_tokens=u.cached_tokens,
+            text_tokens=u.input_tokens - u.input_audio_tokens,
+            audio_tokens=u.input_audio_tokens,
+            cached_tokens_details=ev.CachedTokensDetails(text_tokens=u.cached_tokens),
+        ),
+        output_token_details=ev.OutputTokenDetails(text_tokens=u.output_tokens - u.output_audio_tokens, audio_tokens=u.output_audio_tokens),
+    )
+
+
+def with_timings(metadata: dict[str, str] | None, outcome: Outcome) -> dict[str, str] | None:
+    """The client's metadata, plus the pipeline's stage timings of a finished response as
+    ``timing.<stage>_ms``, in ms from the response trigger (the end of the user's turn, or
+    response.create). Client keys win."""
+    timings: dict[str, str] = {}
+    first_audio_ms = outcome.first_audio_ms
+    if first_audio_ms is not None:
+        timings["timing.first_audio_delta_ms"] = f"{first_audio_ms:.1f}"
+    for stage, ms in outcome.stage_times.items():
+        timings[f"timing.{stage}_ms"] = f"{ms:.1f}"
+    if not timings:
+        return metadata
+    return {**timings, **(metadata or {})}

@@ -5,42 +5,53 @@ pipeline's input rate (``push_audio``), DTMF and camera frames, and sends whatev
 ``outbox`` (and, for media transports, plays ``playout``). Client mistakes become ``error``
 events; the session always survives them.
 
-This module holds the state, the dispatcher (one handler per client event type), event sending,
-``session.update`` and the session's end. The handlers live by idea beside it: input.py (input
-audio and turn-taking), items.py (conversation items), responses.py (responses).
+The session is composed of parts it owns, each given the shared ``SessionContext`` (settings,
+lifecycle, pipeline session, events out) and only the parts it calls, so every dependency points
+one way, down this list:
+
+    TurnTaking    turn_taking.py   appends and frames -> turns; barge-in; commits and clears
+    Responses     responses.py     response.create/cancel, output_audio_buffer.clear, cuts
+    IdleTimeout   idle.py          prompting a silent user after an answer
+    UserInput     user_input.py    the input buffer, the open turn, committing user items
+    Items         items.py         adding items; conversation.item.*
+    Transcriber   transcription.py input transcription and live captions
+    Runs          run.py           the responses under way (read by all, changed by Responses)
+
+This module holds the composition, the dispatcher (one handler per client event type),
+``session.update`` and the session's end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
+import time
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import msgspec
+import numpy as np
 
-from pipelines.base import FunctionCall, Message, Pipeline, TurnModel
+from pipelines.base import Capabilities, Pipeline, TurnModel
 
 from ..config import InterruptionGuard, Limits
 from ..errors import RealtimeError
-from ..ids import EventIds, new_id
+from ..ids import new_id
 from ..metrics import Metrics
 from ..protocol import events as ev
-from ..protocol.audio import InputConverter, samples_to_ms
 from ..protocol.codec import decode_client_event
-from ..tasks import TaskSet
 from . import config as sc
-from .captions import Captions
-from .conversation import Alignment, Conversation
-from .input import InputHandling, Turn
-from .input_buffer import InputBuffer
-from .items import ItemHandling
-from .outbox import Outbox, Owner
+from .context import Lifecycle, SessionContext
+from .conversation import Conversation
+from .idle import IdleTimeout
+from .items import Items
+from .outbox import Outbox
 from .playout import Playout
-from .responses import ResponseHandling
-from .run import ResponseRun, Weight
-from .turns import TurnDetector
+from .responses import Responses
+from .run import Runs
+from .transcription import Transcriber
+from .turn_taking import TurnTaking
+from .user_input import UserInput
 
 log = logging.getLogger(__name__)
 
@@ -52,25 +63,26 @@ class Media:
 
     playout_rate: int | None = None  # a media transport's: answer audio leaves paced, from a playout at this rate
     playout_buffer_ms: int = 200
-    interruption_guard: InterruptionGuard | None = None  # telephony: see ``_guard_holds``
+    interruption_guard: InterruptionGuard | None = None  # telephony: see ``TurnTaking._guard_holds``
 
 
-class Session(InputHandling, ItemHandling, ResponseHandling):
-    # the handler of each client event, by method name: a table of bound methods on the instance
-    # would be a reference cycle, keeping a closed session's audio alive until a full collection
-    _HANDLERS: ClassVar[dict[type, str]] = {
-        ev.InputAudioBufferAppend: "_on_append",
-        ev.InputAudioBufferCommit: "_on_commit",
-        ev.InputAudioBufferClear: "_on_clear",
-        ev.OutputAudioBufferClear: "_on_output_clear",
-        ev.SessionUpdate: "_on_session_update",
-        ev.TranscriptionSessionUpdate: "_on_transcription_session_update",
-        ev.ConversationItemCreate: "_on_item_create",
-        ev.ConversationItemRetrieve: "_on_item_retrieve",
-        ev.ConversationItemDelete: "_on_item_delete",
-        ev.ConversationItemTruncate: "_on_item_truncate",
-        ev.ResponseCreate: "_on_response_create",
-        ev.ResponseCancel: "_on_response_cancel",
+class Session:
+    # The handler of each client event: the part's attribute and the method's name, looked up per
+    # event. A table of bound methods kept on the instance would be a reference cycle, keeping a
+    # closed session's audio alive until a full collection. (None: the session's own.)
+    _HANDLERS: ClassVar[dict[type, tuple[str | None, str]]] = {
+        ev.InputAudioBufferAppend: ("turns", "on_append"),
+        ev.InputAudioBufferCommit: ("turns", "on_commit"),
+        ev.InputAudioBufferClear: ("turns", "on_clear"),
+        ev.OutputAudioBufferClear: ("responses", "on_output_clear"),
+        ev.SessionUpdate: (None, "_on_session_update"),
+        ev.TranscriptionSessionUpdate: (None, "_on_transcription_session_update"),
+        ev.ConversationItemCreate: ("items", "on_create"),
+        ev.ConversationItemRetrieve: ("items", "on_retrieve"),
+        ev.ConversationItemDelete: ("items", "on_delete"),
+        ev.ConversationItemTruncate: ("items", "on_truncate"),
+        ev.ResponseCreate: ("responses", "on_create"),
+        ev.ResponseCancel: ("responses", "on_cancel"),
     }
 
     def __init__(
@@ -85,165 +97,147 @@ class Session(InputHandling, ItemHandling, ResponseHandling):
         timing_metadata: bool = False,
         turn_model: TurnModel | None = None,
     ) -> None:
-        self.id = new_id("sess")
-        self.turn_model = turn_model  # semantic_vad's end-of-turn model (None: a fixed silence per eagerness)
-        self.caps = pipeline.capabilities
-        self.limits = limits
-        self.metrics = metrics
-        self.beta = beta
-        self.timing_metadata = timing_metadata
-        self.config = defaults
-        self.pipe = pipeline.open(self.id)
+        session_id = new_id("sess")
+        caps = pipeline.capabilities
+        self.ctx = ctx = SessionContext(session_id, caps, defaults, limits, metrics, pipeline.open(session_id), timing_metadata=timing_metadata)
         if defaults.noise_reduction is not None:
-            self.pipe.reduce_noise(defaults.noise_reduction)
-        self.outbox = Outbox(limits.outbox_events)
-        self.conversation = Conversation(self.caps, max_items=limits.max_items, max_audio_seconds=limits.max_audio_seconds)
-        self.buffer = InputBuffer(self.caps.input_rate, limits.max_buffer_seconds)
-        self._input = InputConverter(defaults.input_format, self.caps.input_rate)
-        self.detector: TurnDetector | None = None
-        self._turn: Turn | None = None
-        self.active: ResponseRun | None = None  # the in-band response, if any
+            ctx.pipe.reduce_noise(defaults.noise_reduction)
+        self.beta = beta
         self.media = media
-        self.playout = Playout(media.playout_rate, self._notify, max_buffer_ms=media.playout_buffer_ms) if media.playout_rate else None
-        self._agent_since = 0.0  # monotonic time the playout last started an answer
-        self._video_frame: str | None = None  # the latest sampled camera frame (data URL), for the next turn
-        self._captions: OrderedDict[str, Captions] = OrderedDict()  # live captions by item, until its transcript
-        self.out_of_band: set[ResponseRun] = set()
-        self.tasks = TaskSet(self.id)  # transcriptions, timers, events emitted from callbacks
-        self._idle_timer: asyncio.Task[None] | None = None
-        self._idle_from: int | None = None  # buffer position the idle period started at
-        self._event_id = EventIds()
-        self._context_tokens = 0
-        self.closed = False
-        self.ending = False
-        self._reset_detector()
+        self.conversation = Conversation(caps, max_items=limits.max_items, max_audio_seconds=limits.max_audio_seconds)
+        rate = media.playout_rate
+        self.playout = Playout(rate, ctx.emit_soon, max_buffer_ms=media.playout_buffer_ms) if rate else None
+        self.runs = Runs()
+        self.transcriber = Transcriber(ctx)
+        self.items = Items(ctx, self.conversation, self.transcriber, self.runs)
+        self.user = UserInput(ctx, self.items, self.transcriber)
+        self.idle = IdleTimeout(ctx, self.user, self.runs)
+        self.responses = Responses(ctx, self.runs, self.items, self.conversation, self.idle, self.playout)
+        self.turns = TurnTaking(
+            ctx,
+            self.user,
+            self.responses,
+            self.runs,
+            self.idle,
+            self.transcriber,
+            playout=self.playout,
+            guard=media.interruption_guard,
+            turn_model=turn_model,
+        )
 
-    # ================================================================== plumbing
+    # What transports and the server read of a session.
 
-    async def start(self) -> None:
-        await self.emit(ev.SessionCreated(session=self.config.public))
-        await self.emit(ev.ConversationCreated(conversation=ev.Conversation(id=self.conversation.id)))
+    @property
+    def id(self) -> str:
+        return self.ctx.id
 
-    async def emit(self, event: Any, owner: Owner | None = None, weight: Weight | None = None) -> bool:
-        if isinstance(event, ev.ServerEvent):
-            event.event_id = self._event_id()
-        if isinstance(event, ev.Error):
-            self.metrics.errors.labels(event.error.code or "none").inc()
-        return await self.outbox.put(event, owner, weight)
+    @property
+    def config(self) -> sc.SessionConfig:
+        return self.ctx.config
 
-    def purge(self, owner: Owner) -> list[Weight]:
-        return self.outbox.purge(owner)
+    @property
+    def caps(self) -> Capabilities:
+        return self.ctx.caps
 
-    async def emit_error(
-        self, message: str, *, code: str | None, param: str | None = None, type: str = "invalid_request_error", event_id: str | None = None
-    ) -> None:
-        await self.emit(ev.Error(error=ev.ErrorDetail(type=type, code=code, message=message, param=param, event_id=event_id)))
-
-    async def report(self, err: RealtimeError) -> None:
-        """A client mistake (or a transport's trouble with its input) as an ``error`` event."""
-        await self.emit_error(err.message, code=err.code, param=err.param, type=err.type, event_id=err.event_id)
-
-    def ms(self, samples: int) -> int:
-        return samples_to_ms(samples, self.caps.input_rate)
-
-    def add_item(self, item: Message | FunctionCall, alignment: Alignment | None = None, previous_item_id: str | None = None) -> str | None:
-        previous, evicted = self.conversation.add(item, previous_item_id)
-        if alignment is not None:
-            self.conversation.alignment[item.id] = alignment
-        for item_id in evicted:
-            self.tasks.spawn(self.emit(ev.ConversationItemDeleted(item_id=item_id)), "evict")
-        return previous
-
-    def rate_limits(self) -> ev.RateLimitsUpdated:
-        limit = self.caps.context_tokens
-        remaining = max(0, limit - self._context_tokens)
-        return ev.RateLimitsUpdated(rate_limits=[ev.RateLimit(name="tokens", limit=limit, remaining=remaining, reset_seconds=0.0)])
+    @property
+    def outbox(self) -> Outbox:
+        return self.ctx.outbox
 
     # ================================================================== inbound
 
+    async def start(self) -> None:
+        await self.ctx.emit(ev.SessionCreated(session=self.config.public))
+        await self.ctx.emit(ev.ConversationCreated(conversation=ev.Conversation(id=self.conversation.id)))
+
     async def handle(self, data: bytes | str) -> None:
         """One client message. Never raises for anything the client sent."""
+        ctx = self.ctx
         try:
             event = decode_client_event(data)
         except RealtimeError as err:
-            self.metrics.event_in(None)
-            await self.report(err)
+            ctx.metrics.event_in(None)
+            await ctx.report(err)
             return
-        self.metrics.event_in(event.__struct_config__.tag)
+        ctx.metrics.event_in(event.__struct_config__.tag)
+        part, method = self._HANDLERS[type(event)]
         try:
-            await getattr(self, self._HANDLERS[type(event)])(event)
+            await getattr(self if part is None else getattr(self, part), method)(event)
         except RealtimeError as err:
             err.event_id = err.event_id or event.event_id
-            await self.report(err)
+            await ctx.report(err)
         except Exception:  # a defect of ours, not the client's: say so, and keep the session
-            log.exception("session %s: handling %s failed", self.id, event.__struct_config__.tag)
-            await self.emit_error(
+            log.exception("session %s: handling %s failed", ctx.id, event.__struct_config__.tag)
+            await ctx.emit_error(
                 "The server failed to handle this event; the session carries on.",
                 code="server_error",
                 type="server_error",
                 event_id=event.event_id,
             )
 
-    # ------------------------------------------------------------------ input audio
+    async def push_audio(self, pcm: np.ndarray) -> None:
+        """Audio at the pipeline's input rate, from a media transport (``RealtimeError`` when the
+        input buffer is full)."""
+        await self.turns.push_audio(pcm)
 
-    # ------------------------------------------------------------------ session
+    def camera_frame(self, data_url: str) -> None:
+        """The camera's latest frame (a media transport samples it); it goes with the user's next turn."""
+        self.user.video_frame = data_url
+
+    async def dtmf(self, digit: str) -> None:
+        """A key the caller pressed (telephony)."""
+        await self.ctx.emit(ev.InputAudioBufferDtmfEventReceived(event=digit, received_at=int(time.time())))
+
+    async def report(self, err: RealtimeError) -> None:
+        """A transport's trouble with its input, as an ``error`` event."""
+        await self.ctx.report(err)
 
     async def _on_transcription_session_update(self, e: ev.TranscriptionSessionUpdate) -> None:
         await self._on_session_update(ev.SessionUpdate(session=msgspec.structs.replace(e.session, type="transcription")))
 
     async def _on_session_update(self, e: ev.SessionUpdate) -> None:
-        old = self.config
-        new = old.updated(e.session, self.caps)
-        self.config = new
+        ctx = self.ctx
+        old = ctx.config
+        new = old.updated(e.session, ctx.caps)
+        ctx.config = new
         if new.input_format is not old.input_format:
-            self._input = InputConverter(new.input_format, self.caps.input_rate)
+            self.turns.set_input_format(new.input_format)
         if new.noise_reduction != old.noise_reduction:
-            self.pipe.reduce_noise(new.noise_reduction)
+            ctx.pipe.reduce_noise(new.noise_reduction)
         if new.vad != old.vad:
-            if self._turn is not None:
-                self.pipe.clear()
-                self.buffer.clear()
-            self._reset_detector()
-            self._cancel_idle_timer()
-        await self.emit(ev.SessionUpdated(session=new.public))
-
-    # ------------------------------------------------------------------ conversation
-
-    # ------------------------------------------------------------------ responses
-
-    # ------------------------------------------------------------------ idle timeout
+            self.turns.vad_changed()
+        await ctx.emit(ev.SessionUpdated(session=new.public))
 
     # ================================================================== ending
 
     async def end(self, message: str, code: str) -> None:
         """End the session from the server side (shutdown): tell the client why, cancel what is
         running, and close the outbox so the transport sends what is queued and hangs up."""
-        if self.ending or self.closed:
+        ctx = self.ctx
+        if ctx.lifecycle is not Lifecycle.OPEN:
             return
-        self.ending = True
-        self._cancel_idle_timer()
-        await self.emit_error(message, code=code, type="server_error")
-        for run in [self.active, *self.out_of_band]:
-            if run is not None:
-                await run.cancel("shutdown")
-        self.outbox.close()
+        ctx.move_to(Lifecycle.ENDING)
+        self.idle.cancel()
+        await ctx.emit_error(message, code=code, type="server_error")
+        for run in self.runs.all():
+            await run.cancel("shutdown")
+        ctx.outbox.close()
 
     async def close(self) -> None:
         """The connection is gone: stop everything and release what the session held."""
-        if self.closed:
+        ctx = self.ctx
+        if ctx.closed:
             return
-        self.closed = True
-        self.outbox.discard()
+        ctx.move_to(Lifecycle.CLOSED)
+        ctx.outbox.discard()
         if self.playout is not None:
             self.playout.close()
-        runs = [r for r in (self.active, *self.out_of_band) if r is not None]
+        runs = self.runs.all()
         for run in runs:
             run.abandon()
-        await self.tasks.cancel()
+        await ctx.tasks.cancel()
         await asyncio.gather(*(r.task for r in runs if r.task), return_exceptions=True)
-        self.active = None
-        self.out_of_band.clear()
+        self.runs.clear()
         try:
-            await self.pipe.close()
+            await ctx.pipe.close()
         except Exception:
-            log.exception("closing the pipeline session of %s failed", self.id)
+            log.exception("closing the pipeline session of %s failed", ctx.id)

@@ -81,7 +81,18 @@ def frames(pcm: np.ndarray):
 async def push(session: Any, pcm: np.ndarray, realtime: bool = False) -> None:
     for frame in frames(pcm):
         session.push_audio(frame)
-        await asyncio.sleep(0.02 if realtime else 0)
+        await asyncio.sleep(0.02 if realtime else 0)  # real time when asked: the pacing is the input
+
+
+def speech_started(events: list[dict[str, Any]]) -> int:
+    return sum(1 for e in events if e.get("type") == "input_audio_buffer.speech_started")
+
+
+async def until(predicate: Any, timeout: float = 10.0) -> None:
+    """Wait until ``predicate()`` holds: it reads what the session's event callbacks collected."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.01)  # between looks; the callbacks run meanwhile
 
 
 async def main(config: dict[str, Any]) -> dict[str, Any]:
@@ -129,8 +140,9 @@ async def main(config: dict[str, Any]) -> dict[str, Any]:
 
         # 4. an interruption: the user starts talking, the agent clears the input (clear_audio), then
         #    the user speaks whole turns again: they must still be heard, whole
+        started = speech_started(events)
         await push(session, speech[: len(speech) // 2])
-        await asyncio.sleep(0.3)
+        await until(lambda: speech_started(events) > started)  # the server heard the user begin
         session.clear_audio()
         await push(session, silence)
         for _ in range(2):

@@ -15,7 +15,9 @@ from pipelines.base import AudioChunk, ResponseRequest, TextDelta, Usage
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.audio import WireFormat
 from realtime_omni.session.conversation import Alignment, Conversation
-from realtime_omni.session.run import EventAudio, ResponseRun, Weight
+from realtime_omni.session.audio_out import EventAudio
+from realtime_omni.session.draft import Weight
+from realtime_omni.session.run import ResponseRun
 from tests.support.fake_pipeline import CAPS
 
 WORD = CAPS.output_rate // 5  # 200 ms of audio per word
@@ -69,10 +71,12 @@ async def words(n: int, gate: asyncio.Event | None = None) -> AsyncIterator[Any]
     yield Usage(output_tokens=n)
 
 
-def make_run(port: ListPort, chunks: AsyncIterator[Any]) -> ResponseRun:
+def make_run(port: ListPort, chunks: AsyncIterator[Any], audio_out: Any = None) -> ResponseRun:
+    """An in-band audio response over ``port``, its audio as deltas (unless ``audio_out`` says)."""
     request = ResponseRequest(response_id="resp_1", items=[], output_modalities=("audio",))
+    audio_out = audio_out or EventAudio(port, CAPS.output_rate, WireFormat.PCM16)
     return ResponseRun(
-        port, request, chunks, EventAudio(port, CAPS.output_rate, WireFormat.PCM16), in_band=True, output_format=WireFormat.PCM16,
+        port, request, chunks, audio_out, in_band=True, output_format=WireFormat.PCM16,
         voice="fake", max_output_tokens="inf", metadata=None, started_at=0.0,
     )  # fmt: skip
 

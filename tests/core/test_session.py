@@ -28,7 +28,7 @@ from tests.support.audio import silence, spoken
 from tests.support.fake_pipeline import FakePipeline, FakeSession
 
 RATE = 16000  # the fake pipeline's input rate: what push_audio takes
-MANUAL = msgspec.json.decode(b'{"type": "realtime", "audio": {"input": {"turn_detection": null}}}', type=ev.Session)
+MANUAL = msgspec.json.decode(b'{"type": "realtime", "audio": {"input": {"turn_detection": null}}}', type=ev.SessionObject)
 TEXT_ITEM = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
 
 
@@ -40,7 +40,7 @@ class Opened:
     def __init__(self, session: Session, pipeline: FakePipeline) -> None:
         self.session = session
         self.pipeline = pipeline
-        self.pipe: FakeSession = session.pipe  # type: ignore[assignment]
+        self.pipe: FakeSession = session.ctx.pipe  # type: ignore[assignment]
         self.events: list[Any] = []
 
     async def send(self, *events: dict[str, Any]) -> None:
@@ -76,7 +76,7 @@ class Opened:
         return [kind(e) for e, _, _ in self.session.outbox._items]
 
 
-async def open_session(update: ev.Session | None = None, media: Media = Media(), **fake: Any) -> Opened:
+async def open_session(update: ev.SessionObject | None = None, media: Media = Media(), **fake: Any) -> Opened:
     pipeline = FakePipeline(**fake)
     caps = pipeline.capabilities
     config = SessionConfig.default(caps, "m")
@@ -98,7 +98,7 @@ async def opened() -> AsyncIterator[Opened]:
 @pytest.fixture
 async def vad() -> AsyncIterator[Opened]:
     """Server VAD (the default turn detection) with input transcription, an answer of three words at once."""
-    o = await open_session(msgspec.json.decode(b'{"audio": {"input": {"transcription": {"model": "fake"}}}}', type=ev.Session))
+    o = await open_session(msgspec.json.decode(b'{"audio": {"input": {"transcription": {"model": "fake"}}}}', type=ev.SessionObject))
     yield o
     await o.session.close()
     assert o.pipeline.stats()["active_responses"] == 0 and o.pipe.closed
@@ -114,7 +114,7 @@ async def test_listening_silence_emits_nothing_and_keeps_only_a_preroll(vad):
     await vad.speak(silence(3000, RATE))
     assert vad.queued() == ["session.created", "conversation.created"]
     assert vad.pipe.pending == 0 and not vad.pipe.calls
-    assert len(vad.session.buffer) <= RATE  # prefix padding + onset window, not 3 s
+    assert len(vad.session.user.buffer) <= RATE  # prefix padding + onset window, not 3 s
 
 
 # ------------------------------------------------------------------------------ a turn
@@ -183,7 +183,7 @@ async def test_manual_commit_needs_100_ms_and_clear_discards(opened):
     assert (await opened.until("error"))[-1].error.code == "input_audio_buffer_commit_empty"
     await opened.send({"type": "input_audio_buffer.clear"})
     await opened.until("input_audio_buffer.cleared")
-    assert opened.pipe.calls[-1][0] == "clear" and len(opened.session.buffer) == 0
+    assert opened.pipe.calls[-1][0] == "clear" and len(opened.session.user.buffer) == 0
     await opened.send(*[{"type": "input_audio_buffer.append", "audio": pcm}] * 3, {"type": "input_audio_buffer.commit"})
     committed = (await opened.until("input_audio_buffer.committed"))[-1]
     assert opened.pipe.calls[-1][:2] == ("commit", committed.item_id)
@@ -214,7 +214,7 @@ async def test_a_response_cancelled_before_it_ran_still_reports_created_and_done
     assert types.index("response.created") < types.index("response.done")
     done = events[-1]
     assert done.response.status == "cancelled" and done.response.status_details.reason == "client_cancelled"
-    assert opened.session.active is None
+    assert opened.session.runs.active is None
     await opened.send({"type": "response.create"})
     created = (await opened.until("response.created"))[-1]
     assert created.response.id != done.response.id
@@ -228,7 +228,7 @@ async def test_an_out_of_band_response_cancelled_before_it_ran_reports_done(open
     types = [kind(e) for e in events]
     assert types[types.index("response.created") + 1] == "rate_limits.updated"
     assert events[-1].response.status == "cancelled" and events[-1].response.conversation_id is None
-    assert not opened.session.out_of_band
+    assert not opened.session.runs.out_of_band
 
 
 MALFORMED = [
@@ -259,7 +259,7 @@ async def drain(playout: Any, stop: asyncio.Event) -> None:
     """A media transport's clock: one frame every 20 ms until ``stop``."""
     while not stop.is_set():
         playout.frame()
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # the clock is the test's input: frames leave in real time
 
 
 async def test_a_media_session_plays_the_answer_paced_and_reports_it_instead_of_deltas():
@@ -309,12 +309,15 @@ async def test_the_interruption_guard_ignores_a_short_sound_over_the_agent(min_s
     try:
         await o.send({"type": "conversation.item.create", "item": TEXT_ITEM}, {"type": "response.create"})
         await o.until("output_audio_buffer.started")
-        answer = o.session.active
+        answer = o.session.runs.active
         await o.speak(np.concatenate([spoken("No.", RATE), silence(800, RATE)]))
-        await asyncio.sleep(0.1)
+        # push_audio has judged all of it, the silence after "No." included: a barge-in has been
+        # carried out (its cancel awaited), or the short sound was heard and let go
         assert answer is not None and (answer.status == "cancelled") is cut
         types = [kind(e) for e in o.events] + o.queued()
         assert ("input_audio_buffer.speech_started" in types) is cut
+        if not cut:
+            assert o.session.user.turn is None and o.pipe.calls[-1][0] == "clear"  # heard, held, dropped
         if not cut:  # real speech still interrupts
             await o.speak(np.concatenate([QUESTION, silence(800, RATE)]))
             done = (await o.until("response.done"))[-1]
@@ -328,18 +331,33 @@ async def test_the_interruption_guard_ignores_a_short_sound_over_the_agent(min_s
 async def test_closing_mid_answer_stops_the_pipeline_and_leaves_nothing_running(opened):
     await opened.send({"type": "conversation.item.create", "item": TEXT_ITEM}, {"type": "response.create"})
     await opened.until("response.output_audio.delta")
-    run = opened.session.active
+    run = opened.session.runs.active
     await opened.session.close()
-    assert run is not None and run.done and opened.session.active is None
+    assert run is not None and run.done and opened.session.runs.active is None
     assert opened.pipeline.stats()["active_responses"] == 0 and opened.pipe.closed
-    assert not len(opened.session.tasks)
+    assert not len(opened.session.ctx.tasks)
 
 
-async def test_a_closed_session_is_freed_at_once_not_at_the_next_full_garbage_collection():
-    """No reference cycle keeps a closed session (its conversation, its audio) alive: with the
-    cyclic collector off, dropping the last reference frees it. Closed mid-answer, with an
-    out-of-band answer running and a spoken turn behind it, so every kind of task has run."""
-    vad = await open_session(msgspec.json.decode(b'{"audio": {"input": {"transcription": {"model": "fake"}}}}', type=ev.Session))
+async def closed_and_freed_at_once(o: Opened) -> None:
+    """Close ``o``'s session with the cyclic collector off and drop it: with no reference cycle,
+    the session and its conversation are freed then and there. (``o`` must be the last reference:
+    pass it straight from the call that made it.)"""
+    gc.collect()
+    gc.disable()
+    try:
+        await o.session.close()
+        assert o.pipeline.stats()["active_responses"] == 0 and o.pipe.closed
+        ref, history = weakref.ref(o.session), weakref.ref(o.session.conversation)
+        del o
+        kept = [type(r).__name__ for r in gc.get_referrers(ref())] if ref() is not None else []
+        assert ref() is None and history() is None, f"a closed session is still held by {kept}"
+    finally:
+        gc.enable()
+
+
+async def mid_answer_with_every_kind_of_task() -> Opened:
+    """A spoken turn answered, an out-of-band answer running, and an in-band one barged in on."""
+    vad = await open_session(msgspec.json.decode(b'{"audio": {"input": {"transcription": {"model": "fake"}}}}', type=ev.SessionObject))
     await vad.speak(np.concatenate([silence(300, RATE), QUESTION, silence(800, RATE)]))
     await vad.until("response.done")
     await vad.send(
@@ -349,22 +367,35 @@ async def test_a_closed_session_is_freed_at_once_not_at_the_next_full_garbage_co
     )
     await vad.until("response.created")
     await vad.speak(QUESTION[: RATE // 2])  # barge in on it
-    gc.collect()
-    gc.disable()
-    try:
-        await vad.session.close()
-        ref = weakref.ref(vad.session)
-        history = weakref.ref(vad.session.conversation)
-        assert vad.pipeline.stats()["active_responses"] == 0 and vad.pipe.closed
-        del vad
-        kept = [type(r).__name__ for r in gc.get_referrers(ref())] if ref() is not None else []
-        assert ref() is None and history() is None, f"a closed session is still held by {kept}"
-    finally:
-        gc.enable()
+    return vad
+
+
+async def media_answer_playing() -> Opened:
+    o = await open_session(MANUAL, media=Media(playout_rate=8000), reply=" ".join(["word"] * 40), word_interval_s=0.02)
+    await o.send({"type": "conversation.item.create", "item": TEXT_ITEM}, {"type": "response.create"})
+    await o.until("response.output_item.added")
+    while o.session.playout.playing is None:  # the clock takes the first frame once there is one
+        o.session.playout.frame()
+        await asyncio.sleep(0)
+    await o.until("output_audio_buffer.started")
+    return o
+
+
+async def test_a_closed_session_is_freed_at_once_not_at_the_next_full_garbage_collection():
+    """No reference cycle keeps a closed session (its conversation, its audio) alive: with the
+    cyclic collector off, dropping the last reference frees it. Closed mid-answer, with an
+    out-of-band answer running and a spoken turn behind it, so every kind of task has run."""
+    await closed_and_freed_at_once(await mid_answer_with_every_kind_of_task())
+
+
+async def test_a_closed_media_session_is_freed_at_once_too():
+    """The same for a media session closed while its answer plays: the playout reports started and
+    stopped through the session's shared context, which leads back to no part of it."""
+    await closed_and_freed_at_once(await media_answer_playing())
 
 
 async def test_noise_reduction_reaches_the_pipeline_at_open_and_on_every_change():
-    near = msgspec.json.decode(b'{"audio": {"input": {"noise_reduction": {"type": "near_field"}}}}', type=ev.Session)
+    near = msgspec.json.decode(b'{"audio": {"input": {"noise_reduction": {"type": "near_field"}}}}', type=ev.SessionObject)
     o = await open_session(near)
     try:
         assert o.pipe.noise_reduction == ["near_field"]
@@ -390,7 +421,7 @@ LONG = "I would like to know what the weather is going to be like in Paris tomor
 
 async def test_live_captions_append_while_the_user_speaks_then_the_transcript_completes_them():
     transcription = b'{"audio": {"input": {"transcription": {"model": "fake"}}}}'
-    o = await open_session(msgspec.json.decode(transcription, type=ev.Session), script=LONG)
+    o = await open_session(msgspec.json.decode(transcription, type=ev.SessionObject), script=LONG)
     try:
         speech = spoken(LONG, RATE)
         assert len(speech) > 4 * RATE

@@ -1,5 +1,6 @@
-"""The engine's building blocks on their own: G.711, resampling, turn detection, stage graphs,
-transcript alignment, the input buffer and the outbox."""
+"""The engine's building blocks on their own: wire audio input, turn detection, stage graphs,
+transcript alignment, the input buffer and the outbox (the signal processing under them:
+tests/dsp)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import pytest
 
 from pipelines.stages import chain
 from dsp import g711
-from dsp.resample import Resampler, resample
 from realtime_omni.protocol.audio import InputConverter, WireFormat
 from realtime_omni.session.conversation import Alignment
 from realtime_omni.session.input_buffer import InputBuffer
@@ -20,43 +20,7 @@ from realtime_omni.session.config import SERVER_VAD_DEFAULTS, _vad_settings
 from realtime_omni.session.turns import Paused, SpeechStarted, SpeechStopped, TurnDetector
 from tests.support.audio import espeak, silence, speech_bounds_ms
 
-# ------------------------------------------------------------------ G.711 and resampling
-
-
-def test_g711_matches_the_reference_tables():
-    # ITU-T G.711 reference points: decoded values of well-known codes.
-    assert g711.ulaw_to_pcm(bytes([0xFF, 0x7F, 0x00, 0x80])).tolist() == [0, 0, -32124, 32124]
-    assert g711.alaw_to_pcm(bytes([0xD5, 0x55, 0x2A, 0xAA])).tolist() == [8, -8, -32256, 32256]
-    assert g711.pcm_to_ulaw(np.array([0, -1, 32767, -32768], np.int16)) == bytes([0xFF, 0x7E, 0x80, 0x00])
-    assert g711.pcm_to_alaw(np.array([0, -1, 32767, -32768], np.int16)) == bytes([0xD5, 0x55, 0xAA, 0x2A])
-
-
-def test_g711_is_bit_exact_with_stdlib_audioop():
-    audioop = pytest.importorskip("audioop", reason="audioop left the stdlib in Python 3.13")
-    every = np.arange(-32768, 32768, dtype=np.int16)
-    assert g711.pcm_to_ulaw(every) == audioop.lin2ulaw(every.tobytes(), 2)
-    assert g711.pcm_to_alaw(every) == audioop.lin2alaw(every.tobytes(), 2)
-    codes = bytes(range(256))
-    assert g711.ulaw_to_pcm(codes).tobytes() == audioop.ulaw2lin(codes, 2)
-    assert g711.alaw_to_pcm(codes).tobytes() == audioop.alaw2lin(codes, 2)
-
-
-def test_g711_round_trip_error_is_small_for_speech():
-    speech = espeak("round trip", rate=8000)
-    for fmt in (WireFormat.PCMU, WireFormat.PCMA):
-        back = fmt.decode(fmt.encode(speech)).astype(float)
-        err = np.sqrt(np.mean((back - speech) ** 2)) / np.sqrt(np.mean(speech.astype(float) ** 2))
-        assert err < 0.05, (fmt, err)
-
-
-def test_streaming_resampler_keeps_time_exact():
-    rng = np.random.default_rng(0)
-    pcm = (rng.standard_normal(24000 * 2) * 3000).astype(np.int16)
-    r = Resampler(24000, 16000)
-    out = np.concatenate([r(pcm[i : i + 480]) for i in range(0, len(pcm), 480)] + [r.flush()])
-    assert len(out) == 32000  # 2 s in, 2 s out, nothing lost at the edges
-    whole = resample(pcm, 24000, 16000)
-    assert np.max(np.abs(out.astype(int) - whole.astype(int))) < 200  # streamed == one-shot (up to filter edges)
+# ------------------------------------------------------------------ wire audio (G.711 and resampling themselves: tests/dsp)
 
 
 def test_input_converter_decodes_each_wire_format():
@@ -153,20 +117,35 @@ async def test_chain_cancels_every_stage_and_runs_their_cleanup():
 
         return gen()
 
+    stuck = asyncio.Event()
+
     async def consume():
         async with chain(source(), double, maxsize=2) as stream:
             async for x in stream:
                 if x >= 10:
-                    await asyncio.sleep(3600)  # stuck downstream: the stages must stay bounded
+                    stuck.set()
+                    await asyncio.Event().wait()  # stuck downstream for good: the stages must stay bounded
 
     task = asyncio.create_task(consume())
-    await asyncio.sleep(0.1)
-    assert produced <= 5 + 2 * 3  # consumed 5, then at most maxsize+1 per handoff in flight
+    await stuck.wait()
+    ahead = await settled(lambda: produced) - 5  # consumed 5; every stage has run as far as it can
+    assert 0 < ahead <= 2 * 3  # the stages ran ahead, at most maxsize+1 per handoff in flight
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert sorted(cleaned) == ["double", "source"]
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("stage-")]
+
+
+async def settled(value, rounds: int = 20) -> int:  # type: ignore[no-untyped-def]
+    """``value()`` once it has not changed for ``rounds`` turns of the event loop: every task that
+    could run has run, and every one left waits on something (here: a full queue)."""
+    last, same = value(), 0
+    while same < rounds:
+        await asyncio.sleep(0)  # one turn of the loop, not a span of time
+        now = value()
+        same, last = (same + 1 if now == last else 0), now
+    return last
 
 
 async def test_chain_propagates_stage_errors():
@@ -220,11 +199,10 @@ async def test_outbox_is_bounded_and_purges_an_owners_events():
     for i in range(3):
         assert await box.put(f"delta{i}", owner, weight=i)
     blocked = asyncio.create_task(box.put("late", owner, weight=3))
-    await asyncio.sleep(0.01)
-    assert not blocked.done() and len(box) == 3  # full: the producer waits
+    await asyncio.sleep(0)  # one turn of the loop: the put runs up to where it waits
+    assert len(box._putters) == 1 and not blocked.done() and len(box) == 3  # full: the producer waits
     assert await box.get() == "delta0"
-    await asyncio.sleep(0.01)
-    assert blocked.done() and blocked.result() is True
+    assert await blocked is True  # a slot freed: it is queued
     assert box.purge(owner) == [1, 2, 3]  # delta1, delta2, late: their weights
     assert await box.put("control")
     assert await box.get() == "control"
@@ -242,11 +220,11 @@ def test_transcription_sessions_only_where_the_pipeline_transcribes():
     from realtime_omni.session.config import SessionConfig
 
     hears = Capabilities(name="hears", transcribes_input=True, transcription_model="whisper-tiny.en")
-    config = SessionConfig.default(hears, "m").updated(ev.Session(type="transcription"), hears)
+    config = SessionConfig.default(hears, "m").updated(ev.SessionObject(type="transcription"), hears)
     assert not config.responds and config.transcription is not None and config.transcription.model == "whisper-tiny.en"
     assert config.public.type == "transcription" and config.public.instructions is msgspec.UNSET
-    assert config.updated(ev.Session(type="realtime"), hears).responds
+    assert config.updated(ev.SessionObject(type="realtime"), hears).responds
     deaf = Capabilities(name="deaf")
     with pytest.raises(RealtimeError) as err:
-        SessionConfig.default(deaf, "m").updated(ev.Session(type="transcription"), deaf)
+        SessionConfig.default(deaf, "m").updated(ev.SessionObject(type="transcription"), deaf)
     assert err.value.code == "unsupported_value" and err.value.param == "session.type"

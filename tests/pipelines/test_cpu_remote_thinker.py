@@ -68,7 +68,11 @@ async def test_turns_on_the_shared_deployment_reuse_their_own_prefix_and_no_one_
 
 
 async def test_cancel_aborts_the_request_on_the_deployment(remote):
+    """The deployment counts a request that ends by itself (stop, length) as a success; one its
+    client aborted leaves uncounted. So once nothing runs there, a probe of our own is counted and
+    ours is not: it was aborted, not left to run on upstream."""
     ws_base, engine = remote
+    successes = metric(engine, "vllm:request_success_total")
     async with connect(ws_base) as c:
         await c.expect("session.created")
         await c.send({"type": "session.update", "session": {"type": "realtime", "instructions": "Tell a very long story."}})
@@ -78,10 +82,20 @@ async def test_cancel_aborts_the_request_on_the_deployment(remote):
         await c.send({"type": "response.cancel"})
         done = await c.expect("response.done", timeout=30)
         assert done.response.status == "cancelled"
-    # a 400-token story takes seconds on two cores: if the request were still running upstream,
-    # the deployment would go on generating; closing our stream aborted it there instead
-    await asyncio.sleep(0.5)
-    generated = metric(engine, "vllm:generation_tokens_total")
-    await asyncio.sleep(1.5)
-    assert metric(engine, "vllm:generation_tokens_total") == generated
+    assert await until(lambda: metric(engine, "vllm:num_requests_running") == 0)  # ours has left the engine
+    async with httpx.AsyncClient(timeout=60) as http:
+        probe = await http.post(f"{engine}/chat/completions", json={"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8})
+    assert probe.status_code == 200, probe.text
+    assert await until(lambda: metric(engine, "vllm:request_success_total") >= successes + 1)  # the probe is counted
+    assert metric(engine, "vllm:request_success_total") == successes + 1  # and only the probe
     assert metric(engine, "vllm:num_requests_running") == 0
+
+
+async def until(predicate, timeout: float = 30.0) -> bool:  # type: ignore[no-untyped-def]
+    """Poll ``predicate`` (a scrape of the deployment's metrics) until it holds, or ``timeout``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.1)  # between scrapes
+    return True

@@ -115,7 +115,7 @@ async def test_a_turn_with_a_pause_in_it_streams_on_and_a_changed_history_is_ans
         assert heard == pytest.approx(sent / 16000, abs=0.06) and heard > 1.6  # both halves, the pause between
         # the conversation changes while the user speaks: the streamed turn is void, the answer whole
         task = asyncio.create_task(c.speak(speech))
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # the test's input: the conversation changes a second into the turn
         await c.send({"type": "conversation.item.create", "item": TEXT_ITEM})
         await task
         again = await c.expect("response.done", timeout=15)

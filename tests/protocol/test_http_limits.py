@@ -161,7 +161,7 @@ async def test_a_head_in_small_pieces(limited, over):
         for at in range(0, len(data), 512):
             writer.write(data[at : at + 512])
             await writer.drain()
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0.001)  # the test's input: each piece arrives in a read of its own
         reply = parse(await asyncio.wait_for(reader.read(), TIMEOUT))
     finally:
         writer.close()

@@ -53,7 +53,8 @@ async def test_slow_reader_is_dropped_without_stalling_others(make_server):
         await slow.expect("session.created")
         await fast.expect("session.created")
         await slow.send({"type": "response.create"})  # ~8 minutes of audio, as fast as it can go
-        await asyncio.sleep(0.5)  # and never read it
+        # and never read it: its session's outbox fills, and its answer waits on it
+        assert await wait_until(lambda: srv.acall(lambda: any(len(s.outbox) >= 16 for s in srv.server.sessions)))
 
         # Meanwhile another session is served promptly.
         t0 = time.monotonic()

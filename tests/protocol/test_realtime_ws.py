@@ -449,7 +449,7 @@ async def test_idle_timeout_prompts_the_user(server):
         async def silence_stream():  # the user stays silent (in real time)
             while True:
                 await c.append(silence(20))
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(0.02)  # the test's input: 20 ms of silence every 20 ms
 
         streamer = asyncio.create_task(silence_stream())
         try:

@@ -65,7 +65,7 @@ async def test_minting_keys_is_rate_limited():
             assert int(refused.headers["retry-after"]) >= 1
             beta = await http.post("/v1/realtime/sessions", json={}, headers=AUTH)  # the beta route shares the bucket
             assert beta.status_code == 429
-            await asyncio.sleep(0.6)  # 2 a second: one more token
+            await asyncio.sleep(0.6)  # the test's input: time refills the bucket (2 a second: one more token)
             assert (await _mint(http)).status_code == 200
     finally:
         srv.stop()

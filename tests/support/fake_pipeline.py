@@ -77,7 +77,7 @@ class FakeSession(PipelineSession):
         self.open_responses += 1
         try:
             for n, word in enumerate(self.pipeline.reply.split()):
-                await asyncio.sleep(self.pipeline.word_interval_s)
+                await asyncio.sleep(self.pipeline.word_interval_s)  # the fake's configured pace, an input of the tests
                 yield TextDelta(word if n == 0 else " " + word)
                 if "audio" in request.output_modalities:
                     yield AudioChunk(np.full(CAPS.output_rate * WORD_MS // 1000, 1000 + n, np.int16))

@@ -155,13 +155,6 @@ def test_pcma_call_is_answered_in_pcma(echo_server: ServerThread, tmp_path: Path
 
 
 @pytest.fixture(scope="module")
-def webhook() -> Any:
-    receiver = WebhookReceiver()
-    yield receiver
-    receiver.close()
-
-
-@pytest.fixture(scope="module")
 def hooked(webhook: WebhookReceiver) -> Any:
     """Calls announced to a webhook and left ringing until the test accepts or rejects them."""
     server = sip_server(audio="echo", chunk_interval_ms=40, sip={"webhook_url": webhook.url}, server={"api_key": "test-key"})
@@ -233,7 +226,7 @@ async def test_refer_transfers_the_call_and_ends_it(hooked: ServerThread, webhoo
     call_id = (await webhook.next())["data"]["call_id"]
     assert (await control(hooked, call_id, "refer", {"target_uri": "sip:human@example.com"})).status_code == 409  # not answered yet
     assert (await control(hooked, call_id, "accept")).status_code == 200
-    await asyncio.sleep(0.3)  # the ACK
+    assert await wait_until(lambda: hooked.call(lambda: hooked.server.calls[call_id].dialog.confirmed))  # the ACK came
     r = await control(hooked, call_id, "refer", {"target_uri": "sip:human@example.com"})
     assert r.status_code == 200, r.text  # the caller's side took it (202)
     result = await caller  # NOTIFY "200 OK" -> we hang up with a BYE
@@ -273,12 +266,12 @@ def test_pyvoip_registers_calls_and_hangs_up(echo_server: ServerThread) -> None:
         unsigned = ((speech.astype(np.int32) >> 8) + 128).astype(np.uint8).tobytes()  # pyVoIP's 8-bit linear audio
         for i in range(0, len(unsigned), 160):  # in real time, as a phone would
             call.write_audio(unsigned[i : i + 160])
-            time.sleep(0.02)
+            time.sleep(0.02)  # the test's input: audio paced in real time
         heard = []
         end = time.monotonic() + 6
         while time.monotonic() < end:
             heard.append(call.read_audio(160, blocking=False))
-            time.sleep(0.02)
+            time.sleep(0.02)  # read as the phone plays it, 20 ms at a time, for the answer's length
         audio = (np.frombuffer(b"".join(heard), np.uint8).astype(np.int16) - 128) << 8
         assert rms(audio) > 300, "no answer came back"
         assert {"morning", "table"} & words(transcribe(audio)), "the echoed answer is not the caller's words"

@@ -65,7 +65,7 @@ async def short_sound_interrupts(min_speech_ms: int) -> tuple[bool, list[str]]:
 
             mic.say(speech_8k("What is the weather like today?"))
             assert await until("output_audio_buffer.started", 10)
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.0)  # the test's input: "no" comes a second into the answer
             mic.say(speech_8k("No."))
             cut_by_short = await until("output_audio_buffer.cleared", 2.5)
             if not cut_by_short:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from transports.sip.message import Message, parse, response
+from transports.sip.message import SipMessage, parse, response
 from transports.sip.transaction import (
     Answered,
     ClientTransaction,
@@ -20,7 +20,7 @@ T1, T2, T4 = 0.5, 4.0, 5.0
 PEER = ("192.0.2.1", 5060)
 
 
-def request(method: str = "INVITE", branch: str = "z9hG4bKabc", cseq: int = 1) -> Message:
+def request(method: str = "INVITE", branch: str = "z9hG4bKabc", cseq: int = 1) -> SipMessage:
     return parse(
         (
             f"{method} sip:agent@192.0.2.9 SIP/2.0\r\n"
@@ -34,7 +34,7 @@ def request(method: str = "INVITE", branch: str = "z9hG4bKabc", cseq: int = 1) -
     )
 
 
-def server(method: str = "INVITE") -> tuple[ServerTransaction, Message]:
+def server(method: str = "INVITE") -> tuple[ServerTransaction, SipMessage]:
     msg = request(method)
     return ServerTransaction(transaction_key(msg), PEER, method, t1=T1, t2=T2, t4=T4), msg
 
@@ -48,7 +48,7 @@ def run_timers(tx: ServerTransaction | ClientTransaction, until: float) -> list[
     return seen
 
 
-def sent(data: Message) -> Send:
+def sent(data: SipMessage) -> Send:
     return Send(data.encode())
 
 

@@ -1,5 +1,5 @@
 """The SIP bridge's pure parts: SDP offer/answer, SIP message parsing, the RTP jitter buffer, DTMF
-de-duplication, the RTP sender's header state, and the low-delay resampler."""
+de-duplication, and the RTP sender's header state (the low-delay resampler: tests/dsp)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from dsp.g711 import pcm_to_ulaw
-from dsp.resample import PolyphaseResampler
 from transports.sip import message as sipmsg
 from transports.sip import rtp, sdp
 
@@ -107,17 +106,6 @@ def test_rtp_parse_rejects_what_is_not_rtp() -> None:
     assert rtp.parse(b"\x01junk") is None
     assert rtp.parse(struct.pack("!BBHII", 0x80, 200, 1, 1, 1)) is None  # RTCP sender report
     assert rtp.parse(struct.pack("!BBHII", 0x40, 0, 1, 1, 1)) is None  # version 1
-
-
-@pytest.mark.parametrize(("rate_in", "rate_out"), [(8000, 16000), (8000, 24000), (24000, 8000), (48000, 8000)])
-def test_polyphase_resampler_converts_each_frame_at_once(rate_in: int, rate_out: int) -> None:
-    r = PolyphaseResampler(rate_in, rate_out)
-    t = np.arange(rate_in) / rate_in
-    tone = (8000 * np.sin(2 * np.pi * 1000 * t)).astype(np.int16)
-    frames = [r(tone[i : i + rate_in // 50]) for i in range(0, rate_in, rate_in // 50)]
-    assert {len(f) for f in frames} == {rate_out // 50}  # no block buffering: every 20 ms in, 20 ms out
-    out = np.concatenate(frames)[rate_out // 50 :].astype(np.float64)
-    assert abs(np.sqrt(np.mean(out**2)) - 8000 / np.sqrt(2)) < 200  # 1 kHz passes at unity gain
 
 
 def test_advertised_address() -> None:

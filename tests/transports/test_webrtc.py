@@ -19,6 +19,7 @@ from openai import AsyncOpenAI
 from tests.conftest import synthetic_config
 from tests.support.audio import rms, spoken
 from tests.support.server import ServerThread
+from tests.support.sip import wait_until
 from bench.rtc import RtcClient as _RtcClient
 from tests.support.validation import validate
 
@@ -49,6 +50,18 @@ def slow(make_server):
 
 def loud_frames(client: RtcClient, t0: float, t1: float = float("inf")) -> int:
     return sum(1 for t, pcm in client.received if t0 <= t < t1 and rms(pcm) > 300)
+
+
+def frames_since(client: RtcClient, t0: float) -> int:
+    """Frames the track delivered after ``t0``, loud or silent (it sends silence between answers)."""
+    return sum(1 for t, _ in client.received if t >= t0)
+
+
+async def silent_after(client: RtcClient, t0: float, seconds: float = 1.0) -> bool:
+    """Whether the track, once it has delivered ``seconds`` of frames after ``t0``, kept them all
+    silent: proof the track went on, not merely that nothing came."""
+    assert await wait_until(lambda: frames_since(client, t0) >= 50 * seconds), "the track stopped"
+    return loud_frames(client, t0) == 0
 
 
 @contextlib.asynccontextmanager
@@ -94,10 +107,10 @@ async def test_a_spoken_turn_round_trips_over_webrtc(echo, strip_candidates):
         assert started["response_id"] == done["response"]["id"]
         stop = await client.next("output_audio_buffer.stopped")
         assert stop["response_id"] == done["response"]["id"]
-        await asyncio.sleep(0.3)  # the last frames are in flight
+        # the echo is the user's speech: at least as long as it was (its last frames may still be in
+        # flight), and as loud as espeak
+        assert await wait_until(lambda: loud_frames(client, t_stop) * 20 >= spoken_ms * 0.6)
         answer = client.audio_since(t_stop)
-        # the echo is the user's speech: at least as long as it was, and as loud as espeak
-        assert loud_frames(client, t_stop) * 20 >= spoken_ms * 0.6
         assert rms(answer) > 500
         # audio travels on the track only: no audio deltas on the data channel
         types = [e["type"] for _, e in client.log]
@@ -134,7 +147,7 @@ async def test_barge_in_silences_the_track_and_keeps_what_was_heard(slow):
         await client.next("session.created")
         client.mic.say(spoken("Tell me a long story please.", 24000), 24000)
         await client.next("output_audio_buffer.started")
-        await asyncio.sleep(1.5)  # let it play a while
+        await asyncio.sleep(1.5)  # the test's input: the user barges in 1.5 s into the answer
         client.mic.say(spoken("Stop, stop, wait a moment.", 24000), 24000)
         await client.next("input_audio_buffer.speech_started")
         cleared = await client.next("output_audio_buffer.cleared")
@@ -144,9 +157,8 @@ async def test_barge_in_silences_the_track_and_keeps_what_was_heard(slow):
         assert cleared["response_id"] == done["response"]["id"]
         heard = done["response"]["output"][0]["content"][0]["transcript"]
         assert 0 < len(heard.split()) < 40  # truncated to the words played
-        await asyncio.sleep(1.0)
         # after the cut only the jitter buffer's last frames may still arrive
-        assert loud_frames(client, t_cleared + 0.3) == 0
+        assert await silent_after(client, t_cleared + 0.3)
 
 
 async def test_output_audio_buffer_clear_cuts_the_track(slow):
@@ -154,7 +166,7 @@ async def test_output_audio_buffer_clear_cuts_the_track(slow):
         await client.next("session.created")
         client.mic.say(spoken("Tell me a long story please.", 24000), 24000)
         started = await client.next("output_audio_buffer.started")
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # the test's input: it plays for a second, then the client clears it
         client.send({"type": "output_audio_buffer.clear", "event_id": "ev_clear"})
         cleared = await client.next("output_audio_buffer.cleared")
         t_cleared = time.monotonic()
@@ -162,8 +174,7 @@ async def test_output_audio_buffer_clear_cuts_the_track(slow):
         assert cleared["response_id"] == started["response_id"] == done["response"]["id"]
         assert done["response"]["status"] == "cancelled"
         assert loud_frames(client, t_cleared - 1.0, t_cleared) > 10  # it was playing
-        await asyncio.sleep(1.0)
-        assert loud_frames(client, t_cleared + 0.3) == 0  # and then it was not
+        assert await silent_after(client, t_cleared + 0.3)  # and then it was not
 
 
 async def test_peer_vanishing_mid_answer_ends_the_call(slow):
@@ -276,7 +287,7 @@ async def test_video_frames_reach_a_pipeline_that_takes_images(make_server):
     srv = make_server(images=True, reply="I saw {images} image.", server={"webrtc": {"host_addresses": ["127.0.0.1"], "video_fps": 2}})
     async with call(srv, video=VideoStreamTrack()) as client:
         await client.next("session.created")
-        await asyncio.sleep(1.0)  # a frame or two is sampled
+        assert await wait_until(lambda: srv.server.calls[client.call_id].video_frames >= 1)  # a frame is sampled
         client.mic.say(spoken(QUESTION, 24000), 24000)
         done = await client.next("response.done")
         assert done["response"]["output"][0]["content"][0]["transcript"] == "I saw 1 image."
@@ -337,7 +348,7 @@ async def test_ephemeral_key_rules(keyed):
 async def test_expired_keys_are_refused(keyed):
     """A key minted with the shortest lifetime (10 s) and used after it: refused, on the real clock."""
     secret = (await mint(keyed, expires_after={"anchor": "created_at", "seconds": 10})).json()
-    await asyncio.sleep(max(0.0, secret["expires_at"] - time.time()) + 0.5)
+    await asyncio.sleep(max(0.0, secret["expires_at"] - time.time()) + 0.5)  # the test's input: the key's lifetime passes
     client = RtcClient(keyed.http_url, api_key=secret["value"])
     with pytest.raises(Exception) as info:
         await client.connect()
@@ -422,7 +433,11 @@ async def test_transcription_session_over_webrtc(echo):
         committed = await client.next("input_audio_buffer.committed")
         completed = await client.next("conversation.item.input_audio_transcription.completed")
         assert completed["item_id"] == committed["item_id"] and completed["transcript"]
-        await asyncio.sleep(1.0)
+        # A response would have begun at the commit. The answer to an update sent after the
+        # transcript comes after every event of before it: none of them is a response's.
+        t_update = time.monotonic()
+        client.send({"type": "session.update", "session": {"type": "transcription"}})
+        await client.next("session.updated")
         types = [e["type"] for _, e in client.log]
         assert not [t for t in types if t.startswith(("response.", "output_audio_buffer."))]
-        assert loud_frames(client, 0.0) == 0  # the track stayed silent
+        assert loud_frames(client, 0.0, t_update) == 0 and await silent_after(client, t_update)  # the track stayed silent

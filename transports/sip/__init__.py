@@ -8,7 +8,9 @@ Modules, lowest first; each imports only modules above it in this list:
 * ``transaction``  RFC 3261 17 transactions as sans-I/O state machines: messages and time in,
                    datagrams to send, timer deadlines and failures out.
 * ``dialog``       dialog state (RFC 3261 12): tags, CSeq, route set, matching, our in-dialog requests.
-* ``call``         ``SipCall``: one phone call (ring, accept, reject, refer, hang up) and its RTP media.
+* ``webhook``      ``realtime.call.incoming`` POSTed to the application's webhook.
+* ``call``         ``SipCall``: one phone call (ring, accept, reject, refer, hang up), its states
+                   (``CallState``) and its RTP media.
 * ``bridge``       ``SipBridge``: the UDP socket, transaction timers, dispatch to dialogs and calls,
                    the shared 20 ms RTP clock; ``start_bridge``.
 """

@@ -41,7 +41,7 @@ from . import message as sipmsg
 from . import rtp
 from .call import SipCall
 from .dialog import Dialog
-from .message import Addr, Message, param, response
+from .message import Addr, SipMessage, param, response
 from .transaction import (
     T2,
     T4,
@@ -76,7 +76,7 @@ class SipBridge(asyncio.DatagramProtocol):
         self.transport: asyncio.DatagramTransport | None = None
         self.address: Addr = (config.host, config.port or 0)
         self.transactions: OrderedDict[tuple[str, ...], ServerTransaction] = OrderedDict()
-        self.client: dict[str, tuple[ClientTransaction, asyncio.Future[Message | None]]] = {}  # by branch
+        self.client: dict[str, tuple[ClientTransaction, asyncio.Future[SipMessage | None]]] = {}  # by branch
         self.calls: dict[str, SipCall] = {}  # by SIP Call-ID
         self.streaming: set[SipCall] = set()  # answered calls: one packet each per clock tick
         self.clock = Ticker(rtp.FRAME_SAMPLES / rtp.RATE)
@@ -130,7 +130,7 @@ class SipBridge(asyncio.DatagramProtocol):
 
     # ------------------------------------------------------------------ wire
 
-    def send(self, msg: Message | bytes, addr: Addr) -> None:
+    def send(self, msg: SipMessage | bytes, addr: Addr) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.sendto(msg if isinstance(msg, bytes) else msg.encode(), addr)
 
@@ -169,7 +169,7 @@ class SipBridge(asyncio.DatagramProtocol):
             keep = [ln for ln in lines[1:] if ln.split(":")[0].strip().lower() in ("via", "v", "from", "f", "to", "t", "call-id", "i", "cseq")]
             if not any(ln.split(":")[0].strip().lower() in ("via", "v") for ln in keep):
                 return
-            msg = Message(method="X", headers=[])
+            msg = SipMessage(method="X", headers=[])
             for ln in keep:
                 name, _, value = ln.partition(":")
                 key = sipmsg.COMPACT.get(name.strip().lower(), name.strip().lower())
@@ -223,7 +223,7 @@ class SipBridge(asyncio.DatagramProtocol):
 
     # ------------------------------------------------------------------ server transactions
 
-    def respond(self, tx: ServerTransaction, msg: Message) -> None:
+    def respond(self, tx: ServerTransaction, msg: SipMessage) -> None:
         self.stats["responses_sent"] += 1
         self._apply(tx, tx.respond(msg, self._now()), tx.addr)
 
@@ -246,7 +246,7 @@ class SipBridge(asyncio.DatagramProtocol):
                     self.streaming.discard(call)
                     self.spawn(call.hangup("media_error"), f"hangup:{call.id}")
 
-    def _on_request(self, msg: Message, addr: Addr) -> None:
+    def _on_request(self, msg: SipMessage, addr: Addr) -> None:
         if msg.method == "ACK":
             self._on_ack(msg)
             return
@@ -281,14 +281,14 @@ class SipBridge(asyncio.DatagramProtocol):
             return
         handler(msg, tx)
 
-    def _dialog_call(self, msg: Message) -> SipCall | None:
+    def _dialog_call(self, msg: SipMessage) -> SipCall | None:
         """The call an in-dialog request belongs to: Call-ID and both tags must match."""
         call = self.calls.get(msg.call_id)
         if call is None or call.dialog is None or not call.dialog.matches(msg):
             return None
         return call
 
-    def _on_ack(self, msg: Message) -> None:
+    def _on_ack(self, msg: SipMessage) -> None:
         tx = self.transactions.get(transaction_key(msg))
         if tx is not None and tx.invite and not 200 <= tx.final < 300:  # ACK for a non-2xx final response (same transaction)
             self.acknowledged(tx)
@@ -298,7 +298,7 @@ class SipBridge(asyncio.DatagramProtocol):
             call.on_ack(msg)
         # an ACK is never answered, whatever it matched
 
-    def _on_invite(self, msg: Message, tx: ServerTransaction) -> None:
+    def _on_invite(self, msg: SipMessage, tx: ServerTransaction) -> None:
         if param(msg.get("To") or "", "tag") is not None:
             call = self._dialog_call(msg)
             if call is None:
@@ -311,8 +311,8 @@ class SipBridge(asyncio.DatagramProtocol):
             return
         SipCall.incoming(self, msg, tx)
 
-    def _on_cancel(self, msg: Message, tx: ServerTransaction) -> None:
-        invite = self.transactions.get(transaction_key(Message(method="INVITE", headers=msg.headers)))
+    def _on_cancel(self, msg: SipMessage, tx: ServerTransaction) -> None:
+        invite = self.transactions.get(transaction_key(SipMessage(method="INVITE", headers=msg.headers)))
         if invite is None or invite.call is None:
             self.respond(tx, response(msg, 481))
             return
@@ -320,7 +320,7 @@ class SipBridge(asyncio.DatagramProtocol):
         if not invite.final:
             self.spawn(invite.call.cancelled(), "sip-cancel")
 
-    def _on_bye(self, msg: Message, tx: ServerTransaction) -> None:
+    def _on_bye(self, msg: SipMessage, tx: ServerTransaction) -> None:
         call = self._dialog_call(msg)
         if call is None:
             self.respond(tx, response(msg, 481))
@@ -328,10 +328,10 @@ class SipBridge(asyncio.DatagramProtocol):
         self.respond(tx, response(msg, 200))
         self.spawn(call.hangup("caller_hangup"), "sip-bye")
 
-    def _on_options(self, msg: Message, tx: ServerTransaction) -> None:
+    def _on_options(self, msg: SipMessage, tx: ServerTransaction) -> None:
         self.respond(tx, response(msg, 200, extra=[("Allow", ALLOW), ("Accept", "application/sdp")]))
 
-    def _on_register(self, msg: Message, tx: ServerTransaction) -> None:
+    def _on_register(self, msg: SipMessage, tx: ServerTransaction) -> None:
         """Registration is accepted and forgotten: calls come in, none go out, so there is
         nothing to route to a registered contact."""
         extra = [("Contact", c) for c in msg.get_all("Contact")]
@@ -340,7 +340,7 @@ class SipBridge(asyncio.DatagramProtocol):
             extra.append(("Expires", expires))
         self.respond(tx, response(msg, 200, to_tag=sipmsg.token(), extra=extra))
 
-    def _on_notify(self, msg: Message, tx: ServerTransaction) -> None:
+    def _on_notify(self, msg: SipMessage, tx: ServerTransaction) -> None:
         call = self._dialog_call(msg)
         if call is None:
             self.respond(tx, response(msg, 481))
@@ -350,16 +350,16 @@ class SipBridge(asyncio.DatagramProtocol):
 
     # ------------------------------------------------------------------ our requests
 
-    def request(self, dialog: Dialog, method: str, extra: list[tuple[str, str]] | None = None, body: bytes = b"") -> Message:
+    def request(self, dialog: Dialog, method: str, extra: list[tuple[str, str]] | None = None, body: bytes = b"") -> SipMessage:
         return dialog.request(method, self.advertised(dialog.addr), self.address[1], extra, body)
 
-    async def transact(self, msg: Message, addr: Addr) -> Message | None:
+    async def transact(self, msg: SipMessage, addr: Addr) -> SipMessage | None:
         """Send a request and wait for its final response (a client transaction: resent at T1
         doubling to T2, given up after 64·T1). None when nothing final came back."""
         if len(self.client) >= MAX_CLIENT_TRANSACTIONS:
             return None
         tx = ClientTransaction(msg, addr, t1=self.t1, t2=self.t2, t4=self.t4)
-        future: asyncio.Future[Message | None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[SipMessage | None] = asyncio.get_running_loop().create_future()
         self.client[tx.branch] = (tx, future)
         try:
             self._apply(tx, tx.start(self._now()), addr)
@@ -371,12 +371,12 @@ class SipBridge(asyncio.DatagramProtocol):
             if timer is not None:
                 timer[1].cancel()
 
-    def _settle(self, tx: Transaction, reply: Message | None) -> None:
+    def _settle(self, tx: Transaction, reply: SipMessage | None) -> None:
         entry = self.client.get(tx.branch) if isinstance(tx, ClientTransaction) else None
         if entry is not None and entry[0] is tx and not entry[1].done():
             entry[1].set_result(reply)
 
-    def _on_response(self, msg: Message) -> None:
+    def _on_response(self, msg: SipMessage) -> None:
         entry = self.client.get(msg.branch or "")
         if entry is not None:
             tx = entry[0]

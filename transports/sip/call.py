@@ -8,6 +8,14 @@ Media out: the session's ``Playout`` at 8 kHz is drained by the bridge's one 20 
 (``SipBridge._run_clock``), one packet per call per tick (silence between answers, so the stream
 and any NAT binding stay alive).
 
+A call's state is a ``CallState``, changed only through one setter that refuses a move
+``CALL_MOVES`` does not list:
+
+    ringing -> accepting -> answered -> ended
+    ringing | accepting -> rejected -> ended      (rejected, or the accept failed)
+    ringing | accepting -> cancelled -> ended     (CANCEL before the answer)
+    ringing | accepting -> ended                  (hung up before the answer: 603)
+
 Symmetric RTP (RFC 4961): we send to the address in the caller's SDP, unless its packets come
 from another host (a NAT rewrote the address): then we answer where they come from. Once the
 first packet has fixed the caller's source, packets from anywhere else are dropped, so a third
@@ -18,12 +26,10 @@ caller vanished without a BYE (the calls' one watchdog, ``Call.watch_media``).
 from __future__ import annotations
 
 import asyncio
-import json
+import enum
 import logging
 import random
 import socket
-import time
-import urllib.request
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -31,16 +37,16 @@ import numpy as np
 
 from realtime_omni.calls import Call, MediaInput
 from realtime_omni.errors import RealtimeError
-from realtime_omni.ids import new_id
 from realtime_omni.protocol import events as ev
 from realtime_omni.server import Admission
 from realtime_omni.session import Media
+from realtime_omni.states import move
 from realtime_omni.tasks import TaskSet
 
 from . import message as sipmsg
-from . import rtp, sdp
+from . import rtp, sdp, webhook
 from .dialog import Dialog, dialog_for
-from .message import Addr, Message, response
+from .message import Addr, SipMessage, response
 from .transaction import ServerTransaction
 
 if TYPE_CHECKING:
@@ -52,12 +58,31 @@ log = logging.getLogger(__name__)
 
 SILENCE = np.zeros(rtp.FRAME_SAMPLES, np.int16)
 INBOUND_PACKETS = 100  # 2 s of 20 ms packets between the socket and the decoder; more is dropped
-SIP_HEADERS_IN_WEBHOOK = ("From", "To", "Call-ID", "Contact", "User-Agent", "P-Asserted-Identity", "Diversion", "Subject")
 
 
-class SipBridge(Protocol):
-    """What a call asks of the bridge that carries its signalling (``bridge.SipBridge``), which
-    imports this module: a call never imports the bridge."""
+class CallState(enum.Enum):
+    RINGING = "ringing"
+    ACCEPTING = "accepting"  # a session and an RTP socket are being opened for it
+    ANSWERED = "answered"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+    ENDED = "ended"
+
+
+_BEFORE_THE_ANSWER = (CallState.RINGING, CallState.ACCEPTING)
+CALL_MOVES: dict[CallState, frozenset[CallState]] = {
+    CallState.RINGING: frozenset({CallState.ACCEPTING, CallState.REJECTED, CallState.CANCELLED, CallState.ENDED}),
+    CallState.ACCEPTING: frozenset({CallState.ANSWERED, CallState.REJECTED, CallState.CANCELLED, CallState.ENDED}),
+    CallState.ANSWERED: frozenset({CallState.ENDED}),
+    CallState.REJECTED: frozenset({CallState.ENDED}),
+    CallState.CANCELLED: frozenset({CallState.ENDED}),
+    CallState.ENDED: frozenset(),
+}
+
+
+class Signalling(Protocol):
+    """What a call asks of the SIP signalling that carries it: ``bridge.SipBridge``, which imports
+    this module (a call never imports the bridge)."""
 
     server: Server
     config: SipConfig
@@ -67,10 +92,10 @@ class SipBridge(Protocol):
 
     def advertised(self, peer: Addr) -> str: ...
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]: ...
-    def respond(self, tx: ServerTransaction, msg: Message) -> None: ...
+    def respond(self, tx: ServerTransaction, msg: SipMessage) -> None: ...
     def acknowledged(self, tx: ServerTransaction) -> None: ...
-    def request(self, dialog: Dialog, method: str, extra: list[tuple[str, str]] | None = None, body: bytes = b"") -> Message: ...
-    async def transact(self, msg: Message, addr: Addr) -> Message | None: ...
+    def request(self, dialog: Dialog, method: str, extra: list[tuple[str, str]] | None = None, body: bytes = b"") -> SipMessage: ...
+    async def transact(self, msg: SipMessage, addr: Addr) -> SipMessage | None: ...
 
 
 class RtpEndpoint(asyncio.DatagramProtocol):
@@ -122,7 +147,7 @@ def _bind_rtp(host: str, low: int, high: int) -> socket.socket:
 class SipCall(Call):
     kind = "sip"
 
-    def __init__(self, bridge: SipBridge, invite: Message, tx: ServerTransaction, offer: sdp.Offer) -> None:
+    def __init__(self, bridge: Signalling, invite: SipMessage, tx: ServerTransaction, offer: sdp.Offer) -> None:
         super().__init__(bridge.server)
         self.bridge = bridge
         self.config = bridge.config
@@ -131,7 +156,7 @@ class SipCall(Call):
         self.offer = offer
         self.dialog: Dialog = dialog_for(invite, sipmsg.token(), tx.addr)
         self.remote: Addr = (offer.address, offer.port)
-        self.state = "ringing"  # ringing -> answered -> ended
+        self.state = CallState.RINGING
         self.answer_sdp = b""
         self.endpoint: RtpEndpoint | None = None
         self.media: MediaInput | None = None  # once answered
@@ -148,7 +173,7 @@ class SipCall(Call):
     # ------------------------------------------------------------------ arrival
 
     @classmethod
-    def incoming(cls, bridge: SipBridge, invite: Message, tx: ServerTransaction) -> None:
+    def incoming(cls, bridge: Signalling, invite: SipMessage, tx: ServerTransaction) -> None:
         server = bridge.server
         if (invite.get("Content-Type") or "").split(";")[0].strip().lower() != "application/sdp" or not invite.body:
             bridge.respond(tx, response(invite, 488, reason="Not Acceptable Here (an SDP offer is required)"))
@@ -182,42 +207,28 @@ class SipCall(Call):
 
     async def _accept_default(self) -> None:
         try:
-            await self.accept(ev.Session())
+            await self.accept(ev.SessionObject())
         except RealtimeError as err:
             log.info("call %s: not accepted: %s", self.id, err.message)
 
     async def _announce(self) -> None:
-        """``realtime.call.incoming`` to the application's webhook, OpenAI's shape."""
-        headers = [{"name": k, "value": v} for k, v in self.invite.headers if k in SIP_HEADERS_IN_WEBHOOK or k.startswith("X-")]
-        body = {
-            "object": "event",
-            "id": new_id("evt"),
-            "type": "realtime.call.incoming",
-            "created_at": int(time.time()),
-            "data": {"call_id": self.id, "sip_headers": headers},
-        }
+        """``realtime.call.incoming`` to the application's webhook; a call it did not take up is
+        declined (503)."""
         url = self.config.webhook_url
         assert url is not None
-
-        def post() -> int:
-            request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"}, method="POST")
-            with urllib.request.urlopen(request, timeout=self.config.webhook_timeout_s) as r:
-                return int(r.status)
-
-        try:
-            status = await asyncio.to_thread(post)
-        except (OSError, ValueError) as exc:  # refused, timed out, an HTTP error status, a bad URL
-            log.warning("call %s: webhook %s failed: %s", self.id, url, exc)
-            status = 0
-        if not 200 <= status < 300 and self.state == "ringing":
+        status = await webhook.post(url, webhook.incoming_call(self.id, self.invite.headers), timeout=self.config.webhook_timeout_s)
+        if not 200 <= status < 300 and self.state is CallState.RINGING:
             await self.reject(503)
+
+    def _move(self, to: CallState) -> None:
+        self.state = move(self.state, to, CALL_MOVES, f"call {self.id}")
 
     # ------------------------------------------------------------------ call control (HTTP)
 
     async def accept(self, session_update: Any) -> None:
-        if self.state != "ringing":
-            raise RealtimeError(f"Call {self.id!r} is not ringing (it is {self.state}).", code="call_state")
-        self.state = "accepting"
+        if self.state is not CallState.RINGING:
+            raise RealtimeError(f"Call {self.id!r} is not ringing (it is {self.state.value}).", code="call_state")
+        self._move(CallState.ACCEPTING)
         if self._ring_timer is not None:
             self._ring_timer.cancel()
         server = self.server
@@ -232,22 +243,24 @@ class SipCall(Call):
                 beta=False, transport="sip", model=None, admission=Admission(None, None), updates=(self.config.session, session_update), media=media
             )
         except RealtimeError as err:
-            self.state = "ringing"
-            await self.reject(486 if err.code == "max_sessions_reached" else 503 if err.type == "server_error" else 488)
+            await self._decline(486 if err.code == "max_sessions_reached" else 503 if err.type == "server_error" else 488)
             raise
         self.session = session
         try:
             await self._open_media()
         except OSError as exc:
             log.warning("call %s: no RTP socket: %s", self.id, exc)
-            self.state = "ringing"
-            await self.reject(503)
+            if self.state is CallState.ACCEPTING:
+                await self._decline(503)
             raise RealtimeError("No RTP port is free for this call.", code="server_unavailable", type="server_error") from None
         await session.start()
+        if self.state is not CallState.ACCEPTING:  # cancelled or hung up while the socket opened
+            self._close_media()  # (the hang-up closed the session; the socket came after it)
+            raise RealtimeError(f"Call {self.id!r} ended before it was answered.", code="call_state")
         self.start_events()
         host, port = self.bridge.advertised(self.dialog.addr), self.endpoint.transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
         self.answer_sdp = sdp.answer(self.offer, host, port, session_id=self._sdp_id).encode()
-        self.state = "answered"
+        self._move(CallState.ANSWERED)
         self.media = media = MediaInput(session)
         media.arrived()  # the caller has rtp_timeout_s from the answer to send audio
         self.tasks.spawn(self._receive(session, media), "sip-rtp-in")
@@ -256,21 +269,25 @@ class SipCall(Call):
         self.bridge.respond(self.tx, self._ok(self.invite))
         log.info("call %s: answered (session %s)", self.id, session.id)
 
-    def _ok(self, request: Message) -> Message:
+    def _ok(self, request: SipMessage) -> SipMessage:
         host, port = self.bridge.advertised(self.dialog.addr), self.bridge.address[1]
         extra = [("Contact", f"<sip:realtime-omni@{host}:{port}>"), ("Allow", "INVITE, ACK, CANCEL, BYE, OPTIONS, NOTIFY"), ("Content-Type", "application/sdp")]
         return response(request, 200, to_tag=self.dialog.local_tag, extra=extra, body=self.answer_sdp)
 
     async def reject(self, status_code: int) -> None:
-        if self.state not in ("ringing",):
-            raise RealtimeError(f"Call {self.id!r} is not ringing (it is {self.state}).", code="call_state")
+        if self.state is not CallState.RINGING:
+            raise RealtimeError(f"Call {self.id!r} is not ringing (it is {self.state.value}).", code="call_state")
+        await self._decline(status_code)
+
+    async def _decline(self, status_code: int) -> None:
+        """The final answer to the INVITE is ``status_code``, and the call is over."""
         self.bridge.respond(self.tx, response(self.invite, status_code, to_tag=self.dialog.local_tag))
-        self.state = "rejected"
+        self._move(CallState.REJECTED)
         await self.hangup("rejected")
 
     async def refer(self, target_uri: str) -> None:
-        if self.state != "answered":
-            raise RealtimeError(f"Call {self.id!r} is not answered (it is {self.state}).", code="call_state")
+        if self.state is not CallState.ANSWERED:
+            raise RealtimeError(f"Call {self.id!r} is not answered (it is {self.state.value}).", code="call_state")
         msg = self.bridge.request(self.dialog, "REFER", [("Refer-To", f"<{target_uri}>"), ("Referred-By", f"<{self.dialog.local_uri}>")])
         reply = await self.bridge.transact(msg, self.dialog.addr)
         if reply is None or not 200 <= reply.status < 300:
@@ -280,36 +297,38 @@ class SipCall(Call):
 
     async def cancelled(self) -> None:
         """CANCEL before the answer (RFC 3261 9.2): 487 to the INVITE, and the call is gone."""
-        if self.state in ("ringing", "accepting"):
+        if self.state in _BEFORE_THE_ANSWER:
             self.bridge.respond(self.tx, response(self.invite, 487, to_tag=self.dialog.local_tag))
-            self.state = "cancelled"
+            self._move(CallState.CANCELLED)
             await self.hangup("caller_cancelled")
 
     async def _teardown(self) -> None:
         if self._ring_timer is not None:
             self._ring_timer.cancel()
-        if self.state in ("ringing", "accepting"):  # hung up before the answer: decline it
+        if self.state in _BEFORE_THE_ANSWER:  # hung up before the answer: decline it
             self.bridge.respond(self.tx, response(self.invite, 603, to_tag=self.dialog.local_tag))
-        elif self.state == "answered" and self.end_reason not in ("caller_hangup",):
-            self.state = "ended"
+        elif self.state is CallState.ANSWERED and self.end_reason not in ("caller_hangup",):
             self.bridge.spawn(self.bridge.transact(self.bridge.request(self.dialog, "BYE"), self.dialog.addr), f"sip-bye-out:{self.id}")
-        self.state = "ended"
+        self._move(CallState.ENDED)
         self.bridge.streaming.discard(self)
         await self.tasks.cancel()
-        if self.endpoint is not None and self.endpoint.transport is not None:
-            self.endpoint.transport.close()
+        self._close_media()
         if self.bridge.calls.get(self.dialog.call_id) is self:
             del self.bridge.calls[self.dialog.call_id]
 
+    def _close_media(self) -> None:
+        if self.endpoint is not None and self.endpoint.transport is not None:
+            self.endpoint.transport.close()
+
     # ------------------------------------------------------------------ in-dialog requests
 
-    def on_ack(self, msg: Message) -> None:
+    def on_ack(self, msg: SipMessage) -> None:
         self.dialog.confirmed = True
         self.bridge.acknowledged(self.tx)
 
-    def on_reinvite(self, msg: Message, tx: ServerTransaction) -> None:
+    def on_reinvite(self, msg: SipMessage, tx: ServerTransaction) -> None:
         """A re-INVITE (hold, media move, session refresh): take the new address, keep our answer."""
-        if self.state != "answered":
+        if self.state is not CallState.ANSWERED:
             self.bridge.respond(tx, response(msg, 491))
             return
         if msg.body:
@@ -331,7 +350,7 @@ class SipCall(Call):
         tx.call = self
         self.bridge.respond(tx, self._ok(msg))
 
-    def on_notify(self, msg: Message) -> None:
+    def on_notify(self, msg: SipMessage) -> None:
         """Progress of a transfer we asked for (RFC 3515): a 2xx sipfrag means the caller is now
         talking to the target, so this call is over."""
         body = msg.body.decode("utf-8", "replace").strip()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .message import Addr, Message, param, token, uri_of
+from .message import Addr, SipMessage, param, token, uri_of
 
 USER_AGENT = "realtime-omni"
 
@@ -30,7 +30,7 @@ class Dialog:
     local_cseq: int = 1
     confirmed: bool = False  # ACK received
 
-    def matches(self, msg: Message) -> bool:
+    def matches(self, msg: SipMessage) -> bool:
         """Whether the caller's in-dialog request ``msg`` belongs to this dialog (12.2.2)."""
         return (
             msg.call_id == self.call_id
@@ -38,7 +38,7 @@ class Dialog:
             and param(msg.get("From") or "", "tag") == self.remote_tag
         )
 
-    def request(self, method: str, host: str, port: int, extra: list[tuple[str, str]] | None = None, body: bytes = b"") -> Message:
+    def request(self, method: str, host: str, port: int, extra: list[tuple[str, str]] | None = None, body: bytes = b"") -> SipMessage:
         """Our next request in this dialog; ``host:port`` is where we take its responses."""
         self.local_cseq += 1
         branch = "z9hG4bK" + token(16)
@@ -54,10 +54,10 @@ class Dialog:
             ("User-Agent", USER_AGENT),
             *(extra or []),
         ]
-        return Message(method=method, uri=self.remote_target, headers=headers, body=body)
+        return SipMessage(method=method, uri=self.remote_target, headers=headers, body=body)
 
 
-def dialog_for(msg: Message, local_tag: str, addr: Addr) -> Dialog:
+def dialog_for(msg: SipMessage, local_tag: str, addr: Addr) -> Dialog:
     """The dialog a dialog-creating INVITE ``msg`` from ``addr`` opens, with our tag ``local_tag``."""
     contact = msg.get("Contact")
     return Dialog(

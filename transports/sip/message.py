@@ -60,7 +60,7 @@ class SipParseError(ValueError):
 
 
 @dataclass
-class Message:
+class SipMessage:
     method: str | None = None  # a request's method, None for a response
     uri: str = ""
     status: int = 0
@@ -121,7 +121,7 @@ def uri_of(header: str) -> str:
     return header.split(";")[0].strip()
 
 
-def parse(data: bytes) -> Message:
+def parse(data: bytes) -> SipMessage:
     if len(data) > MAX_MESSAGE:
         raise SipParseError("message too large")
     head, sep, body = data.partition(b"\r\n\r\n")
@@ -133,7 +133,7 @@ def parse(data: bytes) -> Message:
         raise SipParseError("headers are not UTF-8") from None
     lines = text.replace("\r\n", "\n").split("\n")
     start = lines[0].strip()
-    msg = Message()
+    msg = SipMessage()
     if start.startswith("SIP/"):
         parts = start.split(" ", 2)
         if len(parts) < 2 or not parts[1].isdigit() or len(parts[1]) != 3:
@@ -208,7 +208,7 @@ def token(n: int = 10) -> str:
     return "".join(random.choices(string.ascii_lowercase + string.digits, k=n))
 
 
-def response(request: Message, status: int, *, to_tag: str | None = None, extra: list[tuple[str, str]] | None = None, body: bytes = b"", reason: str | None = None) -> Message:
+def response(request: SipMessage, status: int, *, to_tag: str | None = None, extra: list[tuple[str, str]] | None = None, body: bytes = b"", reason: str | None = None) -> SipMessage:
     """A response to ``request`` (RFC 3261 8.2.6): its Vias, From, Call-ID, CSeq copied, and our
     tag added to To when the response is for a dialog we are in or creating."""
     headers = [(k, v) for k, v in request.headers if k in ("Via", "From", "Call-ID", "CSeq", "Record-Route")]
@@ -218,4 +218,4 @@ def response(request: Message, status: int, *, to_tag: str | None = None, extra:
     headers.insert(headers.index(next(h for h in headers if h[0] == "From")) + 1, ("To", to))
     headers.append(("Server", "realtime-omni"))
     headers.extend(extra or [])
-    return Message(status=status, reason=reason or REASONS.get(status, "Unknown"), headers=headers, body=body)
+    return SipMessage(status=status, reason=reason or REASONS.get(status, "Unknown"), headers=headers, body=body)

@@ -36,7 +36,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Union
 
-from .message import Addr, Message, param
+from .message import Addr, SipMessage, param
 
 T1 = 0.5  # RTT estimate (s)
 T2 = 4.0  # the longest retransmit interval for non-INVITE requests and INVITE responses (s)
@@ -61,7 +61,7 @@ class Send:
 class Answered:
     """The final response to our request."""
 
-    response: Message
+    response: SipMessage
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class TimedOut:
 Output = Union[Send, Answered, TimedOut]
 
 
-def transaction_key(msg: Message) -> tuple[str, ...]:
+def transaction_key(msg: SipMessage) -> tuple[str, ...]:
     """What matches a request to its server transaction (17.2.3). An ACK matches the INVITE's."""
     method = "INVITE" if msg.method == "ACK" else msg.method or ""
     branch = msg.branch
@@ -125,7 +125,7 @@ class ServerTransaction(_Timers):
         # the state machine never looks at it
         self.call: Any = None
 
-    def respond(self, msg: Message, now: float) -> list[Output]:
+    def respond(self, msg: SipMessage, now: float) -> list[Output]:
         """The transaction user's response ``msg``: send it, and after a final one run the timers."""
         data = msg.encode()
         self.last = data
@@ -177,13 +177,13 @@ class ServerTransaction(_Timers):
 class ClientTransaction(_Timers):
     """One request we send outside INVITE (BYE, REFER): RFC 3261 17.1.2."""
 
-    def __init__(self, request: Message, addr: Addr, *, t1: float = T1, t2: float = T2, t4: float = T4) -> None:
+    def __init__(self, request: SipMessage, addr: Addr, *, t1: float = T1, t2: float = T2, t4: float = T4) -> None:
         super().__init__(t1, t2, t4)
         self.request = request
         self.addr = addr  # where the request goes
         self.branch = request.branch or ""
         self.data = request.encode()
-        self.response: Message | None = None
+        self.response: SipMessage | None = None
 
     def start(self, now: float) -> list[Output]:
         self.state = State.TRYING
@@ -192,7 +192,7 @@ class ClientTransaction(_Timers):
         self.end_at = now + 64 * self.t1  # Timer F
         return [Send(self.data)]
 
-    def on_response(self, msg: Message, now: float) -> list[Output]:
+    def on_response(self, msg: SipMessage, now: float) -> list[Output]:
         if self.state not in (State.TRYING, State.PROCEEDING):
             return []  # a retransmitted response, absorbed in Completed (or too late)
         if msg.status < 200:
