@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from bench.turn_fixtures import speak
 from dsp.logmel import log_mel
 from pipelines import models
 from pipelines.turn_text import combine, odds_factor
+from tests.support.audio import speak
 
 
 def _speech_8s() -> np.ndarray:

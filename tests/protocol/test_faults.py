@@ -20,8 +20,8 @@ import pytest
 import websockets
 import yaml
 
-from bench.common import free_port
 from tests.support.client import connect
+from tests.support.processes import free_port
 from tests.support.server import until_healthy
 
 TEXT_ITEM = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]}
