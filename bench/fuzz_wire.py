@@ -357,7 +357,10 @@ async def run_http(url: str, *, requests: int, seed: int = 1, logs: LogWatch | N
     host, port = url.split("//")[1].split("/")[0].split(":")
     port_n = int(port)
     logs = logs or LogWatch()
-    offer = offer or await _offer()
+    if offer is None:
+        from .rtc import offer_sdp  # aiortc: only when a run needs it
+
+        offer = await offer_sdp()
     gen = HttpGenerator(seed, offer)
     stats = WireStats()
     sem = asyncio.Semaphore(concurrency)
@@ -398,18 +401,6 @@ async def run_http(url: str, *, requests: int, seed: int = 1, logs: LogWatch | N
             break
         stats.checks += 1
     return stats
-
-
-async def _offer() -> str:
-    from aiortc import RTCPeerConnection
-
-    pc = RTCPeerConnection()
-    pc.addTransceiver("audio", direction="sendrecv")
-    pc.createDataChannel("oai-events")
-    await pc.setLocalDescription(await pc.createOffer())
-    sdp = pc.localDescription.sdp
-    await pc.close()
-    return sdp
 
 
 # ============================================================================ SIP

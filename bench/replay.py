@@ -1,9 +1,9 @@
 """The latency replay harness: replays spoken conversations into any OpenAI-Realtime-compatible
 server at real-time pace and measures what a caller feels.
 
-    realtime-omni bench replay --url ws://127.0.0.1:8000/v1 --dataset builtin --concurrency 4 --turns 4 --out DIR
+    python -m bench replay --url ws://127.0.0.1:8000/v1 --dataset builtin --concurrency 4 --turns 4 --out DIR
     python -m bench.replay --url ws://127.0.0.1:8000/v1 ...     (the same)
-    realtime-omni bench compare A/summary.json B/summary.json
+    python -m bench compare A/summary.json B/summary.json
 
 This is the driver: conversations (``bench/dataset.py``) go to simulated users (``bench/client.py``),
 one per conversation, many at once; their turn records become metrics (``bench/metrics.py``) and
@@ -98,7 +98,7 @@ def write(out: Path, result: dict[str, Any], meta: dict[str, Any]) -> tuple[dict
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``realtime-omni bench replay`` and ``python -m bench.replay``."""
+    """The flags of ``python -m bench replay`` (and ``python -m bench.replay``)."""
     parser.add_argument("--url", required=True, help="ws base URL, e.g. ws://127.0.0.1:8000/v1")
     parser.add_argument("--model", default="realtime-omni")
     parser.add_argument("--api-key", default=None)
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         conversations = dataset.load(args.dataset, args.conversations or max(args.concurrency, 1), args.barge_in_every)
     except (OSError, ValueError) as exc:
-        print(f"realtime-omni bench replay: {exc}", file=sys.stderr)
+        print(f"python -m bench replay: {exc}", file=sys.stderr)
         return 2
     options = Options(
         url=args.url,
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m bench replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -70,6 +70,18 @@ class Microphone(MediaStreamTrack):
         return frame
 
 
+async def offer_sdp() -> str:
+    """An SDP offer as a browser's would be (audio both ways and the ``oai-events`` data channel),
+    from a peer connection closed at once: for requests that need a valid offer and no call."""
+    pc = RTCPeerConnection()
+    pc.addTransceiver("audio", direction="sendrecv")
+    pc.createDataChannel("oai-events")
+    await pc.setLocalDescription(await pc.createOffer())
+    sdp = pc.localDescription.sdp
+    await pc.close()
+    return sdp
+
+
 class RtcClient:
     def __init__(
         self, http_url: str, api_key: str = "test-key", validate: Callable[[dict[str, Any]], Any] | None = None, verify: ssl.SSLContext | None = None

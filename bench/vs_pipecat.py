@@ -11,7 +11,7 @@ side gets one short warm-up conversation first (not measured).
 
 Writes under ``DIR`` (default ``bench/results/vs-pipecat-<time>``): each replay's own report
 (``realtime-omni-c1/``, ``pipecat-c1/``, ...: ``summary.json``, ``turns.jsonl``, plots),
-``compare-c<N>.txt`` (``bench compare``: B/A is Pipecat / this server), ``table.md`` (the
+``compare-c<N>.txt`` (``python -m bench compare``: B/A is Pipecat / this server), ``table.md`` (the
 side-by-side table), ``v2v_cdf.png`` (voice-to-voice CDFs, both sides, one panel per concurrency) and
 ``vs_pipecat.json`` (all of it with the machine and its load). CPU seconds per turn are the user +
 system CPU time of each side's processes (server, or agent + ``vllm serve``, and their children) over

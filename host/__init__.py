@@ -1,3 +1,3 @@
 """The composition of the server, above everything else: the ASGI app (every transport's routes,
 health, metrics, HTTP control, the demo page), the uvicorn runner, and the ``realtime-omni``
-command (serve, models, bench). Nothing imports this package."""
+command (serve, models). Nothing imports this package, and it imports no bench."""

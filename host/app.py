@@ -11,9 +11,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from realtime_omni.errors import RealtimeError
-from realtime_omni.http import error_response, require_api_key
 from realtime_omni.server import Server
 from transports import sip, webrtc, websocket
+from transports.http import error_response, require_api_key
 
 from . import control, demo
 
@@ -45,7 +45,7 @@ async def metrics(request: Request) -> Response:
         try:
             require_api_key(request)
         except RealtimeError as err:
-            return error_response(401, err)
+            return error_response(err, 401)
     return Response(server.metrics.render(), media_type="text/plain; version=0.0.4")
 
 

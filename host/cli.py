@@ -1,4 +1,5 @@
-"""``realtime-omni``: the command line."""
+"""``realtime-omni``: the command line (serve, models). The benches are not part of it: they run
+from a checkout as ``python -m bench <name>``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import argparse
 import logging
 import sys
 
-from bench import replay as bench_replay
 from realtime_omni import config as config_mod
 
 
@@ -51,17 +51,6 @@ def _models(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _bench(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from bench import report
-
-    if args.action == "compare":
-        print(report.compare(Path(args.a), Path(args.b)))
-        return 0
-    return bench_replay.run(args)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="realtime-omni", description="Real-time voice agent server (OpenAI Realtime API).")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -83,15 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     models_cmd.add_argument("names", nargs="*", help="models to prepare (default: all)")
     models_cmd.add_argument("--verify", action="store_true", help="re-check every prepared file's sha256")
     models_cmd.set_defaults(func=_models)
-
-    bench = sub.add_parser("bench", help="the latency replay harness (bench/): replay conversations into a server, compare results")
-    bench_sub = bench.add_subparsers(dest="action", required=True)
-    rp = bench_sub.add_parser("replay", help="replay spoken conversations into an OpenAI-Realtime server at real-time pace")
-    bench_replay.add_arguments(rp)
-    cp = bench_sub.add_parser("compare", help="two summary.json side by side, with ratios")
-    cp.add_argument("a")
-    cp.add_argument("b")
-    bench.set_defaults(func=_bench)
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper() if hasattr(args, "log_level") else "INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")

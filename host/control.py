@@ -8,7 +8,7 @@
     POST   /v1/realtime/calls/{call_id}/hangup    end any call
     DELETE /v1/realtime/calls/{call_id}           the same
 
-Errors are OpenAI-shaped (realtime_omni/http.py). Call control works on any live call through
+Errors are OpenAI-shaped (transports/http.py). Call control works on any live call through
 ``calls.Call``'s verbs; it knows no transport.
 """
 
@@ -25,11 +25,11 @@ from starlette.routing import Route
 from realtime_omni import keys
 from realtime_omni.calls import Call, live_call
 from realtime_omni.errors import RealtimeError
-from realtime_omni.http import error_response, json_body, require_api_key, status_for
 from realtime_omni.ids import new_id
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import decode_session
 from realtime_omni.server import Server
+from transports.http import error_response, json_body, require_api_key
 
 
 def routes() -> list[Route]:
@@ -86,7 +86,7 @@ class Throttled(RealtimeError):
 
 def refused(err: RealtimeError) -> Response:
     headers = {"Retry-After": str(max(1, math.ceil(err.retry_after_s)))} if isinstance(err, Throttled) else None
-    return error_response(status_for(err), err, headers)
+    return error_response(err, headers=headers)
 
 
 async def client_secrets(request: Request) -> Response:
@@ -147,9 +147,9 @@ async def call_action(request: Request) -> Response:
         elif action == "hangup":
             await call.hangup("hangup")
         else:
-            return error_response(404, RealtimeError(f"Unknown call action {action!r}.", code="not_found"))
+            return error_response(RealtimeError(f"Unknown call action {action!r}.", code="not_found"), 404)
     except RealtimeError as err:
-        return error_response(status_for(err), err)
+        return error_response(err)
     return Response(status_code=200)
 
 
@@ -158,6 +158,6 @@ async def delete_call(request: Request) -> Response:
         require_api_key(request)
         call = _call(request)
     except RealtimeError as err:
-        return error_response(status_for(err), err)
+        return error_response(err)
     await call.hangup("hangup")
     return Response(status_code=200)

@@ -17,8 +17,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from realtime_omni.errors import RealtimeError
-from realtime_omni.http import error_response
 from realtime_omni.server import Server
+from transports.http import error_response
 
 from .control import mint_key, refused
 
@@ -53,7 +53,7 @@ async def mint(request: Request) -> Response:
     server: Server = request.app.state.server
     if not (server.config.api_key and server.config.web_demo_mints_keys):
         err = RealtimeError("This server does not hand out keys to the demo page (web_demo_mints_keys is off).", code="forbidden")
-        return error_response(403, err)
+        return error_response(err, 403)
     try:
         key, _ = mint_key(server, 60, None)
     except RealtimeError as err:

@@ -7,9 +7,9 @@ import socket
 import uvicorn
 from starlette.applications import Starlette
 
-from realtime_omni.http_limits import http_protocol
 from realtime_omni.server import Server
 
+from .http_limits import http_protocol
 from .ws_protocol import ws_protocol
 
 

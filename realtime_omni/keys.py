@@ -13,6 +13,9 @@ with the seconds to wait.
 Redemption is single-use under concurrency by construction: ``redeem`` is one ``dict.pop`` on the
 event loop (no ``await`` between looking the key up and removing it), so of any number of
 connections racing one key exactly one gets its grant.
+
+Every key, the API key or an ephemeral one, comes as ``Authorization: Bearer <key>``: ``bearer``
+reads it from the header, for every endpoint alike.
 """
 
 from __future__ import annotations
@@ -88,3 +91,9 @@ class EphemeralKeys:
 
 def is_ephemeral(key: str | None) -> bool:
     return bool(key) and key.startswith(PREFIX)  # type: ignore[union-attr]
+
+
+def bearer(authorization: str) -> str | None:
+    """The key an ``Authorization: Bearer <key>`` header value presents (the scheme in any case);
+    None for any other value. Every HTTP endpoint and the WebSocket read a key through this."""
+    return authorization[7:].strip() if authorization.lower().startswith("bearer ") else None

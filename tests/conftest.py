@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from realtime_omni import config as config_file
+from tests.support.processes import server_process
 from tests.support.server import ServerThread
 
 
@@ -95,7 +96,6 @@ def cpu_config(**thinker: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def cpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CpuServer]:
-    from bench.common import server_process
     from tests.support.sip import free_udp_port
 
     log = tmp_path_factory.mktemp("cpu") / "timings.jsonl"

@@ -43,7 +43,6 @@ from starlette.routing import Route
 from realtime_omni.calls import Call, MediaInput
 from realtime_omni.config import WebRTCConfig
 from realtime_omni.errors import RealtimeError
-from realtime_omni.http import bearer, error_response, read_body, status_for
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import decode_session
 from realtime_omni.pump import Sink
@@ -51,6 +50,8 @@ from realtime_omni.server import Admission, Server
 from realtime_omni.session import Media, Session
 from realtime_omni.session.playout import Playout
 from realtime_omni.tasks import TaskSet
+
+from .http import error_response, read_body, request_key
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +97,11 @@ async def _create(request: Request, *, beta: bool) -> Response:
     server: Server = request.app.state.server
     try:
         server.check_origin(request.headers.get("origin"))
-        admission = server.admit(bearer(request))
+        admission = server.admit(request_key(request))
         sdp, update = await _read_offer(request)
         call = await WebRTCCall.open(server, sdp, beta=beta, model=request.query_params.get("model"), admission=admission, updates=(update,))
     except RealtimeError as err:
-        return error_response(status_for(err), err)
+        return error_response(err)
     headers = {"Location": f"/v1/realtime/calls/{call.id}"}
     return Response(call.answer, status_code=201, media_type="application/sdp", headers=headers)
 

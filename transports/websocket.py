@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 
-from starlette.responses import JSONResponse
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -24,6 +23,8 @@ from realtime_omni.protocol.codec import encode_server_event
 from realtime_omni.pump import EventPump, Sink
 from realtime_omni.server import Server
 from realtime_omni.session import Session
+
+from .http import error_response, request_key
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +42,7 @@ def routes() -> list[WebSocketRoute]:
 
 def _credentials(ws: WebSocket) -> tuple[str | None, bool, str | None]:
     """(api key, beta names wanted, subprotocol to accept)."""
-    key = None
-    auth = ws.headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        key = auth[7:].strip()
+    key = request_key(ws)
     offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
     for proto in offered:
         if proto.startswith(KEY_PROTOCOL):
@@ -55,9 +53,8 @@ def _credentials(ws: WebSocket) -> tuple[str | None, bool, str | None]:
 
 
 async def _deny(ws: WebSocket, status: int, err: RealtimeError) -> None:
-    body = {"error": {"type": err.type, "code": err.code, "message": err.message, "param": err.param}}
     if "websocket.http.response" in ws.scope.get("extensions", {}):
-        await ws.send_denial_response(JSONResponse(body, status_code=status))
+        await ws.send_denial_response(error_response(err, status))
     else:
         await ws.close(CLOSE_POLICY, err.message[:120])
 

@@ -122,13 +122,13 @@ def test_recorded_dataset_directory(tmp_path: Path):
     assert convs.turns[0].audio.dtype.name == "int16"
     with pytest.raises(ValueError):
         dataset.from_directory(tmp_path / "booking")  # no conversation folders inside
-    run = subprocess.run([sys.executable, "-m", "host", "bench", "replay", "--url", "ws://127.0.0.1:9/v1", "--dataset", str(tmp_path / "nope")], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "bench", "replay", "--url", "ws://127.0.0.1:9/v1", "--dataset", str(tmp_path / "nope")], capture_output=True, text=True)
     assert run.returncode == 2 and "dataset directory not found" in run.stderr and "Traceback" not in run.stderr
 
 
 async def test_cli_writes_summary_turns_plots_and_compares(known_server, tmp_path: Path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "host", "bench", "replay", "--url", known_server.ws_base, "--dataset", "builtin-espeak", "--turns", "2", "--out", str(out)]
+    cmd = [sys.executable, "-m", "bench", "replay", "--url", known_server.ws_base, "--dataset", "builtin-espeak", "--turns", "2", "--out", str(out)]
     proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     stdout, stderr = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode == 0, stderr.decode()
@@ -142,7 +142,7 @@ async def test_cli_writes_summary_turns_plots_and_compares(known_server, tmp_pat
     assert len((out / "turns.jsonl").read_text().splitlines()) == 2
     for png in ("latency_cdf.png", "timeline.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    compared = subprocess.run([sys.executable, "-m", "host", "bench", "compare", str(out / "summary.json"), str(out / "summary.json")], capture_output=True, text=True, check=True)
+    compared = subprocess.run([sys.executable, "-m", "bench", "compare", str(out / "summary.json"), str(out / "summary.json")], capture_output=True, text=True, check=True)
     assert "voice_to_voice_ms" in compared.stdout and "1.00" in compared.stdout
 
 
@@ -178,4 +178,14 @@ def test_both_command_lines_take_the_same_flags():
         out = subprocess.run([sys.executable, *cmd, "--help"], capture_output=True, text=True, check=True).stdout
         return out[out.index("options:") :]
 
-    assert flags("-m", "bench.replay") == flags("-m", "host", "bench", "replay")
+    assert "--barge-in-every" in flags("-m", "bench.replay")
+    assert flags("-m", "bench.replay") == flags("-m", "bench", "replay")
+
+
+def test_python_m_bench_lists_the_benches_and_refuses_an_unknown_one():
+    listed = subprocess.run([sys.executable, "-m", "bench"], capture_output=True, text=True, check=True).stdout
+    names = [line.split()[0] for line in listed.splitlines() if line.startswith("  ")]
+    assert {"replay", "compare", "fuzz", "soak", "storms", "vs_pipecat"} <= set(names)
+    assert not {"common", "metrics", "audio"} & set(names)  # modules without a command line are not benches
+    unknown = subprocess.run([sys.executable, "-m", "bench", "nope"], capture_output=True, text=True)
+    assert unknown.returncode == 2 and "no bench named 'nope'" in unknown.stderr

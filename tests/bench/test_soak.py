@@ -1,6 +1,6 @@
 """The soak harness, run short: sessions talk, barge in and drop, the server's resources are
 sampled, and the report says what came back. The full runs (60 minutes at 50 sessions; the CPU
-agent for 30 minutes) are benchmarks, their figures in the README."""
+agent for 30 minutes) are benchmarks, their figures in docs/reliability.md."""
 
 from __future__ import annotations
 

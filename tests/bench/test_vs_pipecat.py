@@ -2,7 +2,7 @@
 server (configs/cpu.yaml) and the Pipecat agent on the same models (its own venv, a real
 ``vllm serve``, real Whisper / Silero / Smart Turn / Piper) each hear one two-turn conversation whose
 second turn barges in, through the same replay harness; the report holds both sides. No latency is
-asserted: the figures belong in the README and bench/results/."""
+asserted: the figures belong in docs/pipecat.md and bench/results/."""
 
 from __future__ import annotations
 

@@ -19,11 +19,11 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.common import free_port
-from bench.rtc import RtcClient
 from tests.support import tls
 from tests.support.audio import spoken
 from tests.support.client import connect
+from tests.support.peers import RtcClient
+from tests.support.processes import free_port
 from tests.support.validation import validate
 
 HERE = Path(__file__).parent

@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from bench.turn_fixtures import speak
 from pipelines import models
 from pipelines.turn_text import combine, odds_factor
+from tests.support.audio import speak
 
 
 def test_the_model_hears_the_last_8_s_at_16_khz():

@@ -14,7 +14,6 @@ import msgspec
 import numpy as np
 import pytest
 
-from bench.turn_fixtures import speak
 from dsp.g711 import pcm_to_ulaw, ulaw_to_pcm
 from dsp.resample import resample
 from pipelines import models
@@ -25,7 +24,7 @@ from realtime_omni.protocol import events as ev
 from realtime_omni.session import Session
 from realtime_omni.session.config import SessionConfig
 from tests.core.test_session import Opened, kind
-from tests.support.audio import silence
+from tests.support.audio import silence, speak
 from tests.support.fake_pipeline import FakePipeline
 
 RATE = 16000

@@ -9,9 +9,9 @@ import httpx
 import psutil
 import pytest
 
-from bench.common import server_process
 from tests.conftest import cpu_config
 from tests.support.client import connect
+from tests.support.processes import server_process
 
 pytestmark = pytest.mark.timeout(600)
 

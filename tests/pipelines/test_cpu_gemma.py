@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from bench.common import server_process
 from realtime_omni import config as config_file
 from tests.support.client import connect
+from tests.support.processes import server_process
 
 pytestmark = pytest.mark.timeout(900)
 

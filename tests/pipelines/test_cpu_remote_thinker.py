@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from bench.common import server_process, vllm_serve
 from tests.conftest import cpu_config
 from tests.support.client import connect
+from tests.support.processes import server_process, vllm_serve
 
 pytestmark = pytest.mark.timeout(900)
 

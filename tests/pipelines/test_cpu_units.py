@@ -85,8 +85,8 @@ def test_unloop_cuts_a_repeating_decoder():
 
 
 def test_fitted_window_transcribes_like_the_full_one():
-    from bench.audio import espeak
     from pipelines.listener import WhisperListener
+    from tests.support.audio import espeak
 
     fit = WhisperListener(str(models.path("whisper-tiny.en")), threads=1)
     pcm = espeak("What is the weather like today?", 16000)
@@ -97,10 +97,10 @@ def test_fitted_window_transcribes_like_the_full_one():
 async def test_noise_reduction_cleans_the_audio_the_listener_hears():
     """A session's noise_reduction runs RNNoise on what Whisper transcribes (the real models; the
     engine is never started): the noise alone before the words is pushed down, the words stay."""
-    from bench.audio import espeak
     from dsp.denoise import denoise
     from pipelines.cascade import CascadeOptions, CascadePipeline
     from pipelines.listener import WhisperListener
+    from tests.support.audio import espeak
 
     heard: list[np.ndarray] = []
 

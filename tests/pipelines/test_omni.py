@@ -16,11 +16,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bench.fake_async_omni import FakeOmniConfig
-from bench.fake_omni import FakeOmniServer, Faults
 from realtime_omni import config as config_file
 from tests.support.audio import utterance
 from tests.support.client import audio_of, connect
+from tests.support.fake_omni import FakeOmniConfig, FakeOmniServer, Faults
 from tests.support.server import ServerThread
 
 QUESTION = utterance("What is the capital of France?", lead_ms=500, tail_ms=1200)

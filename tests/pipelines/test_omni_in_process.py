@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.fake_async_omni import AsyncOmni, Timing
 from pipelines.omni_engine import InProcessOptions, LocalOmni
 from realtime_omni import config as config_file
 from tests.support.audio import silence, spoken, utterance
 from tests.support.client import audio_of, connect
+from tests.support.fake_omni import ENGINE_CLASS, AsyncOmni, Timing
 from tests.support.server import ServerThread
 
 TEMPLATE = str(Path(__file__).parents[1] / "support" / "qwen_omni_chat_template.jinja")
@@ -33,7 +33,7 @@ def local_config(*, stream_input: bool = True, model: str = "Qwen/Qwen3-Omni-30B
     """The shipped in-process config (configs/qwen3-omni-local.yaml) with the fake engine in it."""
     config = config_file.raw("qwen3-omni-local")
     config["pipeline"]["options"]["in_process"].update(
-        model=model, engine_class="bench.fake_async_omni:AsyncOmni", chat_template=TEMPLATE, stream_input=stream_input
+        model=model, engine_class=ENGINE_CLASS, chat_template=TEMPLATE, stream_input=stream_input
     )
     config["session"]["instructions"] = "Be brief."
     return config
@@ -163,7 +163,7 @@ async def test_a_whole_request_carries_the_salt_the_speaker_and_the_answer_budge
 
 
 async def test_ming_reports_its_rate_and_the_audio_is_resampled_once():
-    engine = LocalOmni(InProcessOptions(model="inclusionAI/Ming-flash-omni-2.0", engine_class="bench.fake_async_omni:AsyncOmni", chat_template=TEMPLATE))
+    engine = LocalOmni(InProcessOptions(model="inclusionAI/Ming-flash-omni-2.0", engine_class=ENGINE_CLASS, chat_template=TEMPLATE))
     await engine.start()
     body = {"messages": [{"role": "user", "content": "hi"}], "modalities": ["text", "audio"], "max_tokens": 64, "cache_salt": "s"}
     pieces = [p async for p in engine.stream(body)]

@@ -1,6 +1,6 @@
 """Fault injection: a pipeline stage that raises or hangs, a transcription that raises or hangs, the
 event loop blocked, a timings log on a full disk, SIGTERM and SIGINT under load. Each is survived,
-with the behaviour the README's reliability section states. (The vLLM engine killed mid-response:
+with the behaviour docs/reliability.md states. (The vLLM engine killed mid-response:
 tests/pipelines/test_cpu_engine_failure.py.)"""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import pytest
 import websockets
 import yaml
 
-from bench.common import free_port
 from tests.support.client import connect
+from tests.support.processes import free_port
 from tests.support.server import until_healthy
 
 TEXT_ITEM = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]}

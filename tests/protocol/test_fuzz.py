@@ -10,8 +10,8 @@ import json
 import pytest
 
 from bench import fuzz
-from bench.common import server_process
 from bench.fuzz_gen import Frame, Generator
+from tests.support.processes import server_process
 
 
 def test_the_generator_is_reproducible_and_covers_every_kind():

@@ -7,8 +7,8 @@ opened and ended, a SIP call completed; the log stays free of tracebacks."""
 from __future__ import annotations
 
 from bench import fuzz_wire
-from bench.common import server_process
 from bench.fuzz import LogWatch
+from tests.support.processes import server_process
 from tests.support.sip import free_udp_port
 
 

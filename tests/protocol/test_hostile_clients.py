@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from bench.rawws import OP_TEXT, RawWebSocket
 from tests.support.client import connect
+from tests.support.peers import OP_TEXT, RawWebSocket, offer_sdp
 from tests.support.server import wait_until
 
 
@@ -129,10 +129,8 @@ async def test_webrtc_offers_aiortc_cannot_answer_get_400_and_leave_nothing(serv
     task or log error is left behind."""
     import httpx
 
-    from bench.fuzz_wire import _offer
-
     caplog.set_level(logging.WARNING)
-    offer = await _offer()
+    offer = await offer_sdp()
     bad = [
         offer.replace("a=mid:0\r\n", "a=mid:0\r\na=mid:1\r\n"),
         offer.replace("a=mid:0", "a=mid:7"),

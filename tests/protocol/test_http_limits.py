@@ -19,7 +19,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from websockets import http11 as websockets_http
 
-from realtime_omni.http_limits import http_protocol
+from host.http_limits import http_protocol
 from tests.conftest import synthetic_config
 from tests.support.client import connect
 from tests.support.server import ServerThread

@@ -8,7 +8,6 @@ import gc
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import websockets
 
 from tests.conftest import synthetic_config
 from tests.support.client import connect
+from tests.support.processes import free_port
 from tests.support.server import ServerThread, until_healthy, wait_until
 
 
@@ -171,15 +171,9 @@ async def test_healthz_and_metrics(server):
     assert "realtime_pipeline_open_sessions" in text and "realtime_pipeline_active_responses 0.0" in text
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_cli_serves_and_shuts_down_gracefully(tmp_path: Path):
     """The real command line: serve, talk, SIGTERM mid-response; the client is told and closed cleanly."""
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "slow.yaml"
     config.write_text(
         "pipeline:\n  kind: synthetic\n  options:\n    chunk_interval_ms: 40\n    reply: " + " ".join(["word"] * 100) + "\n"

@@ -11,9 +11,9 @@ import json
 import httpx
 import websockets
 
-from bench.fuzz_wire import _offer
 from tests.conftest import synthetic_config
 from tests.support.client import connect
+from tests.support.peers import offer_sdp
 from tests.support.server import ServerThread
 
 KEY = "sekrit"
@@ -27,7 +27,7 @@ async def _mint(http: httpx.AsyncClient) -> httpx.Response:
 async def test_an_ephemeral_key_opens_exactly_one_session_whatever_races_for_it():
     """Eight WebSocket connections and two WebRTC offers redeem one key at once: one session opens."""
     srv = ServerThread(synthetic_config(server={"api_key": KEY})).start()
-    offer = await _offer()
+    offer = await offer_sdp()
 
     async def by_websocket(key: str) -> str:
         try:
@@ -73,7 +73,7 @@ async def test_minting_keys_is_rate_limited():
 
 async def test_origin_allow_list_for_websocket_and_webrtc():
     srv = ServerThread(synthetic_config(server={"allowed_origins": ["https://good.example"]})).start()
-    offer = await _offer()
+    offer = await offer_sdp()
     try:
         async with websockets.connect(f"{srv.ws_base}/realtime?model=m", origin="https://good.example") as ws:
             assert json.loads(await ws.recv())["type"] == "session.created"

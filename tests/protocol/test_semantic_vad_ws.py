@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.turn_fixtures import speak
 from dsp.resample import resample
-from tests.support.audio import silence
+from tests.support.audio import silence, speak
 from tests.support.client import audio_of, connect
 
 RATE = 24000

@@ -1,4 +1,10 @@
-"""Spoken test fixtures (espeak-ng, a real speech synthesizer) and audio measurements."""
+"""Spoken test fixtures (espeak-ng, a real speech synthesizer), audio measurements, and the word
+error rate of what was heard.
+
+The benchmarks speak and measure with the same functions, so those live in ``bench/`` (``audio.py``;
+``turn_fixtures.speak``, the end-of-turn fixtures' voices; ``metrics.wer``) and the tests take them
+from here: bench never imports the tests (the tests test the benches), and a test of the product
+names no bench module."""
 
 from __future__ import annotations
 
@@ -12,8 +18,10 @@ from bench.audio import (
     utterance,
     write_wav,
 )
+from bench.metrics import wer
+from bench.turn_fixtures import speak
 
-__all__ = ["espeak", "read_wav", "rms", "silence", "speech_bounds_ms", "spoken", "utterance", "write_wav"]
+__all__ = ["espeak", "read_wav", "rms", "silence", "speak", "speech_bounds_ms", "spoken", "utterance", "wer", "write_wav"]
 
 
 def spoken(text: str, rate: int = 24000) -> np.ndarray:

@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.metrics import wer
 from tests.conftest import cpu_config, synthetic_config
-from tests.support.audio import silence, spoken, write_wav
+from tests.support.audio import silence, spoken, wer, write_wav
 
 QUESTION = "What is the capital of France?"
 

@@ -18,9 +18,9 @@ from openai import AsyncOpenAI
 
 from tests.conftest import synthetic_config
 from tests.support.audio import rms, spoken
+from tests.support.peers import RtcClient as _RtcClient
 from tests.support.server import ServerThread
 from tests.support.sip import wait_until
-from bench.rtc import RtcClient as _RtcClient
 from tests.support.validation import validate
 
 pytestmark = pytest.mark.timeout(90)

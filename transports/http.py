@@ -1,6 +1,10 @@
-"""What every HTTP endpoint answers alike (the WebRTC offer, ephemeral keys, call control, the
-demo): OpenAI-shaped JSON errors ``{"error": {"type", "code", "message", "param"}}`` with one status
-per error code, the bearer key, and request bodies read within a bound."""
+"""What every HTTP endpoint answers alike (the WebRTC offer here; ephemeral keys, call control,
+metrics and the demo in ``host/``): OpenAI-shaped JSON errors with one status per error code, the
+API key, and request bodies read within a bound.
+
+The error's body and status and the Bearer header are the core's (``realtime_omni.errors``,
+``realtime_omni.keys``); this module puts them into Starlette. It sits in ``transports/`` because
+the WebRTC endpoint needs it and ``host/`` is above the transports."""
 
 from __future__ import annotations
 
@@ -8,51 +12,30 @@ import asyncio
 from typing import Any
 
 import msgspec
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import JSONResponse
 
-from .errors import RealtimeError
-from .server import Server
+from realtime_omni.errors import RealtimeError, error_body, http_status
+from realtime_omni.keys import bearer
+from realtime_omni.server import Server
 
 MAX_BODY = 1024 * 1024
 BODY_TIMEOUT_S = 30.0  # a body that trickles in slower than this is refused (a slow-body attack holds a connection)
 
 
-STATUS = {
-    "invalid_api_key": 401,
-    "forbidden": 403,
-    "origin_not_allowed": 403,
-    "call_not_found": 404,
-    "not_found": 404,
-    "invalid_call_action": 409,
-    "call_not_accepted": 409,
-    "call_state": 409,
-    "request_timeout": 408,
-    "request_too_large": 413,
-    "max_sessions_reached": 429,
-    "rate_limit_exceeded": 429,
-    "server_unavailable": 503,
-}
+def error_response(err: RealtimeError, status: int | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
+    """``err`` as an HTTP answer: its status by its code (``http_status``) unless ``status`` says otherwise."""
+    return JSONResponse(error_body(err), status_code=status or http_status(err), headers=headers)
 
 
-def status_for(err: RealtimeError) -> int:
-    """The HTTP status of an error: by its code, 400 for anything the request got wrong."""
-    return STATUS.get(err.code or "", 400)
-
-
-def error_response(status: int, err: RealtimeError, headers: dict[str, str] | None = None) -> JSONResponse:
-    body = {"error": {"type": err.type, "code": err.code, "message": err.message, "param": err.param}}
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-def bearer(request: Request) -> str | None:
-    auth = request.headers.get("authorization", "")
-    return auth[7:].strip() if auth.lower().startswith("bearer ") else None
+def request_key(conn: HTTPConnection) -> str | None:
+    """The key a request or a WebSocket handshake presents in ``Authorization: Bearer``, if any."""
+    return bearer(conn.headers.get("authorization", ""))
 
 
 def require_api_key(request: Request) -> None:
     server: Server = request.app.state.server
-    if not server.authorized(bearer(request)):
+    if not server.authorized(request_key(request)):
         raise RealtimeError("This endpoint needs the server's API key (not an ephemeral key).", code="invalid_api_key", type="authentication_error")
 
 

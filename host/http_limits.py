@@ -35,7 +35,8 @@ import h11
 import msgspec
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from .config import Limits
+from realtime_omni.config import Limits
+from realtime_omni.errors import RealtimeError, error_body
 
 try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -143,7 +144,7 @@ class HeadLimits:
     def _answer(self, status: bytes, code: str, message: str) -> None:
         """An OpenAI-shaped error, then the connection ends (it lingers for the client to read it)."""
         self.head_done()
-        body = msgspec.json.encode({"error": {"type": "invalid_request_error", "code": code, "param": None, "message": message}})
+        body = msgspec.json.encode(error_body(RealtimeError(message, code=code)))
         lines = [b"HTTP/1.1 " + status]
         lines += [name + b": " + value for name, value in self.server_state.default_headers]
         lines += [b"content-type: application/json", b"content-length: %d" % len(body), b"connection: close"]
