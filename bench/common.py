@@ -104,7 +104,9 @@ def stop(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
 
 
 def machine() -> dict[str, Any]:
-    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(), "load_avg": os.getloadavg()}
+    from .isa import describe
+
+    return {**describe(), "python": platform.python_version(), "platform": platform.platform(), "load_avg": os.getloadavg()}
 
 
 def save(name: str, result: dict[str, Any]) -> Path:
