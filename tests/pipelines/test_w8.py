@@ -1,0 +1,142 @@
+"""The int8 thinker weights: the AVX2 kernel against float64 arithmetic, the packed layout, the slow
+path, the checkpoint writer, and vLLM running the int8 checkpoint as faithfully as fp32."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from pipelines import w8
+
+SHAPES = [(m, k, n) for m, k, n in itertools.product([1, 2, 3, 4, 7, 25], [8, 9, 64, 900], [1, 3, 4, 5, 13, 64])]
+
+
+def _reference(x, q, scale, bias):
+    w = q.double() * scale.double()[:, None]
+    return torch.nn.functional.linear(x.double(), w, None if bias is None else bias.double())
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_the_kernel_computes_the_product(m, k, n):
+    assert w8.kernel_problem() is None, "the kernel must build and run on the machines this project runs on"
+    g = torch.Generator().manual_seed(m * 10_000 + k * 100 + n)
+    q, scale = w8.quantize(torch.randn(n, k, generator=g))
+    x = torch.randn(m, k, generator=g)
+    for bias in (None, torch.randn(n, generator=g)):
+        y = w8.linear(x, w8.pack(q), scale, bias)
+        ref = _reference(x, q, scale, bias)
+        assert y.shape == (m, n) and y.dtype == torch.float32
+        assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-4 * float(ref.abs().max()))
+
+
+def test_the_kernel_takes_any_leading_shape_and_dtype():
+    q, scale = w8.quantize(torch.randn(24, 32))
+    x = torch.randn(2, 5, 32, dtype=torch.bfloat16)
+    y = w8.linear(x, w8.pack(q), scale)
+    assert y.shape == (2, 5, 24) and y.dtype == torch.bfloat16
+    ref = _reference(x.reshape(10, 32).float(), q, scale, None).reshape(2, 5, 24)
+    assert torch.allclose(y.double(), ref, rtol=2e-2, atol=2e-2 * float(ref.abs().max()))
+    assert w8.linear(torch.randn(0, 32), w8.pack(q), scale).shape == (0, 24)
+
+
+def test_packing_round_trips_and_keeps_each_block_contiguous():
+    q = torch.arange(5 * 12, dtype=torch.int32).remainder(251).sub(125).to(torch.int8).reshape(5, 12)
+    packed = w8.pack(q)
+    assert packed.shape == (2, 4 * 16)  # 5 channels -> 2 blocks of 4; 12 inputs -> 16
+    assert torch.equal(w8.unpack(packed, 5, 12), q)
+    # block 0, inputs 0..7: channel 0's 8 weights, then channel 1's, 2's, 3's
+    assert torch.equal(packed[0, :32].view(4, 8), q[:4, :8])
+
+
+def test_the_slow_path_gives_the_same_product(monkeypatch):
+    q, scale = w8.quantize(torch.randn(13, 40))
+    x, bias = torch.randn(3, 40), torch.randn(13)
+    fast = w8.linear(x, w8.pack(q), scale, bias)
+    monkeypatch.setattr(w8, "_load", lambda: None)
+    slow = w8.linear(x, w8.pack(q), scale, bias)
+    assert torch.allclose(fast, slow, rtol=1e-5, atol=1e-4)
+
+
+def test_quantize_is_per_channel_symmetric_and_bounded():
+    w = torch.tensor([[1.0, -0.5, 0.25], [0.0, 0.0, 0.0], [-3.0, 3.0, 1.5]])
+    q, scale = w8.quantize(w)
+    assert q.dtype == torch.int8 and int(q.abs().max()) == 127
+    assert torch.equal(q[0], torch.tensor([127, -64, 32], dtype=torch.int8))  # -63.5 rounds to even
+    assert torch.equal(q[1], torch.zeros(3, dtype=torch.int8))
+    assert torch.allclose(q.float() * scale[:, None], w, atol=float(scale.max()) / 2 + 1e-7)
+
+
+def test_the_checkpoint_writer_quantizes_the_linear_layers_and_the_head_only(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from pipelines.quantize import quantize_checkpoint
+    from pipelines.vllm_w8 import NAME
+
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir(), out.mkdir()
+    tensors = {
+        "model.embed_tokens.weight": torch.randn(50, 16),
+        "model.layers.0.self_attn.q_proj.weight": torch.randn(16, 16),
+        "model.layers.0.self_attn.q_proj.bias": torch.randn(16),
+        "model.layers.0.mlp.down_proj.weight": torch.randn(16, 32),
+        "model.layers.0.input_layernorm.weight": torch.randn(16),
+        "lm_head.weight": torch.randn(50, 16),
+    }
+    save_file(tensors, src / "model.safetensors")
+    (src / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"]}))
+    (src / "tokenizer.json").write_text("{}")
+    quantize_checkpoint(src, out)
+    got = load_file(out / "model.safetensors")
+    for name in ("model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.down_proj.weight", "lm_head.weight"):
+        assert got[name].dtype == torch.int8
+        assert got[name + "_scale"].shape == (tensors[name].shape[0], 1)
+        assert torch.allclose(got[name].float() * got[name + "_scale"], tensors[name], atol=float(got[name + "_scale"].max()) / 2 + 1e-6)
+    for name in ("model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.bias", "model.layers.0.input_layernorm.weight"):
+        assert torch.equal(got[name], tensors[name])
+    assert json.loads((out / "config.json").read_text())["quantization_config"] == {"quant_method": NAME}
+    assert (out / "tokenizer.json").exists()
+
+
+TEXT = (
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is the capital of "
+    "France, and what is it famous for?<|im_end|>\n<|im_start|>assistant\nThe capital of France is Paris. It is "
+    "famous for the Eiffel Tower, the Louvre museum, its cafes and its long history of art and fashion.<|im_end|>"
+)
+
+
+async def _prompt_logprobs(model: str) -> tuple[list[int], list[dict[int, float]]]:
+    """The thinker engine as the server starts it, reading TEXT: each position's top-5 next tokens."""
+    from vllm import SamplingParams
+    from vllm.inputs import tokens_input
+
+    from pipelines.thinker import ThinkerOptions, VllmThinker
+
+    thinker = VllmThinker(ThinkerOptions(model=model, max_num_seqs=1))
+    await thinker.start(lambda _m: None)
+    try:
+        ids = thinker.tokenizer.encode(TEXT, add_special_tokens=False)
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=5)
+        final = None
+        async for out in thinker.engine.generate(tokens_input(ids, cache_salt="w8-test"), params, request_id=f"w8-{model}"):
+            final = out
+        return ids, [{t: lp.logprob for t, lp in (p or {}).items()} for p in final.prompt_logprobs]
+    finally:
+        await thinker.stop()
+
+
+@pytest.mark.timeout(900)
+async def test_vllm_runs_the_int8_thinker_as_faithfully_as_fp32():
+    """Teacher-forced over a chat exchange, the int8 thinker's most likely next token is the fp32
+    thinker's at almost every position, and it gives the text's own tokens about the same log
+    probability (what a per-channel int8 rounding should cost, and no more)."""
+    ids, fp32 = await _prompt_logprobs("qwen2.5-coder-0.5b-instruct")
+    _, int8 = await _prompt_logprobs("qwen2.5-coder-0.5b-instruct-w8")
+    positions = range(1, len(ids))
+    top = [max(fp32[i], key=fp32[i].get) == max(int8[i], key=int8[i].get) for i in positions]
+    assert np.mean(top) >= 0.9, f"top-1 agreement {np.mean(top):.2f}"
+    drift = [abs(fp32[i][ids[i]] - int8[i][ids[i]]) for i in positions if ids[i] in fp32[i] and ids[i] in int8[i]]
+    assert len(drift) >= len(ids) // 2 and np.median(drift) < 0.1, f"median |d logprob| {np.median(drift):.3f} over {len(drift)}"
