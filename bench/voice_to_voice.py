@@ -20,8 +20,13 @@ first clause, first audio. Variants (ablations) run one after another, each on a
                        Turn model weighing the cascade's transcript at each pause) instead of
                        server_vad's fixed silence
 
-    python -m bench.voice_to_voice --turns 20 [--variants default no_speculation ...]
+    python -m bench.voice_to_voice --turns 20 [--variants default no_speculation ...] [--isa avx2] [--config cpu-fast]
     python -m bench.voice_to_voice --dataset builtin --variants default semantic_vad
+
+Besides voice-to-voice it reports the stalls a listener hears: in how many turns the answer's audio
+fell behind playback by more than 100 ms after its first chunk (``bench.metrics``: each delta
+against the playback clock the first one started), and the longest such gap. ``--isa avx2`` runs the
+server as on a CPU without AVX-512 (``bench/isa.py``); the CPU and its flags are in every result.
 
 ``--dataset builtin`` replays the replay harness's built-in conversations (bench/dataset.py: 6
 conversations of 4 turns, espeak-ng voices and Piper) instead of the 20 questions.
@@ -31,12 +36,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 from typing import Any
 
 from bench import dataset, replay
 from bench.audio import espeak
 from bench.common import machine, save, vllm_serve
 from bench.dataset import RATE, Conversation, Turn
+from bench.isa import environment
 from bench.metrics import dist
 from realtime_omni import config as config_file
 
@@ -65,8 +72,8 @@ TURN_DETECTION = {"semantic_vad": {"type": "semantic_vad", "eagerness": "auto"}}
 STAGES = ("asr", "thinker_first_token", "first_clause", "first_audio")
 
 
-def config(variant: str, silence_ms: int) -> dict[str, Any]:
-    cfg = config_file.raw("cpu")
+def config(variant: str, silence_ms: int, base: str = "cpu") -> dict[str, Any]:
+    cfg = config_file.raw(base)
     opts = cfg["pipeline"]["options"]
     for key, value in VARIANTS[variant].items():
         if isinstance(value, dict):
@@ -86,6 +93,9 @@ def summarize(turns: list[dict[str, Any]]) -> dict[str, Any]:
         "turn_end_detected_ms": dist([t["turn_end_detected_ms"] for t in ok if t["turn_end_detected_ms"] is not None]),
         "errors": sum(len(t["errors"]) for t in turns),
         "cached_fraction": round(sum(t["cached_tokens"] or 0 for t in ok) / max(1, sum(t["input_tokens"] or 0 for t in ok)), 3),
+        # a stall: the answer's audio more than 100 ms behind playback after its first chunk
+        "turns_with_stalls": sum(1 for t in ok if t["gaps_over_100ms"]),
+        "max_gap_ms": max((t["max_gap_ms"] for t in ok), default=0.0),
     }
     for stage in STAGES:
         summary[f"{stage}_ms"] = dist([t["server_timings_ms"][stage] for t in ok if stage in t["server_timings_ms"]])
@@ -98,17 +108,20 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--silence-ms", type=int, default=500)
     parser.add_argument("--dataset", default="questions", choices=["questions", "builtin"])
+    parser.add_argument("--config", default="cpu", help="the server config the variants start from (default cpu)")
+    parser.add_argument("--isa", default="native", choices=["native", "avx2"], help="avx2: as on a CPU without AVX-512 (bench/isa.py)")
     args = parser.parse_args()
+    os.environ.update(environment(args.isa))
     if args.dataset == "builtin":
         conversations = dataset.builtin()
     else:
         questions = [QUESTIONS[k % len(QUESTIONS)] for k in range(args.turns)]
         conversations = [Conversation("voice-to-voice", [Turn(q, espeak(q, RATE)) for q in questions])]
     turns_total = sum(len(c.turns) for c in conversations)
-    result: dict[str, Any] = {"machine": machine(), "dataset": args.dataset, "turns": turns_total, "silence_ms": args.silence_ms, "variants": {}}
+    result: dict[str, Any] = {"machine": machine(), "config": args.config, "dataset": args.dataset, "turns": turns_total, "silence_ms": args.silence_ms, "variants": {}}
     for variant in args.variants:
         print(f"{variant}: starting the server ...", flush=True)
-        cfg = config(variant, args.silence_ms)
+        cfg = config(variant, args.silence_ms, args.config)
         with contextlib.ExitStack() as stack:
             if variant == "remote_thinker":
                 url = stack.enter_context(vllm_serve(cfg["pipeline"]["options"]["thinker"].get("model", "smollm2-135m-instruct")))
@@ -116,18 +129,19 @@ def main() -> None:
             run = replay.replay_into(cfg, conversations)
         turns = run["turns"]
         for t in turns:
-            print(f"  {t.get('conversation', '')} turn {t['turn']:2d}: v2v {t['voice_to_voice_ms']} ms, cached {t['cached_tokens']}/{t['input_tokens']}: {(t['answer'] or '')[:60]!r}")
+            print(f"  {t.get('conversation', '')} turn {t['turn']:2d}: v2v {t['voice_to_voice_ms']} ms, longest gap {t['max_gap_ms']} ms, cached {t['cached_tokens']}/{t['input_tokens']}: {(t['answer'] or '')[:60]!r}")
         summary = summarize(turns)
         summary["errors"] += len(run["connection_errors"])
         result["variants"][variant] = {"summary": summary, "turns": turns, "machine_after": machine()}
         v = summary["voice_to_voice_ms"]
-        print(f"{variant}: voice-to-voice p50 {v.get('p50')} ms, p90 {v.get('p90')} ms, errors {summary['errors']}", flush=True)
-    print(f"\n{'variant':16} {'v2v p50':>8} {'v2v p90':>8} {'end-det':>8} {'asr':>7} {'ttft':>7} {'clause':>7} {'audio':>7} {'cached':>7}")
+        print(f"{variant}: voice-to-voice p50 {v.get('p50')} ms, p90 {v.get('p90')} ms, stalls in {summary['turns_with_stalls']}/{summary['turns']} turns, errors {summary['errors']}", flush=True)
+    print(f"\n{result['machine']['cpu']} ({', '.join(result['machine']['flags'])}), run as {result['machine']['ran_as']}")
+    print(f"\n{'variant':16} {'v2v p50':>8} {'v2v p90':>8} {'end-det':>8} {'asr':>7} {'ttft':>7} {'clause':>7} {'audio':>7} {'cached':>7} {'stalls':>7}")
     for variant, data in result["variants"].items():
         s = data["summary"]
         cells = [s["voice_to_voice_ms"].get("p50"), s["voice_to_voice_ms"].get("p90"), s["turn_end_detected_ms"].get("p50")]
         cells += [s[f"{k}_ms"].get("p50") for k in STAGES]
-        print(f"{variant:16} " + " ".join(f"{c if c is not None else '-':>{8 if i < 3 else 7}}" for i, c in enumerate(cells)) + f" {s['cached_fraction']:>7}")
+        print(f"{variant:16} " + " ".join(f"{c if c is not None else '-':>{8 if i < 3 else 7}}" for i, c in enumerate(cells)) + f" {s['cached_fraction']:>7} {s['turns_with_stalls']:>3}/{s['turns']}")
     print("(ms, medians; stage times from the response trigger, negative = done before the turn ended)")
     print("saved", save("voice_to_voice", result))
 
