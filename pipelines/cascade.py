@@ -48,7 +48,7 @@ from .base import (
     Usage,
 )
 from .stages import Handoff, chain
-from .talker import PiperTalker, clauses
+from .talker import ClausePolicy, PiperTalker, Playback, clauses
 from .thinker import Generation, ThinkerOptions, Turn, thinker
 
 log = logging.getLogger(__name__)
@@ -66,8 +66,10 @@ class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     speculate: bool = True  # incremental prefill: work ahead at pauses (off: only after the turn ends)
     async_chunk: bool = True  # speak clause by clause (off: the whole answer, then audio)
     first_clause_words: int = 1  # the first clause may be one word ("Sure,"): it sets the first audio
-    first_clause_max_words: int = 6  # failing punctuation, cut the first clause before a joining word or here
-    clause_words: int = 5
+    first_clause_max_words: int = 2  # failing punctuation, the first clause ends here
+    clause_words: int = 5  # later clauses end at punctuation after this many words ...
+    hurry_words: int = 2  # ... or after this many once the audio made is less than low_water_ms ahead of playback
+    low_water_ms: int = 800
     chunk_ms: int = 100  # audio per chunk sent on
     buffer_chunks: int = 256  # output buffered ahead of the consumer, per response
 
@@ -146,7 +148,7 @@ class CascadePipeline(Pipeline):
         self.tts_pool = ThreadPoolExecutor(1, thread_name_prefix="tts")
         self.asr_busy = 0  # ASR calls queued or running
         self.sessions: set[CascadeSession] = set()
-        self.counts = {"speculations_started": 0, "speculations_adopted": 0, "speculations_discarded": 0, "responses": 0}
+        self.counts = {"prefix_warmups": 0, "speculations_started": 0, "speculations_adopted": 0, "speculations_discarded": 0, "responses": 0}
 
     async def start(self) -> None:
         from pipelines import models
@@ -226,6 +228,7 @@ class CascadeSession(PipelineSession):
         self.turn: list[np.ndarray] = []  # audio of the open user turn
         self.speculation: Speculation | None = None
         self.clean = False  # noise reduction on the audio the listener hears
+        self.warmed: list[int] = []  # the prompt prefix last prefilled while the user spoke (listen)
         self.transcripts: OrderedDict[str, asyncio.Future[str]] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -236,6 +239,29 @@ class CascadeSession(PipelineSession):
 
     def reduce_noise(self, kind: str | None) -> None:
         self.clean = kind is not None
+
+    def listen(self, request: ResponseRequest | None) -> None:
+        """The user began to speak: while they do, prefill the conversation up to where their words
+        will go (the last answer as delivered, the next turn's header), so that the pause's
+        speculation prefills only their words. Once per conversation state."""
+        if not self.options.speculate or request is None:
+            return
+        prefix = self.pipeline.thinker.prefix(request.instructions, self._turns(request, {}))
+        if prefix == self.warmed:
+            return
+        self.warmed = prefix
+
+        async def warm() -> None:
+            stream = self.pipeline.thinker.stream(prefix, self.salt, max_tokens=1)
+            try:
+                async with contextlib.aclosing(stream):
+                    async for _ in stream:
+                        pass
+            except Exception as exc:  # an optimisation only: the answer itself will meet any real failure
+                log.debug("prefix warm-up failed: %s", exc)
+
+        self.pipeline.counts["prefix_warmups"] += 1
+        self._background(warm())
 
     def pause(self, request: ResponseRequest | None) -> None:
         if not self.options.speculate or request is None or not self.turn:
@@ -358,9 +384,12 @@ class CascadeSession(PipelineSession):
 
         chunk = max(1, o.chunk_ms * pipeline.capabilities.output_rate // 1000)
 
+        playback = Playback()
+        policy = ClausePolicy(o.first_clause_words, o.first_clause_max_words, o.clause_words, o.hurry_words, o.low_water_ms / 1000)
+
         async def split(deltas: AsyncIterator[str]) -> AsyncIterator[str]:
             if o.async_chunk:
-                async for clause in clauses(deltas, o.first_clause_words, o.clause_words, o.first_clause_max_words):
+                async for clause in clauses(deltas, policy, playback.ahead):
                     times.setdefault("first_clause", time.perf_counter())
                     yield clause
             else:  # the ablation: the whole answer first
@@ -376,6 +405,7 @@ class CascadeSession(PipelineSession):
                     text, first = text.lstrip(), False
                 pcm = await pipeline.speak(text)
                 times.setdefault("first_audio", time.perf_counter())
+                playback.add(len(pcm) / pipeline.capabilities.output_rate)
                 yield TextDelta(text)  # the transcript of the audio that follows
                 for start in range(0, len(pcm), chunk):
                     yield AudioChunk(pcm[start : start + chunk])

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,15 +22,22 @@ JOINERS = frozenset("and but or so because that which who when while if then to 
 MAX_CLAUSE_WORDS = 24
 
 
-def cut(text: str, min_words: int, max_words: int = MAX_CLAUSE_WORDS) -> int:
+def cut(text: str, min_words: int, max_words: int = MAX_CLAUSE_WORDS, hurry: int = 0) -> int:
     """Where the first clause of ``text`` ends (an index), or 0 when no clause is complete yet: at
-    the first punctuation boundary with at least ``min_words`` words before it; failing that, before
-    a joining word ("and", "because", ...) once ``max_words // 2`` words are in, or after
-    ``max_words`` words. Only complete words count (a word is complete once whitespace follows)."""
+    the first punctuation boundary with at least ``min_words`` words before it; failing that, with
+    ``hurry`` (> 0) and at least that many words in, after the last complete word (before a joining
+    word if one is near); else before a joining word ("and", "because", ...) once ``max_words // 2``
+    words are in, or after ``max_words`` words. Only complete words count (a word is complete once
+    whitespace follows)."""
     for m in BOUNDARY.finditer(text):
         if len(text[: m.end()].split()) >= min_words:
             return m.end()
     words = list(re.finditer(r"\S+\s", text))
+    if hurry and len(words) >= hurry:
+        for i in range(len(words) - 1, hurry - 1, -1):  # the latest break before a joining word
+            if words[i].group().strip().lower() in JOINERS:
+                return words[i - 1].end()
+        return words[-1].end()
     for i in range(max(1, max_words // 2), min(len(words), max_words)):
         if words[i].group().strip().lower() in JOINERS:
             return words[i - 1].end()
@@ -37,20 +46,58 @@ def cut(text: str, min_words: int, max_words: int = MAX_CLAUSE_WORDS) -> int:
     return 0
 
 
-async def clauses(deltas: AsyncIterator[str], first_words: int = 1, words: int = 5, first_max: int = 10) -> AsyncIterator[str]:
+@dataclass(frozen=True)
+class ClausePolicy:
+    """How the thinker's text is cut for the talker. The first clause decides when the first audio
+    exists, so it is short: a punctuation boundary after ``first_words``, or ``first_max_words``
+    words. Later clauses wait for a boundary after ``words`` (natural phrasing) unless the audio
+    already made is less than ``low_water_s`` ahead of playback: then a stall is near, and a clause
+    of ``hurry_words`` words goes now."""
+
+    first_words: int = 1
+    first_max_words: int = 3
+    words: int = 5
+    hurry_words: int = 2
+    low_water_s: float = 0.8
+
+
+async def clauses(deltas: AsyncIterator[str], policy: ClausePolicy = ClausePolicy(), ahead: Callable[[], float] | None = None) -> AsyncIterator[str]:
     """Regroup text deltas into clauses (whitespace kept, so the clauses concatenate to the text).
-    The first clause is kept short (at most ``first_max`` words): it decides when the first audio
-    exists; later ones are longer, since the talker is ahead of playback by then."""
+    ``ahead()``: seconds of audio made ahead of playback (None: never in a hurry after the first)."""
     pending = ""
     first = True
     async for delta in deltas:
         pending += delta
-        while end := (cut(pending, first_words, first_max) if first else cut(pending, words)):
+        while True:
+            if first:
+                end = cut(pending, policy.first_words, policy.first_max_words)
+            else:
+                hurry = policy.hurry_words if ahead is not None and ahead() < policy.low_water_s else 0
+                end = cut(pending, policy.words, hurry=hurry)
+            if not end:
+                break
             yield pending[:end]
             pending = pending[end:]
             first = False
     if pending.strip():
         yield pending
+
+
+class Playback:
+    """Audio made for one answer against the clock its playback runs on (from its first audio):
+    how far the talker is ahead of the listener."""
+
+    def __init__(self) -> None:
+        self.started = 0.0
+        self.made = 0.0  # seconds of audio
+
+    def add(self, seconds: float) -> None:
+        if not self.started:
+            self.started = time.perf_counter()
+        self.made += seconds
+
+    def ahead(self) -> float:
+        return self.made - (time.perf_counter() - self.started) if self.started else 0.0
 
 
 class PiperTalker:

@@ -124,7 +124,10 @@ def _cpu_environment(options: ThinkerOptions) -> None:
         "VLLM_DO_NOT_TRACK": "1",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
-        "OMP_WAIT_POLICY": "PASSIVE",  # no OpenMP spinning on cores ASR and TTS need too
+        # OpenMP threads wait for the next parallel region spinning briefly, then asleep: a decode
+        # step opens ~200 regions, and waking a sleeping thread for each cost a third of its time
+        # (bench.thinker), while spinning without end would take the cores ASR and TTS need too
+        "GOMP_SPINCOUNT": "20000",
     }
     for key, value in env.items():
         os.environ.setdefault(key, value)
@@ -221,6 +224,14 @@ class VllmThinker:
             if len(ids) > budget:  # the instructions or the last turn alone are too long
                 ids = ids[-budget:]
         return ids
+
+    def prefix(self, instructions: str, turns: Sequence[Turn]) -> list[int]:
+        """The token ids every prompt for the user's next turn begins with: the conversation up to
+        where that turn's words go (the same ``render`` with any words starts with these)."""
+        a = self.render(instructions, [*turns, Turn("user", "yes")])
+        b = self.render(instructions, [*turns, Turn("user", "no")])
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        return a[:n]
 
     def _encode(self, instructions: str, turns: list[Turn]) -> list[int]:
         tok = self.tokenizer

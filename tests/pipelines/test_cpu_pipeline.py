@@ -94,6 +94,21 @@ async def test_second_turn_prefills_only_what_is_new(cpu_server):
     assert second.usage.input_tokens > first.usage.input_tokens
 
 
+async def test_the_conversation_so_far_is_prefilled_while_the_user_speaks(cpu_server):
+    """listen(): when speech starts, the history up to the new turn's words goes into the cache, so
+    the turn's prompt finds all of it but the last (partial) block and the words themselves."""
+    async with connect(cpu_server.ws_base) as c:
+        await c.expect("session.created")
+        await c.send({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"]}})
+        first = (await text_turn(c, "Name a colour.")).response
+        warmed = cpu_server.stats()["prefix_warmups"]
+        await c.speak(utterance("What is the capital of France?", lead_ms=500, tail_ms=1200))
+        answer = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
+        assert cpu_server.stats()["prefix_warmups"] == warmed + 1
+        history = first.usage.input_tokens + first.usage.output_tokens
+        assert answer.usage.input_token_details.cached_tokens >= history - 32
+
+
 async def test_sessions_do_not_share_cached_prefixes(cpu_server):
     """Two sessions with identical history: the second finds nothing of the first's in the cache."""
     async with connect(cpu_server.ws_base) as a:

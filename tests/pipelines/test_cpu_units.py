@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.talker import MAX_CLAUSE_WORDS, clauses, cut
+from pipelines.talker import ClausePolicy, Playback, MAX_CLAUSE_WORDS, clauses, cut
 from pipelines.thinker import ThinkerOptions, Turn, VllmThinker
 from pipelines import models
 
@@ -162,10 +162,39 @@ async def test_clauses_regroup_a_stream_without_losing_text():
         for d in deltas:
             yield d
 
-    got = [c async for c in clauses(stream(), first_words=2, words=5)]
+    got = [c async for c in clauses(stream(), ClausePolicy(first_words=2, first_max_words=10, words=5))]
     assert "".join(got) == text
     assert got[0] == "Of course! "
     assert got[1] == "The capital of France is Paris, "
+
+
+def test_a_clause_goes_early_when_the_audio_runs_low():
+    text = 'To Kill a Mockingbird" by Harper Lee is a classic '
+    assert cut(text, 5) == 0  # no boundary yet: it would wait
+    assert cut(text, 5, hurry=2) == len(text)  # through the last complete word
+    assert cut("I like cats and dogs ", 5, hurry=2) == len("I like cats ")  # before a joining word
+    assert cut("Well ", 5, hurry=2) == 0  # fewer words than a hurried clause has
+
+
+async def test_clauses_hurry_only_while_the_audio_ahead_is_low():
+    words = "one two three four five six seven eight nine ten".split()
+    level = iter([2.0, 2.0, 2.0, 2.0, 2.0, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])  # ahead of playback, per check
+
+    async def stream():
+        for w in words:
+            yield w + " "
+
+    got = [c async for c in clauses(stream(), ClausePolicy(first_words=1, first_max_words=3, words=5, hurry_words=2), lambda: next(level, 0.1))]
+    assert got[0] == "one two three "  # the first clause: three words, no punctuation
+    assert "".join(got) == " ".join(words) + " "
+    assert len(got) >= 3 and all(len(c.split()) >= 2 for c in got[1:-1])  # hurried clauses once the level fell
+
+
+def test_playback_counts_audio_ahead_of_its_clock():
+    p = Playback()
+    assert p.ahead() == 0.0  # nothing made yet
+    p.add(1.5)
+    assert 1.3 < p.ahead() <= 1.5
 
 
 # ------------------------------------------------------------------------------ prompts
@@ -189,6 +218,18 @@ def test_each_prompt_extends_the_previous_one(thinker: VllmThinker):
     two = thinker.render("Be brief.", turns)
     assert two[: len(one)] == one
     assert thinker.render("Be brief.", turns) == two  # deterministic
+
+
+def test_the_next_turns_prefix_is_what_every_next_prompt_begins_with(thinker: VllmThinker):
+    """What the warm-up while the user speaks prefills (``listen``): every prompt of the next turn,
+    whatever its words, starts with it, and it ends right where the words go."""
+    turns = [Turn("user", "What is the capital of France?"), Turn("assistant", "Paris.")]
+    prefix = thinker.prefix("Be brief.", turns)
+    for words in ("And of Italy?", "no", "Thanks!", "1 2 3"):
+        prompt = thinker.render("Be brief.", [*turns, Turn("user", words)])
+        assert prompt[: len(prefix)] == prefix
+        assert words.split()[0] in thinker.tokenizer.decode(prompt[len(prefix) :]).split()[0]
+    assert thinker.tokenizer.decode(prefix).endswith("Paris.<|im_end|>\n<|im_start|>user\n")
 
 
 def test_long_history_drops_oldest_turns_keeping_instructions(thinker: VllmThinker):
