@@ -49,7 +49,7 @@ from .base import (
 )
 from .stages import Handoff, chain
 from .talker import ClausePolicy, PiperTalker, Playback, clauses
-from .thinker import Generation, ThinkerOptions, Turn, thinker
+from .thinker import Generation, StreamedPrompt, ThinkerOptions, Turn, thinker
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +78,13 @@ class Production:
     """One answer being produced by its own task into a bounded buffer (a ``Handoff``), so it can
     start before anyone reads it (speculation) and be handed over to ``respond`` as it is."""
 
-    def __init__(self, session: "CascadeSession", request: ResponseRequest, prompt: list[int], times: dict[str, float]) -> None:
+    def __init__(
+        self, session: "CascadeSession", request: ResponseRequest, prompt: list[int], times: dict[str, float], streamed: StreamedPrompt | None = None
+    ) -> None:
         self.session = session
         self.request = request
         self.prompt = prompt
+        self.streamed = streamed  # the engine request its prompt's first part went into while the user spoke
         self.times = times  # perf_counter stamps of stage firsts
         self.generation = Generation()
         self.output: Handoff[OutputChunk] = Handoff(self._produce(), session.options.buffer_chunks, name=f"produce:{session.session_id}")
@@ -95,6 +98,8 @@ class Production:
 
     async def cancel(self) -> None:
         await self.output.aclose()
+        if self.streamed is not None:  # never started answering (cancelled before its first step)
+            await self.streamed.close()
 
 
 @dataclass(eq=False)
@@ -194,6 +199,7 @@ class CascadePipeline(Pipeline):
     def stats(self) -> dict[str, float]:
         stats: dict[str, float] = {"open_sessions": len(self.sessions), **self.counts}
         stats["speculations_live"] = sum(1 for s in self.sessions if s.speculation is not None)
+        stats["prompts_streaming"] = sum(1 for s in self.sessions if s.streamed is not None and not s.streamed.used)
         stats.update(self.thinker.stats())
         return stats
 
@@ -229,6 +235,8 @@ class CascadeSession(PipelineSession):
         self.speculation: Speculation | None = None
         self.clean = False  # noise reduction on the audio the listener hears
         self.warmed: list[int] = []  # the prompt prefix last prefilled while the user spoke (listen)
+        self.streamed: StreamedPrompt | None = None  # the open turn's prompt, its first part prefilled (listen)
+        self.listening: ResponseRequest | None = None  # the request listen() was given for the open turn
         self.transcripts: OrderedDict[str, asyncio.Future[str]] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -242,26 +250,44 @@ class CascadeSession(PipelineSession):
 
     def listen(self, request: ResponseRequest | None) -> None:
         """The user began to speak: while they do, prefill the conversation up to where their words
-        will go (the last answer as delivered, the next turn's header), so that the pause's
-        speculation prefills only their words. Once per conversation state."""
+        will go (the last answer as delivered, the next turn's header), in a request whose prompt
+        the turn's words finish (``StreamedPrompt``), so that the answer prefills only the words.
+        An engine that cannot (a remote one) gets a plain request for the prefix instead, which
+        leaves its whole blocks in the prefix cache."""
         if not self.options.speculate or request is None:
             return
+        self.listening = request
         prefix = self.pipeline.thinker.prefix(request.instructions, self._turns(request, {}))
-        if prefix == self.warmed:
+        if self.streamed is not None and not self.streamed.used and self.streamed.prefix == prefix:
             return
-        self.warmed = prefix
-
-        async def warm() -> None:
-            stream = self.pipeline.thinker.stream(prefix, self.salt, max_tokens=1)
-            try:
-                async with contextlib.aclosing(stream):
-                    async for _ in stream:
-                        pass
-            except Exception as exc:  # an optimisation only: the answer itself will meet any real failure
-                log.debug("prefix warm-up failed: %s", exc)
-
+        self._drop_streamed()
         self.pipeline.counts["prefix_warmups"] += 1
-        self._background(warm())
+        self.streamed = self.pipeline.thinker.open_prompt(prefix, self.salt)
+        if self.streamed is None and prefix != self.warmed:
+            self.warmed = prefix
+            self._background(self._warm(prefix))
+
+    async def _warm(self, prefix: list[int]) -> None:
+        stream = self.pipeline.thinker.stream(prefix, self.salt, max_tokens=1)
+        try:
+            async with contextlib.aclosing(stream):
+                async for _ in stream:
+                    pass
+        except Exception as exc:  # an optimisation only: the answer itself will meet any real failure
+            log.debug("prefix warm-up failed: %s", exc)
+
+    def _drop_streamed(self) -> None:
+        streamed, self.streamed = self.streamed, None
+        if streamed is not None and not streamed.used:
+            self._background(streamed.close())
+
+    def _take_streamed(self, prompt: list[int]) -> StreamedPrompt | None:
+        """The streamed request, if ``prompt`` goes on from its prefix: it is the answer's now."""
+        streamed = self.streamed
+        if streamed is None or not streamed.fits(prompt):
+            return None
+        self.streamed = None
+        return streamed
 
     def pause(self, request: ResponseRequest | None) -> None:
         if not self.options.speculate or request is None or not self.turn:
@@ -274,7 +300,9 @@ class CascadeSession(PipelineSession):
         self.pipeline.counts["speculations_started"] += 1
 
     def resume(self) -> None:
-        self._drop_speculation()
+        self._drop_speculation()  # with it, the streamed prompt it had taken
+        if self.listening is not None and self.streamed is None:
+            self.listen(self.listening)  # for the next pause (the prefix's whole blocks are cached by now)
 
     async def partial_transcript(self) -> str | None:
         spec = self.speculation
@@ -289,7 +317,9 @@ class CascadeSession(PipelineSession):
 
     def clear(self) -> None:
         self.turn = []
+        self.listening = None
         self._drop_speculation()
+        self._drop_streamed()
 
     def _drop_speculation(self) -> None:
         spec, self.speculation = self.speculation, None
@@ -307,7 +337,7 @@ class CascadeSession(PipelineSession):
     async def _speculate(self, spec: Speculation) -> None:
         text = await asyncio.shield(spec.transcript)
         prompt = self._prompt(spec.request, pending=text)
-        spec.production = Production(self, spec.request, prompt, {"asr": time.perf_counter()})
+        spec.production = Production(self, spec.request, prompt, {"asr": time.perf_counter()}, self._take_streamed(prompt))
 
     # ------------------------------------------------------------------ transcripts
 
@@ -366,9 +396,10 @@ class CascadeSession(PipelineSession):
         request = production.request
 
         async def think() -> AsyncIterator[str]:
-            stream = pipeline.thinker.stream(
-                production.prompt, self.salt, max_tokens=request.max_output_tokens, generation=production.generation
-            )
+            if production.streamed is not None:
+                stream = production.streamed.answer(production.prompt, request.max_output_tokens, production.generation)
+            else:
+                stream = pipeline.thinker.stream(production.prompt, self.salt, max_tokens=request.max_output_tokens, generation=production.generation)
             async with contextlib.aclosing(stream):
                 async for delta in stream:
                     times.setdefault("thinker_first_token", time.perf_counter())
@@ -430,7 +461,7 @@ class CascadeSession(PipelineSession):
             production = await self._adopt(request, prompt)
             if production is None:
                 times = {"asr": asr_done} if asr_done else {}
-                production = Production(self, request, prompt, times)
+                production = Production(self, request, prompt, times, self._take_streamed(prompt))
             async for chunk in production.output:
                 yield chunk
             stages = {name: round((at - t0) * 1000, 1) for name, at in production.times.items()}
@@ -460,9 +491,13 @@ class CascadeSession(PipelineSession):
 
     async def close(self) -> None:
         self.pipeline.sessions.discard(self)
+        self.listening = None
         spec, self.speculation = self.speculation, None
         if spec is not None:
             await spec.cancel()
+        streamed, self.streamed = self.streamed, None
+        if streamed is not None:
+            await streamed.close()
         for future in self.transcripts.values():
             future.cancel()
         for task in list(self._tasks):

@@ -18,6 +18,7 @@ quarters of it; dropping that much at once keeps the new prefix stable (cacheabl
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -261,13 +262,20 @@ class VllmThinker:
     ) -> AsyncIterator[str]:
         """Text deltas of the answer to ``prompt_ids``; stops after ``max_sentences`` sentences.
         Closing the iterator aborts the engine request."""
-        from vllm import SamplingParams
         from vllm.inputs import tokens_input
+
+        g = generation or Generation()
+        g.prompt_tokens = len(prompt_ids)
+        outputs = self.engine.generate(tokens_input(prompt_ids, cache_salt=salt), self._answer_params(max_tokens), request_id=g.request_id)
+        async for delta in self._deltas(outputs, g):
+            yield delta
+
+    def _answer_params(self, max_tokens: int | None) -> Any:
+        from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         o = self.options
-        g = generation or Generation()
-        params = SamplingParams(
+        return SamplingParams(
             max_tokens=self._limit(max_tokens),
             temperature=o.temperature,
             repetition_penalty=o.repetition_penalty,
@@ -275,11 +283,14 @@ class VllmThinker:
             output_kind=RequestOutputKind.DELTA,
             seed=o.seed,
         )
-        g.prompt_tokens = len(prompt_ids)
+
+    async def _deltas(self, outputs: AsyncIterator[Any], g: Generation) -> AsyncIterator[str]:
+        """The answer's text from an engine request's outputs, cut after ``max_sentences``
+        sentences; the request is aborted unless it finished."""
         finished = False
-        cut = SentenceLimit(o.max_sentences)
+        cut = SentenceLimit(self.options.max_sentences)
         try:
-            async for out in self.engine.generate(tokens_input(prompt_ids, cache_salt=salt), params, request_id=g.request_id):
+            async for out in outputs:
                 if out.num_cached_tokens is not None:
                     g.cached_tokens = out.num_cached_tokens
                 c = out.outputs[0]
@@ -301,6 +312,11 @@ class VllmThinker:
             if not finished and self.engine is not None:
                 await self.engine.abort(g.request_id)
 
+    def open_prompt(self, prefix: list[int], salt: str) -> "StreamedPrompt | None":
+        """Start prefilling ``prefix`` now in a request whose prompt is finished later
+        (``StreamedPrompt``); None where the engine cannot (stop strings)."""
+        return None if self.stop_strings else StreamedPrompt(self, prefix, salt)
+
     # ------------------------------------------------------------------ accounting
 
     def stats(self) -> dict[str, float]:
@@ -319,6 +335,82 @@ class VllmThinker:
             if name and isinstance(metric, (Counter, Gauge)):
                 out[name] = out.get(name, 0.0) + float(metric.value)
         return out
+
+
+class StreamedPrompt:
+    """One engine request whose prompt arrives in two parts (vLLM's resumable ``StreamingInput``):
+    the conversation up to where the user's words go, sent when the user starts to speak and
+    prefilled while they do (one token sampled and dropped); then, once the words are known, the
+    rest of the prompt with the answer's sampling, and the answer streams.
+
+    Why not a second request that finds the first part in the prefix cache: the cache keeps whole
+    32-token blocks only, so a new request recomputes the part's last, partial block (16 tokens on
+    average, ~90 ms on two AVX2 cores: bench.thinker) when the answer is most awaited. Used once;
+    ``close`` aborts it if unused."""
+
+    def __init__(self, thinker: VllmThinker, prefix: list[int], salt: str) -> None:
+        from vllm import SamplingParams
+        from vllm.engine.protocol import StreamingInput
+        from vllm.inputs import tokens_input
+        from vllm.sampling_params import RequestOutputKind
+
+        self.thinker = thinker
+        self.prefix = prefix
+        self.salt = salt
+        self.request_id = uuid.uuid4().hex
+        self.used = False
+        self._closing: asyncio.Future[None] | None = None
+        self._input: asyncio.Queue[Any] = asyncio.Queue(maxsize=2)  # the prefix, then the rest and the end
+        prefill = SamplingParams(max_tokens=1, temperature=0.0, output_kind=RequestOutputKind.DELTA)
+        self._input.put_nowait(StreamingInput(tokens_input(prefix, cache_salt=salt), prefill))
+        self._outputs = thinker.engine.generate(self._inputs(), prefill, request_id=self.request_id)
+        self._prefilled = asyncio.ensure_future(anext(self._outputs))  # the prefix's one dropped token
+
+    async def _inputs(self) -> AsyncIterator[Any]:
+        while (item := await self._input.get()) is not None:
+            yield item
+
+    def fits(self, prompt: list[int]) -> bool:
+        """Whether ``prompt`` goes on from this request's prefix (and it is still unused)."""
+        return not self.used and len(prompt) > len(self.prefix) and prompt[: len(self.prefix)] == self.prefix
+
+    async def answer(self, prompt: list[int], max_tokens: int | None = None, generation: Generation | None = None) -> AsyncIterator[str]:
+        """As ``VllmThinker.stream(prompt)``, ``prompt`` going on from the prefix (``fits``)."""
+        from vllm.engine.protocol import StreamingInput
+        from vllm.inputs import tokens_input
+
+        assert self.fits(prompt), "the prompt does not go on from the streamed prefix"
+        self.used = True
+        g = generation or Generation()
+        g.request_id, g.prompt_tokens = self.request_id, len(prompt)
+        params = self.thinker._answer_params(max_tokens)
+        await self._input.put(StreamingInput(tokens_input(prompt[len(self.prefix) :], cache_salt=self.salt), params))
+        await self._input.put(None)
+        try:
+            await self._prefilled
+        except BaseException:
+            await self.close()
+            raise
+        async for delta in self.thinker._deltas(self._outputs, g):
+            yield delta
+
+    async def close(self) -> None:
+        """Abort the request (a no-op once its answer finished); done even if the caller is
+        cancelled meanwhile, so no request is left waiting for input in the engine."""
+        self.used = True
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._shut())
+        await asyncio.shield(self._closing)
+
+    async def _shut(self) -> None:
+        self._prefilled.cancel()  # cancelled inside the engine's generate(): it aborts and ends the input stream
+        with contextlib.suppress(BaseException):
+            await self._prefilled
+        with contextlib.suppress(Exception):
+            await self._outputs.aclose()
+        if self.thinker.engine is not None:
+            with contextlib.suppress(Exception):
+                await self.thinker.engine.abort(self.request_id)
 
 
 class RemoteThinker(VllmThinker):
@@ -345,6 +437,9 @@ class RemoteThinker(VllmThinker):
     @property
     def failed(self) -> str | None:
         return None  # a remote deployment comes back on its own: unhealthy until it does
+
+    def open_prompt(self, prefix: list[int], salt: str) -> StreamedPrompt | None:
+        return None  # the completions API takes a prompt whole
 
     async def stream(
         self,

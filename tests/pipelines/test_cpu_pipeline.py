@@ -143,7 +143,8 @@ async def test_barge_in_aborts_the_engine_request(cpu_server):
         stats = cpu_server.stats()
     assert done.response.status == "cancelled"
     assert done.response.status_details.reason == "turn_detected"
-    assert stats["engine_unfinished_requests"] == 0
+    # the answer's request is gone; what is left is the new turn's prompt, prefilling while "Wait" is said
+    assert stats["engine_unfinished_requests"] == stats["prompts_streaming"] <= 1
 
 
 async def test_speculation_thrown_away_when_the_user_goes_on(cpu_server):
