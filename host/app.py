@@ -36,6 +36,9 @@ async def healthz(request: Request) -> Response:
         "sessions": len(server.sessions),
         "max_sessions": server.config.limits.max_sessions,
     }
+    speed = server.pipeline.self_check() if server.ready else None
+    if speed is not None:
+        body["speed"] = speed  # can this machine keep up? (still 200: it serves, slowly, and says so)
     return JSONResponse(body, status_code=200 if server.healthy else 503)
 
 

@@ -281,3 +281,8 @@ class Pipeline(abc.ABC):
     def stats(self) -> dict[str, float]:
         """The pipeline's own accounting (open sessions, in-flight work), for health and tests."""
         return {}
+
+    def self_check(self) -> dict[str, Any] | None:
+        """What the pipeline measured of this machine at start (can it keep up?), for ``/healthz``;
+        None when it measures nothing."""
+        return None

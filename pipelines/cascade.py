@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
@@ -47,11 +47,15 @@ from .base import (
     Transcript,
     Usage,
 )
+from .speed import Speed
 from .stages import Handoff, chain
 from .talker import ClausePolicy, PiperTalker, Playback, clauses
 from .thinker import Generation, StreamedPrompt, ThinkerOptions, Turn, thinker
 
 log = logging.getLogger(__name__)
+
+# a typical spoken answer, for measuring the talker and how many thinker tokens a second of speech holds
+SPEED_SENTENCE = "The capital of France is Paris, a city famous for its museums, its cafes and its long history."
 
 
 class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -153,6 +157,7 @@ class CascadePipeline(Pipeline):
         self.tts_pool = ThreadPoolExecutor(1, thread_name_prefix="tts")
         self.asr_busy = 0  # ASR calls queued or running
         self.sessions: set[CascadeSession] = set()
+        self.speed: Speed | None = None  # measured at start (_measure_speed)
         self.counts = {"prefix_warmups": 0, "speculations_started": 0, "speculations_adopted": 0, "speculations_discarded": 0, "responses": 0}
 
     async def start(self) -> None:
@@ -176,7 +181,36 @@ class CascadePipeline(Pipeline):
         # warm the listener and the talker too: their first calls pay one-time costs
         await loop.run_in_executor(self.asr_pool, self.listener.transcribe, np.zeros(16000, np.int16))
         await loop.run_in_executor(self.tts_pool, self.talker.speak, "Hello.")
-        log.info("CPU cascade ready")
+        self.speed = await self._measure_speed()
+        warning = self.speed.warning()
+        if warning:
+            log.warning(warning)
+        log.info(
+            "CPU cascade ready: thinker %.1f tokens/s, talker real-time factor %.2f, %.2f s of work per second of answer",
+            self.speed.thinker_tokens_per_s,
+            self.speed.talker_rtf,
+            self.speed.load,
+        )
+
+    async def _measure_speed(self) -> Speed:
+        """The thinker's and the talker's speed on this machine, each measured alone (pipelines/speed.py)."""
+        t0 = time.perf_counter()
+        pcm = await self.speak(SPEED_SENTENCE)
+        synthesis = time.perf_counter() - t0
+        audio_s = max(len(pcm) / self.capabilities.output_rate, 1e-3)
+        tokens = len(self.thinker.tokenizer.encode(SPEED_SENTENCE, add_special_tokens=False))
+        rate = await self.thinker.decode_rate()
+        if self.options.thinker.model == "smollm2-135m-instruct":
+            faster = "the thinker on a faster machine (thinker.engine: remote, docs/cpu-agent.md)"
+        else:
+            faster = (
+                "--config cpu-smollm2 (SmolLM2-135M: about a quarter of the work per token, fewer answers right), "
+                "or the thinker on a faster machine (thinker.engine: remote); docs/cpu-agent.md"
+            )
+        return Speed(round(rate, 2), round(synthesis / audio_s, 3), round(tokens / audio_s, 2), faster)
+
+    def self_check(self) -> dict[str, Any] | None:
+        return None if self.speed is None else self.speed.report()
 
     async def stop(self) -> None:
         await self.thinker.stop()
@@ -201,6 +235,8 @@ class CascadePipeline(Pipeline):
         stats["speculations_live"] = sum(1 for s in self.sessions if s.speculation is not None)
         stats["prompts_streaming"] = sum(1 for s in self.sessions if s.streamed is not None and not s.streamed.used)
         stats.update(self.thinker.stats())
+        if self.speed is not None:
+            stats.update(self.speed.stats())
         return stats
 
     async def transcribe(self, pcm: np.ndarray, clean: bool = False) -> str:

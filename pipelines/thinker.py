@@ -312,6 +312,23 @@ class VllmThinker:
             if not finished and self.engine is not None:
                 await self.engine.abort(g.request_id)
 
+    async def decode_rate(self, tokens: int = 32) -> float:
+        """Tokens per second this engine writes an answer at, measured now (one answer of
+        ``tokens`` tokens, ``ignore_eos``, from its first token to its last)."""
+        from vllm import SamplingParams
+        from vllm.inputs import tokens_input
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True, output_kind=RequestOutputKind.DELTA)
+        stamps: list[float] = []
+        outputs = self.engine.generate(tokens_input(self._speed_prompt(), cache_salt="speed-check"), params, request_id=uuid.uuid4().hex)
+        async for out in outputs:
+            stamps += [time.perf_counter()] * len(out.outputs[0].token_ids)
+        return (len(stamps) - 1) / max(stamps[-1] - stamps[0], 1e-9)
+
+    def _speed_prompt(self) -> list[int]:
+        return self.render("You are a helpful assistant.", [Turn("user", "Tell me about the sea.")])
+
     def open_prompt(self, prefix: list[int], salt: str) -> "StreamedPrompt | None":
         """Start prefilling ``prefix`` now in a request whose prompt is finished later
         (``StreamedPrompt``); None where the engine cannot (stop strings)."""
@@ -440,6 +457,30 @@ class RemoteThinker(VllmThinker):
 
     def open_prompt(self, prefix: list[int], salt: str) -> StreamedPrompt | None:
         return None  # the completions API takes a prompt whole
+
+    async def decode_rate(self, tokens: int = 32) -> float:
+        body: dict[str, Any] = {
+            "prompt": self._speed_prompt(),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,  # vLLM's own sampling parameter
+            "cache_salt": "speed-check",
+        }
+        if self.options.served_model:
+            body["model"] = self.options.served_model
+        stamps: list[float] = []
+        written = 0
+        chunks = self.remote.stream(body, path="/completions")
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                written = (chunk.get("usage") or {}).get("completion_tokens") or written
+                if any(c.get("text") for c in chunk.get("choices") or ()):
+                    stamps.append(time.perf_counter())
+        if len(stamps) < 2:
+            return 0.0
+        return (max(written, len(stamps)) - 1) / max(stamps[-1] - stamps[0], 1e-9)
 
     async def stream(
         self,
