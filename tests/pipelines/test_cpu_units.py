@@ -190,6 +190,31 @@ async def test_clauses_hurry_only_while_the_audio_ahead_is_low():
     assert len(got) >= 3 and all(len(c.split()) >= 2 for c in got[1:-1])  # hurried clauses once the level fell
 
 
+def test_long_sentences_are_synthesised_in_bounded_pieces_cut_after_words():
+    from pipelines.talker import split_phonemes
+
+    phonemes = list("ab cd efg hi jklm no pq")  # words of phonemes, a space after each
+    pieces = split_phonemes(phonemes, 8)
+    assert sum(pieces, []) == phonemes and all(0 < len(p) <= 8 for p in pieces)
+    assert all(p[-1] == " " for p in pieces[:-1])  # each cut right after a word
+    assert split_phonemes(list("abcdefghijkl"), 5) == [list("abcde"), list("fghij"), list("kl")]  # no space: at the limit
+    assert split_phonemes([], 5) == [] and split_phonemes(list("abc"), 5) == [list("abc")]
+
+
+def test_piper_speaks_a_sentence_longer_than_one_inference_takes_whole():
+    from pipelines.talker import MAX_PHONEMES, PiperTalker
+
+    voice = models.ensure("piper-joe", progress=lambda _: None)
+    onnx = next(voice.glob("*.onnx"))
+    talker = PiperTalker(str(onnx), str(onnx) + ".json", 1)
+    text = "the river runs past the old mill and the green fields " * 12
+    assert sum(len(s) for s in talker.voice.phonemize(text)) > 2 * MAX_PHONEMES
+    short, long = talker.speak("the river runs past the old mill and the green fields"), talker.speak(text)
+    # twelve times the words, about twelve times the speech (Piper's durations vary a little)
+    assert 8 * len(short) < len(long) < 16 * len(short)
+    assert np.abs(long.astype(np.int32)).max() > 1000
+
+
 def test_playback_counts_audio_ahead_of_its_clock():
     p = Playback()
     assert p.ahead() == 0.0  # nothing made yet
