@@ -11,7 +11,8 @@ into a bounded buffer nobody reads yet. If the user goes on speaking (``resume``
 aborted; the prompt it sent stays in vLLM's prefix cache, so the next attempt (or the final turn)
 only prefills what is new. If the turn ends instead (``commit``), the speculation becomes the
 answer when ``respond`` asks for exactly the prompt it already used; otherwise it is dropped and the
-answer starts fresh. Nothing speculative reaches the client before ``respond``.
+answer starts fresh. Nothing speculative reaches the client before ``respond``. The moves and the
+adoption rule are ``pipelines/speculation.py``'s, shared with the omni pipeline.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ from .base import (
     Transcript,
     Usage,
 )
+from .speculation import Ahead, Production, Speculation
 from .speed import Speed
-from .stages import Handoff, chain
+from .stages import chain
 from .talker import ClausePolicy, PiperTalker, Playback, clauses
 from .thinker import Generation, StreamedPrompt, ThinkerOptions, Turn, thinker
 
@@ -78,9 +80,8 @@ class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     buffer_chunks: int = 256  # output buffered ahead of the consumer, per response
 
 
-class Production:
-    """One answer being produced by its own task into a bounded buffer (a ``Handoff``), so it can
-    start before anyone reads it (speculation) and be handed over to ``respond`` as it is."""
+class CascadeProduction(Production):
+    """One cascade answer: thinker -> clauses -> talker (``CascadeSession.stages``)."""
 
     def __init__(
         self, session: "CascadeSession", request: ResponseRequest, prompt: list[int], times: dict[str, float], streamed: StreamedPrompt | None = None
@@ -89,9 +90,8 @@ class Production:
         self.request = request
         self.prompt = prompt
         self.streamed = streamed  # the engine request its prompt's first part went into while the user spoke
-        self.times = times  # perf_counter stamps of stage firsts
         self.generation = Generation()
-        self.output: Handoff[OutputChunk] = Handoff(self._produce(), session.options.buffer_chunks, name=f"produce:{session.session_id}")
+        super().__init__(self._produce(), session.options.buffer_chunks, f"produce:{session.session_id}", times)
 
     async def _produce(self) -> AsyncIterator[OutputChunk]:
         async with chain(*self.session.stages(self)) as stream:
@@ -101,31 +101,25 @@ class Production:
         yield Usage(input_tokens=g.prompt_tokens, cached_tokens=g.cached_tokens, output_tokens=g.output_tokens, hit_max_tokens=g.hit_max_tokens)
 
     async def cancel(self) -> None:
-        await self.output.aclose()
+        await super().cancel()
         if self.streamed is not None:  # never started answering (cancelled before its first step)
             await self.streamed.close()
 
 
-@dataclass(eq=False)
-class Speculation:
+@dataclass(eq=False, kw_only=True)
+class CascadeSpeculation(Speculation[CascadeProduction]):
+    """Made at a pause: the ASR pass over the turn so far, then (``task``) the answer to it."""
+
     request: ResponseRequest
-    transcript: asyncio.Future[str]  # the ASR task: the turn's item keeps it if the turn is committed
+    transcript: asyncio.Future[str]  # the ASR pass: the turn's item keeps it if the turn is committed
     samples: int  # of the turn it transcribes
-    task: asyncio.Task[None] | None = None
-    production: Production | None = None  # once the transcript is in
-    item_id: str | None = None  # bound at commit
 
-    async def cancel(self) -> None:
-        """Stop the thinker/talker work (the transcript task is the caller's business)."""
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
-        if self.production is not None:
-            await self.production.cancel()
+    def void(self) -> None:
+        if self.item_id is None:  # nobody else needs its transcript
+            self.transcript.cancel()
 
 
-async def _heard(spec: Speculation) -> str | None:
+async def _heard(spec: CascadeSpeculation) -> str | None:
     """The transcript a speculation's ASR pass made, or None if the pass was voided meanwhile
     (waited on, never cancelled from here: the turn's item may still need it)."""
     await asyncio.wait([spec.transcript])
@@ -232,7 +226,7 @@ class CascadePipeline(Pipeline):
 
     def stats(self) -> dict[str, float]:
         stats: dict[str, float] = {"open_sessions": len(self.sessions), **self.counts}
-        stats["speculations_live"] = sum(1 for s in self.sessions if s.speculation is not None)
+        stats["speculations_live"] = sum(1 for s in self.sessions if s.ahead.current is not None)
         stats["prompts_streaming"] = sum(1 for s in self.sessions if s.streamed is not None and not s.streamed.used)
         stats.update(self.thinker.stats())
         if self.speed is not None:
@@ -268,7 +262,7 @@ class CascadeSession(PipelineSession):
         self.session_id = session_id
         self.salt = secrets.token_hex(16)  # this session's prefix-cache namespace
         self.turn: list[np.ndarray] = []  # audio of the open user turn
-        self.speculation: Speculation | None = None
+        self.ahead: Ahead[CascadeSpeculation] = Ahead(pipeline.counts)  # the answer started at the last pause
         self.clean = False  # noise reduction on the audio the listener hears
         self.warmed: list[int] = []  # the prompt prefix last prefilled while the user spoke (listen)
         self.streamed: StreamedPrompt | None = None  # the open turn's prompt, its first part prefilled (listen)
@@ -328,52 +322,41 @@ class CascadeSession(PipelineSession):
     def pause(self, request: ResponseRequest | None) -> None:
         if not self.options.speculate or request is None or not self.turn:
             return
-        self._drop_speculation()
         audio = np.concatenate(self.turn)
-        spec = Speculation(request, asyncio.ensure_future(self.pipeline.transcribe(audio, self.clean)), len(audio))
+        transcript = asyncio.ensure_future(self.pipeline.transcribe(audio, self.clean))
+        spec = self.ahead.start(CascadeSpeculation(request=request, transcript=transcript, samples=len(audio)))
         spec.task = asyncio.create_task(self._speculate(spec), name=f"speculate:{self.session_id}")
-        self.speculation = spec
-        self.pipeline.counts["speculations_started"] += 1
 
     def resume(self) -> None:
-        self._drop_speculation()  # with it, the streamed prompt it had taken
+        self.ahead.drop()  # with it, the streamed prompt it had taken
         if self.listening is not None and self.streamed is None:
             self.listen(self.listening)  # for the next pause (the prefix's whole blocks are cached by now)
 
     async def partial_transcript(self) -> str | None:
-        spec = self.speculation
+        spec = self.ahead.current
         return None if spec is None else await _heard(spec)
 
     def commit(self, item_id: str) -> None:
         self.turn = []
-        spec = self.speculation
-        if spec is not None and spec.item_id is None:
-            spec.item_id = item_id
+        spec = self.ahead.bind(item_id)
+        if spec is not None:
             self._remember(item_id, spec.transcript)
 
     def clear(self) -> None:
         self.turn = []
         self.listening = None
-        self._drop_speculation()
+        self.ahead.drop()
         self._drop_streamed()
-
-    def _drop_speculation(self) -> None:
-        spec, self.speculation = self.speculation, None
-        if spec is not None:
-            self.pipeline.counts["speculations_discarded"] += 1
-            if spec.item_id is None:  # nobody else needs its transcript
-                spec.transcript.cancel()
-            self._background(spec.cancel())
 
     def _background(self, coro) -> None:  # type: ignore[no-untyped-def]
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _speculate(self, spec: Speculation) -> None:
+    async def _speculate(self, spec: CascadeSpeculation) -> None:
         text = await asyncio.shield(spec.transcript)
         prompt = self._prompt(spec.request, pending=text)
-        spec.production = Production(self, spec.request, prompt, {"asr": time.perf_counter()}, self._take_streamed(prompt))
+        spec.production = CascadeProduction(self, spec.request, prompt, {"asr": time.perf_counter()}, self._take_streamed(prompt))
 
     # ------------------------------------------------------------------ transcripts
 
@@ -395,7 +378,7 @@ class CascadeSession(PipelineSession):
         return Transcript(text, len(pcm) / self.pipeline.capabilities.input_rate)
 
     async def caption(self, pcm: np.ndarray) -> str | None:
-        spec = self.speculation
+        spec = self.ahead.current
         if spec is not None and spec.samples == len(pcm):  # the pause's ASR pass already has it
             return await _heard(spec)
         if self.pipeline.asr_busy:
@@ -426,7 +409,7 @@ class CascadeSession(PipelineSession):
 
     # ------------------------------------------------------------------ responding
 
-    def stages(self, production: Production):  # type: ignore[no-untyped-def]
+    def stages(self, production: CascadeProduction):  # type: ignore[no-untyped-def]
         """The stage chain of one answer: thinker -> (clauses -> talker) or thinker -> text."""
         o, pipeline, times = self.options, self.pipeline, production.times
         request = production.request
@@ -484,6 +467,7 @@ class CascadeSession(PipelineSession):
         pipeline.counts["responses"] += 1
         t0 = time.perf_counter()
         production: Production | None = None
+        speculated = False
         try:
             known: dict[str, str] = {}
             asr_done = None
@@ -495,42 +479,30 @@ class CascadeSession(PipelineSession):
                             asr_done = time.perf_counter()
             prompt = self._prompt(request, known=known)
             production = await self._adopt(request, prompt)
+            speculated = production is not None
             if production is None:
                 times = {"asr": asr_done} if asr_done else {}
-                production = Production(self, request, prompt, times, self._take_streamed(prompt))
+                production = CascadeProduction(self, request, prompt, times, self._take_streamed(prompt))
             async for chunk in production.output:
                 yield chunk
             stages = {name: round((at - t0) * 1000, 1) for name, at in production.times.items()}
-            yield StageTimes(stages, {"speculated": production.request is not request})
+            yield StageTimes(stages, {"speculated": speculated})
         finally:
             if production is not None:
                 await production.cancel()
 
     async def _adopt(self, request: ResponseRequest, prompt: list[int]) -> Production | None:
         """The speculation's production, if it is working on exactly this answer."""
-        spec = self.speculation
-        if spec is None or spec.item_id is None:
+        spec = await self.ahead.claim(request)  # the transcript is in hand (we just used it): only the prompt is left
+        if spec is None:
             return None
-        last_user = next((i for i in reversed(request.items) if isinstance(i, Message) and i.role == "user"), None)
-        if last_user is None or last_user.id != spec.item_id:
-            return None
-        self.speculation = None
-        if spec.task is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await spec.task  # the transcript is in hand (we just used it): only the prompt is left
-        if spec.production is not None and spec.production.prompt == prompt and _settings(spec.request) == _settings(request):
-            self.pipeline.counts["speculations_adopted"] += 1
-            return spec.production
-        self.pipeline.counts["speculations_discarded"] += 1
-        await spec.cancel()
-        return None
+        made = spec.production
+        return self.ahead.settle(spec, made is not None and made.prompt == prompt and _settings(spec.request) == _settings(request))
 
     async def close(self) -> None:
         self.pipeline.sessions.discard(self)
         self.listening = None
-        spec, self.speculation = self.speculation, None
-        if spec is not None:
-            await spec.cancel()
+        await self.ahead.close()
         streamed, self.streamed = self.streamed, None
         if streamed is not None:
             await streamed.close()

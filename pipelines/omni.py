@@ -25,7 +25,8 @@ turn's audio so far) is sent at once into a bounded buffer. If the user speaks o
 adopted when ``respond`` asks for exactly the same request. For that to be so, a turn that ends at
 a pause goes to the model as the audio the speculation sent: its speech and the pause, without the
 rest of the end-of-turn silence the item holds (silence by the VAD's judgement: no word is lost),
-now and in every later request's history.
+now and in every later request's history. The moves and the adoption rule are
+``pipelines/speculation.py``'s, shared with the cascade.
 
 **Streamed turns** (in process, ``in_process.stream_input``). When speech starts, the turn opens as
 one resumable engine request (``omni_engine.StreamedTurn``): the history, then the turn's audio as
@@ -70,7 +71,7 @@ from .base import (
 )
 from .omni_engine import Clip, EngineAudio, InProcessOptions, LocalOmni, RemoteOmni, StreamedTurn
 from .remote import RemoteOptions
-from .stages import Handoff
+from .speculation import Ahead, Production, Speculation
 
 log = logging.getLogger(__name__)
 
@@ -155,30 +156,18 @@ class OmniPipeline(Pipeline):
         return session
 
     def stats(self) -> dict[str, float]:
-        live = sum(1 for s in self.sessions if s.speculation is not None)
+        live = sum(1 for s in self.sessions if s.ahead.current is not None)
         return {"open_sessions": len(self.sessions), "speculations_live": live, **self.counts, **self.engine.stats()}
 
 
-@dataclass(eq=False)
-class Speculation:
-    body: dict[str, Any]
-    production: Production
-    sent: list[Clip]  # the turn's audio as it went to the model (one clip, or a streamed turn's segments)
-    streamed: StreamedTurn | None = None  # in-process: the turn fed to the Thinker as it is spoken
-    item_id: str | None = None  # bound at commit
-
-
-class Production:
-    """One request's answer, produced by its own task into a bounded buffer (so it can start before
-    anyone reads it) and read once by ``respond``."""
+class OmniProduction(Production):
+    """One request's answer from the engine, read once by ``respond``."""
 
     def __init__(self, session: OmniSession, body: dict[str, Any], streamed: StreamedTurn | None = None) -> None:
         self.session = session
         self.body = body
         self.streamed = streamed
-        self.sent_at = time.perf_counter()
-        self.times: dict[str, float] = {}
-        self.output: Handoff[OutputChunk] = Handoff(self._produce(), session.options.buffer_chunks, name=f"omni:{session.session_id}")
+        super().__init__(self._produce(), session.options.buffer_chunks, f"omni:{session.session_id}")
 
     async def _produce(self) -> AsyncIterator[OutputChunk]:
         out_rate = self.session.pipeline.capabilities.output_rate
@@ -195,8 +184,14 @@ class Production:
                         self.times.setdefault("thinker_first_token", time.perf_counter())
                     yield piece
 
-    async def cancel(self) -> None:
-        await self.output.aclose()
+
+@dataclass(eq=False, kw_only=True)
+class OmniSpeculation(Speculation[OmniProduction]):
+    """The request the turn would make, sent at a pause (or, streamed, when speech began)."""
+
+    body: dict[str, Any]
+    sent: list[Clip]  # the turn's audio as it went to the model (one clip, or a streamed turn's segments)
+    streamed: StreamedTurn | None = None  # in-process: the turn fed to the Thinker as it is spoken
 
 
 class OmniSession(PipelineSession):
@@ -206,7 +201,7 @@ class OmniSession(PipelineSession):
         self.session_id = session_id
         self.salt = secrets.token_hex(16)  # this session's prefix-cache namespace
         self.turn: list[np.ndarray] = []  # audio of the open user turn
-        self.speculation: Speculation | None = None
+        self.ahead: Ahead[OmniSpeculation] = Ahead(pipeline.counts)  # the request sent ahead of the turn's end
         self._encoded: OrderedDict[tuple[str, int], list[Clip]] = OrderedDict()
         self._sent_as: dict[str, list[Clip]] = {}  # a committed turn's audio as its speculation sent it
         self.streams = isinstance(pipeline.engine, LocalOmni) and self.options.in_process.stream_input
@@ -214,13 +209,12 @@ class OmniSession(PipelineSession):
         self.unsent: list[np.ndarray] = []  # a streamed turn's audio not yet sent
         self.ended_at_pause = False
         self._history_floor = 0  # items before this index of the conversation go without their audio
-        self._background: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ the open turn
 
     def feed(self, pcm: np.ndarray) -> None:
         self.turn.append(pcm)
-        spec = self.speculation
+        spec = self.ahead.current
         if spec is not None and spec.streamed is not None:
             self.unsent.append(pcm)
             if not self.ended_at_pause and sum(map(len, self.unsent)) >= self.segment_samples:
@@ -228,36 +222,32 @@ class OmniSession(PipelineSession):
 
     def listen(self, request: ResponseRequest | None) -> None:
         if self.streams and self.options.speculate and request is not None:
-            self._drop_speculation()
             self._open_streamed(request)
 
     def pause(self, request: ResponseRequest | None) -> None:
         self.ended_at_pause = True
         if not self.options.speculate or request is None or not self.turn:
             return
-        spec = self.speculation
+        spec = self.ahead.current
         if self.streams:
             if spec is not None and spec.streamed is not None and spec.item_id is None:
                 self._push(spec)  # the turn so far is in the Thinker already
                 return
-            self._drop_speculation()
             self._open_streamed(request)
             return
-        self._drop_speculation()
         clip = Clip(np.concatenate(self.turn), INPUT_RATE)
         body = self._body(request, pending=clip)
-        self.speculation = Speculation(body, Production(self, body), [clip])
-        self.pipeline.counts["speculations_started"] += 1
+        self.ahead.start(OmniSpeculation(body=body, production=OmniProduction(self, body), sent=[clip]))
 
     def resume(self) -> None:
         self.ended_at_pause = False
-        spec = self.speculation
+        spec = self.ahead.current
         if spec is None or spec.streamed is None:  # a streamed turn goes on; a speculated request is void
-            self._drop_speculation()
+            self.ahead.drop()
 
     def commit(self, item_id: str) -> None:
         self.turn = []
-        spec = self.speculation
+        spec = self.ahead.current
         if spec is not None and spec.item_id is None:
             if spec.streamed is not None:
                 if not self.ended_at_pause:  # ended without a pause (a manual commit): the rest is speech
@@ -265,10 +255,10 @@ class OmniSession(PipelineSession):
                 self.unsent = []
                 spec.sent = list(spec.streamed.segments)
             if spec.streamed is None or spec.streamed.valid:
-                spec.item_id = item_id
+                self.ahead.bind(item_id)
                 self._sent_as[item_id] = spec.sent  # the turn ended at the pause: it goes as it was sent
             else:  # a turn that could not be streamed goes whole, the ordinary way
-                self._drop_speculation()
+                self.ahead.drop()
         self.ended_at_pause = False
 
     def _open_streamed(self, request: ResponseRequest) -> None:
@@ -276,12 +266,11 @@ class OmniSession(PipelineSession):
         assert isinstance(engine, LocalOmni)
         body = self._body(request)
         streamed = engine.open_turn(body, body["messages"])
-        self.speculation = Speculation(body, Production(self, body, streamed), [], streamed)
+        spec = self.ahead.start(OmniSpeculation(body=body, production=OmniProduction(self, body, streamed), sent=[], streamed=streamed), "streamed_turns")
         self.unsent = list(self.turn)
-        self._push(self.speculation)
-        self.pipeline.counts["streamed_turns"] += 1
+        self._push(spec)
 
-    def _push(self, spec: Speculation) -> None:
+    def _push(self, spec: OmniSpeculation) -> None:
         """The turn's audio not yet in the Thinker, as one more segment."""
         assert spec.streamed is not None
         if self.unsent:
@@ -292,19 +281,7 @@ class OmniSession(PipelineSession):
     def clear(self) -> None:
         self.turn = []
         self.unsent = []
-        self._drop_speculation()
-
-    def _drop_speculation(self) -> None:
-        spec, self.speculation = self.speculation, None
-        if spec is not None:
-            self._discard(spec)
-
-    def _discard(self, spec: Speculation) -> None:
-        """Void a speculation in the background: closing its stream makes the engine abort it."""
-        self.pipeline.counts["speculations_discarded"] += 1
-        task = asyncio.ensure_future(spec.production.cancel())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self.ahead.drop()
 
     # ------------------------------------------------------------------ requests
 
@@ -416,10 +393,10 @@ class OmniSession(PipelineSession):
         self.pipeline.counts["responses"] += 1
         t0 = time.perf_counter()
         body = self._body(request)
-        production = self._adopt(request, body)
+        production = await self._adopt(request, body)
         speculated = production is not None
         if production is None:
-            production = Production(self, body)
+            production = OmniProduction(self, body)
         try:
             async for chunk in production.output:
                 yield chunk
@@ -428,27 +405,16 @@ class OmniSession(PipelineSession):
         finally:
             await production.cancel()
 
-    def _adopt(self, request: ResponseRequest, body: dict[str, Any]) -> Production | None:
-        """The speculation's answer, if it is for exactly this request."""
-        spec = self.speculation
-        if spec is None or spec.item_id is None:
+    async def _adopt(self, request: ResponseRequest, body: dict[str, Any]) -> Production | None:
+        """The speculation's answer, if it is for exactly this request (the committed turn is sent
+        as its item's audio: the same bytes as the speculation's pending audio)."""
+        spec = await self.ahead.claim(request)
+        if spec is None:
             return None
-        last_user = next((i for i in reversed(request.items) if isinstance(i, Message) and i.role == "user"), None)
-        if last_user is None or last_user.id != spec.item_id:
-            return None
-        # the committed turn is sent as its item's audio: the same bytes as the speculation's pending audio
-        self.speculation = None
         if spec.streamed is not None:
-            if body["messages"] == spec.streamed.messages() and spec.streamed.finish(body):
-                self.pipeline.counts["streamed_turns_adopted"] += 1
-                return spec.production
-            self._discard(spec)
-            return None
-        if spec.body == body:
-            self.pipeline.counts["speculations_adopted"] += 1
-            return spec.production
-        self._discard(spec)
-        return None
+            fits = body["messages"] == spec.streamed.messages() and spec.streamed.finish(body)
+            return self.ahead.settle(spec, fits, "streamed_turns_adopted")
+        return self.ahead.settle(spec, spec.body == body)
 
     async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript | None:
         pipeline = self.pipeline
@@ -459,10 +425,7 @@ class OmniSession(PipelineSession):
 
     async def close(self) -> None:
         self.pipeline.sessions.discard(self)
-        spec, self.speculation = self.speculation, None
-        if spec is not None:
-            await spec.production.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await self.ahead.close()
         self._encoded.clear()
         self._sent_as.clear()
 

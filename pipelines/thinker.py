@@ -110,7 +110,7 @@ class SentenceLimit:
 
 def _cpu_environment(options: ThinkerOptions) -> None:
     """vLLM reads these at import time; set them before the first import (ours or anyone's)."""
-    from pipelines.models import home
+    from pipelines.paths import home
 
     cache = home()
     env = {

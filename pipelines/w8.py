@@ -45,7 +45,7 @@ def _cpu_flags() -> set[str]:
 
 def build(cache: Path | None = None) -> Path:
     """The compiled kernel (built once per source and flags; the file name carries their hash)."""
-    from .models import home
+    from .paths import home
 
     source = SOURCE.read_bytes()
     tag = hashlib.sha256(source + " ".join(FLAGS).encode()).hexdigest()[:16]
