@@ -18,6 +18,7 @@ import json
 import random
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +84,14 @@ async def replay(
 
 def replay_into(config: dict[str, Any], conversations: list[Conversation], turns: int = 0, concurrency: int = 1) -> dict[str, Any]:
     """``replay`` into a server of its own, started with ``config`` (the CPU pipeline's may take
-    minutes to load) and stopped after."""
+    minutes to load) and stopped after; ``self_check`` in the result is what the server measured of
+    this machine at warm-up (``/healthz``'s ``speed``), where its pipeline does."""
     with server_process(config, startup_s=900) as url:
-        return asyncio.run(replay(conversations, Options(url=url, turns=turns), concurrency=concurrency))
+        health = url.replace("ws://", "http://").removesuffix("/v1") + "/healthz"
+        with urllib.request.urlopen(health, timeout=10) as response:
+            speed = json.loads(response.read()).get("speed")
+        result = asyncio.run(replay(conversations, Options(url=url, turns=turns), concurrency=concurrency))
+        return {**result, "self_check": speed}
 
 
 def write(out: Path, result: dict[str, Any], meta: dict[str, Any]) -> tuple[dict[str, Any], list[Path]]:

@@ -132,9 +132,12 @@ def main() -> None:
             print(f"  {t.get('conversation', '')} turn {t['turn']:2d}: v2v {t['voice_to_voice_ms']} ms, longest gap {t['max_gap_ms']} ms, cached {t['cached_tokens']}/{t['input_tokens']}: {(t['answer'] or '')[:60]!r}")
         summary = summarize(turns)
         summary["errors"] += len(run["connection_errors"])
-        result["variants"][variant] = {"summary": summary, "turns": turns, "machine_after": machine()}
+        result["variants"][variant] = {"summary": summary, "self_check": run.get("self_check"), "turns": turns, "machine_after": machine()}
         v = summary["voice_to_voice_ms"]
         print(f"{variant}: voice-to-voice p50 {v.get('p50')} ms, p90 {v.get('p90')} ms, stalls in {summary['turns_with_stalls']}/{summary['turns']} turns, errors {summary['errors']}", flush=True)
+        check = run.get("self_check")
+        if check:
+            print(f"{variant}: the server's self-check: thinker {check['thinker_tokens_per_s']} tokens/s, talker RTF {check['talker_rtf']}, load {check['load']} (keeps up: {check['keeps_up']})", flush=True)
     print(f"\n{result['machine']['cpu']} ({', '.join(result['machine']['flags'])}), run as {result['machine']['ran_as']}")
     print(f"\n{'variant':16} {'v2v p50':>8} {'v2v p90':>8} {'end-det':>8} {'asr':>7} {'ttft':>7} {'clause':>7} {'audio':>7} {'cached':>7} {'stalls':>7}")
     for variant, data in result["variants"].items():
