@@ -101,6 +101,9 @@ class Fixture:
     voice: str
     pcm: np.ndarray  # int16 at RATE: the speech only (unfinished: with the pause spliced in)
     pause: tuple[int, int] | None = None  # unfinished: the pause's first and last sample + 1
+    group: str = "synthetic"  # synthetic | human (wideband recordings) | phone (8 kHz or telephone band)
+    source: str = "synthetic"  # where a recording comes from (bench/human_turns.py)
+    end: int | None = None  # where the speech ends in pcm, when pcm carries the recording's own silence after it
 
 
 @functools.cache

@@ -21,13 +21,21 @@ Modes: ``server_vad`` (500 ms); ``semantic_<eagerness>`` with the audio model al
 pipeline); ``semantic_<eagerness>+asr`` weighing the transcript the CPU cascade makes at each pause
 (Whisper tiny.en, as configs/cpu.yaml runs it); ``semantic_auto_phone``: 8 kHz G.711 u-law audio.
 
-    python -m bench.turns [--no-piper] [--modes ...]
+Sets (``--set``): ``synthetic`` (the fixtures above), ``human`` (recordings that packages ship,
+labelled by bench/human_turns.py: complete prompts and sentences, the same cut at a word with a
+400-900 ms pause of their own noise floor, a telephone conversation's real turn ends), or ``all``.
+Figures are reported per group: ``synthetic``, ``human`` (16 kHz and up) and ``phone`` (8 kHz or
+telephone band, upsampled to 16 kHz as the SIP transport does); ``--limit N`` takes N per group
+(half complete, half unfinished, every source in turn, seeded).
+
+    python -m bench.turns [--set synthetic|human|all] [--limit N] [--no-piper] [--modes ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable
 from concurrent.futures import ThreadPoolExecutor
@@ -140,12 +148,13 @@ async def replay(fixture: Fixture, mode: str, pipeline: Listening, model: Timed,
         speech = speech[: len(fixture.pcm)]
     lead = LEAD_MS * RATE // 1000
     audio = np.concatenate([np.zeros(lead, np.int16), speech, np.zeros(TAIL_MS * RATE // 1000, np.int16)])
-    audio = np.clip(audio.astype(np.int32) + noise[: len(audio)], -32768, 32767).astype(np.int16)
+    audio = np.clip(audio.astype(np.int32) + np.resize(noise, len(audio)), -32768, 32767).astype(np.int16)
     caps = pipeline.capabilities
     config = SessionConfig.default(caps, "bench").updated(session_config(mode), caps)
     session = Session(pipeline, config, Limits(pause_ms=150), Metrics(), turn_model=None if mode == "server_vad" else model)
     await session.start()
     first_decision = len(model.decisions)
+    end = lead + (len(speech) if fixture.end is None else fixture.end)  # a recording's own silence follows its speech
     commits: list[tuple[int, int]] = []  # (stream position, decisions made by then)
     pushed = 0
     try:
@@ -156,12 +165,18 @@ async def replay(fixture: Fixture, mode: str, pipeline: Listening, model: Timed,
                 event = await session.outbox.get()
                 if event.__struct_config__.tag == "input_audio_buffer.committed":
                     commits.append((pushed, len(model.decisions)))
-            if commits and commits[-1][0] >= lead + len(speech):
+            if commits and commits[-1][0] >= end:
                 break
     finally:
         await session.close()
-    end = lead + len(speech)
-    out: dict[str, Any] = {"kind": fixture.kind, "text": fixture.text, "voice": fixture.voice, "decisions": model.decisions[first_decision:]}
+    out: dict[str, Any] = {
+        "kind": fixture.kind,
+        "group": fixture.group,
+        "source": fixture.source,
+        "text": fixture.text,
+        "voice": fixture.voice,
+        "decisions": model.decisions[first_decision:],
+    }
     if fixture.kind == "unfinished":
         assert fixture.pause is not None
         out["cut"] = any(pos <= lead + fixture.pause[1] for pos, _ in commits)
@@ -191,6 +206,49 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def group_of(fixture: Fixture) -> str:
+    return fixture.group
+
+
+def take(made: list[Fixture], limit: int | None, seed: int) -> list[Fixture]:
+    """Up to ``limit`` fixtures per group: half complete, half unfinished, each half drawing from
+    every source in turn (seeded), so that a few conversation items are not lost among hundreds of prompts."""
+    if limit is None:
+        return made
+    out = []
+    rng = np.random.default_rng(seed)
+    for group in dict.fromkeys(group_of(f) for f in made):
+        for kind, share in (("complete", (limit + 1) // 2), ("unfinished", limit // 2)):
+            by_source: dict[str, list[Fixture]] = {}
+            for f in made:
+                if group_of(f) == group and f.kind == kind:
+                    by_source.setdefault(f.source, []).append(f)
+            queues = [[pool[i] for i in rng.permutation(len(pool))] for pool in by_source.values()]
+            picked = [f for f in itertools.chain.from_iterable(itertools.zip_longest(*queues)) if f is not None]
+            out += picked[:share]
+    return out
+
+
+def load_set(name: str, piper: bool, seed: int, limit: int | None) -> list[Fixture]:
+    made: list[Fixture] = []
+    if name in ("synthetic", "all"):
+        made += fixtures(piper=piper, seed=seed)
+    if name in ("human", "all"):
+        from bench import human_turns
+
+        made += human_turns.load(seed)
+    return take(made, limit, seed)
+
+
+def report_line(label: str, summary: dict[str, Any]) -> str:
+    s = summary
+    return (
+        f"{label:32} {s['complete']:>4} {s['unfinished']:>4} {s['cut_share']:>5.0%} {s['split_share']:>5.0%} {s['delay_ms'].get('p50', '-'):>9} {s['delay_ms'].get('p90', '-'):>7}"
+        f" {s['complete_within_400ms']:>8.0%} {s['decision_cpu_ms'].get('p50', '-'):>8} {s['decision_cpu_ms'].get('p90', '-'):>8}"
+        f" {s['decision_wall_ms'].get('p50', '-'):>9}"
+    )
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from pipelines import models
     from pipelines.smart_turn import SmartTurn
@@ -204,21 +262,24 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         listener = WhisperListener(str(models.path("whisper-tiny.en")), 2, 1, window="fit")
         listener.transcribe(np.zeros(RATE, np.int16))
     t0 = time.monotonic()
-    made = fixtures(piper=not args.no_piper, seed=args.seed)
-    print(f"{len(made)} fixtures ({sum(f.kind == 'complete' for f in made)} complete) made in {time.monotonic() - t0:.0f} s", flush=True)
+    made = load_set(args.set, not args.no_piper, args.seed, args.limit)
+    groups = [g for g in ("synthetic", "human", "phone") if any(group_of(f) == g for f in made)]
+    sizes = {g: {k: sum(group_of(f) == g and f.kind == k for f in made) for k in ("complete", "unfinished")} for g in groups}
+    print(f"{len(made)} fixtures {sizes} ready in {time.monotonic() - t0:.0f} s", flush=True)
     noise = (np.random.default_rng(args.seed).standard_normal(RATE * 20) * 20).astype(np.int32)  # about -64 dBFS
-    result: dict[str, Any] = {"machine": machine(), "fixtures": len(made), "modes": {}}
+    result: dict[str, Any] = {"machine": machine(), "set": args.set, "limit": args.limit, "fixtures": sizes, "modes": {}}
     for mode in args.modes:
         pipeline = Listening(listener if mode.endswith("+asr") else None)
         rows = [await replay(f, mode, pipeline, model, noise) for f in made]
-        summary = summarize(rows)
-        result["modes"][mode] = {"summary": summary, "rows": rows}
-        d = summary["delay_ms"]
-        print(
-            f"{mode:22} cut {summary['cut_share']:.0%}  split {summary['split_share']:.0%}  delay p50 {d.get('p50')} p90 {d.get('p90')} ms"
-            f"  cpu/decision p50 {summary['decision_cpu_ms'].get('p50')} ms",
-            flush=True,
-        )
+        by_group = {g: summarize([r for r in rows if r["group"] == g]) for g in groups}
+        result["modes"][mode] = {"groups": by_group, "rows": rows}
+        for g, summary in by_group.items():
+            d = summary["delay_ms"]
+            print(
+                f"{mode:22} {g:9} cut {summary['cut_share']:.0%}  split {summary['split_share']:.0%}  delay p50 {d.get('p50')} p90 {d.get('p90')} ms"
+                f"  cpu/decision p50 {summary['decision_cpu_ms'].get('p50')} ms",
+                flush=True,
+            )
     result["machine_after"] = machine()
     return result
 
@@ -228,16 +289,14 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=MODES, choices=MODES)
     parser.add_argument("--no-piper", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--set", choices=["synthetic", "human", "all"], default="all", help="human: recordings from packages (bench/human_turns.py)")
+    parser.add_argument("--limit", type=int, default=None, help="at most N fixtures per group (synthetic, human, phone)")
     args = parser.parse_args()
     result = asyncio.run(main_async(args))
-    print(f"\n{'mode':22} {'cut':>5} {'split':>5} {'delay p50':>9} {'p90':>7} {'<=400ms':>8} {'cpu p50':>8} {'cpu p90':>8} {'wall p50':>9}")
+    print(f"\n{'mode / group':32} {'comp':>4} {'unf':>4} {'cut':>5} {'split':>5} {'delay p50':>9} {'p90':>7} {'<=400ms':>8} {'cpu p50':>8} {'cpu p90':>8} {'wall p50':>9}")
     for mode, data in result["modes"].items():
-        s = data["summary"]
-        print(
-            f"{mode:22} {s['cut_share']:>5.0%} {s['split_share']:>5.0%} {s['delay_ms'].get('p50', '-'):>9} {s['delay_ms'].get('p90', '-'):>7}"
-            f" {s['complete_within_400ms']:>8.0%} {s['decision_cpu_ms'].get('p50', '-'):>8} {s['decision_cpu_ms'].get('p90', '-'):>8}"
-            f" {s['decision_wall_ms'].get('p50', '-'):>9}"
-        )
+        for group, summary in data["groups"].items():
+            print(report_line(f"{mode} / {group}", summary))
     print("(cut: unfinished utterances committed at their pause; split: complete ones committed before their end;")
     print(" delay: end of speech to the next commit, complete utterances; cpu/wall: per decision of the model)")
     print("saved", save("turns", result))
