@@ -148,6 +148,8 @@ class PiperTalker:
         return np.concatenate(pieces) if pieces else np.zeros(0, np.int16)
 
     def _audio(self, phonemes: list[str]) -> np.ndarray:
+        """One inference: what ``PiperVoice.synthesize`` does per sentence with our settings
+        (no normalisation, volume 1), on a piece of a sentence."""
         if not phonemes:
             return np.zeros(0, np.int16)
         audio = self.voice.phoneme_ids_to_audio(self.voice.phonemes_to_ids(phonemes), self.settings)

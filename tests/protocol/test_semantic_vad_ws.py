@@ -25,8 +25,7 @@ def question() -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def semantic_server(server):
-    if server.server.turn_model is None:
-        pytest.skip("cannot run here: the end-of-turn model is not installed (./scripts/install)")
+    assert server.server.turn_model is not None, "the end-of-turn model is not installed (./scripts/install)"
     return server
 
 
