@@ -42,7 +42,6 @@ Randomness (the cut word, the pause length) is seeded; a given seed builds the s
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
 import struct
@@ -56,6 +55,7 @@ import numpy as np
 
 from dsp.g711 import alaw_to_pcm, ulaw_to_pcm
 from dsp.resample import resample
+from pipelines import models
 from pipelines.paths import home
 from pipelines.turn_text import NEVER_LAST, PREPOSITIONS
 
@@ -370,7 +370,7 @@ def _download(name: str) -> Path:
     path = downloads_dir() / filename
     if not path.exists():
         raise MissingSource(f"{path} is missing: run bench/human_turns_setup")
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = models.sha256(path)
     if digest != sha256:
         raise MissingSource(f"{path}: sha256 {digest}, expected {sha256}")
     return path

@@ -206,10 +206,6 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def group_of(fixture: Fixture) -> str:
-    return fixture.group
-
-
 def take(made: list[Fixture], limit: int | None, seed: int) -> list[Fixture]:
     """Up to ``limit`` fixtures per group: half complete, half unfinished, each half drawing from
     every source in turn (seeded), so that a few conversation items are not lost among hundreds of prompts."""
@@ -217,11 +213,11 @@ def take(made: list[Fixture], limit: int | None, seed: int) -> list[Fixture]:
         return made
     out = []
     rng = np.random.default_rng(seed)
-    for group in dict.fromkeys(group_of(f) for f in made):
+    for group in dict.fromkeys(f.group for f in made):
         for kind, share in (("complete", (limit + 1) // 2), ("unfinished", limit // 2)):
             by_source: dict[str, list[Fixture]] = {}
             for f in made:
-                if group_of(f) == group and f.kind == kind:
+                if f.group == group and f.kind == kind:
                     by_source.setdefault(f.source, []).append(f)
             queues = [[pool[i] for i in rng.permutation(len(pool))] for pool in by_source.values()]
             picked = [f for f in itertools.chain.from_iterable(itertools.zip_longest(*queues)) if f is not None]
@@ -263,8 +259,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         listener.transcribe(np.zeros(RATE, np.int16))
     t0 = time.monotonic()
     made = load_set(args.set, not args.no_piper, args.seed, args.limit)
-    groups = [g for g in ("synthetic", "human", "phone") if any(group_of(f) == g for f in made)]
-    sizes = {g: {k: sum(group_of(f) == g and f.kind == k for f in made) for k in ("complete", "unfinished")} for g in groups}
+    groups = [g for g in ("synthetic", "human", "phone") if any(f.group == g for f in made)]
+    sizes = {g: {k: sum(f.group == g and f.kind == k for f in made) for k in ("complete", "unfinished")} for g in groups}
     print(f"{len(made)} fixtures {sizes} ready in {time.monotonic() - t0:.0f} s", flush=True)
     noise = (np.random.default_rng(args.seed).standard_normal(RATE * 20) * 20).astype(np.int32)  # about -64 dBFS
     result: dict[str, Any] = {"machine": machine(), "set": args.set, "limit": args.limit, "fixtures": sizes, "modes": {}}
