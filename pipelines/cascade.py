@@ -38,6 +38,7 @@ from .base import (
     Capabilities,
     FunctionCall,
     FunctionResult,
+    Heard,
     Message,
     OutputChunk,
     Pipeline,
@@ -113,10 +114,13 @@ class CascadeSpeculation(Speculation[CascadeProduction]):
     request: ResponseRequest
     transcript: asyncio.Future[str]  # the ASR pass: the turn's item keeps it if the turn is committed
     samples: int  # of the turn it transcribes
+    ends: asyncio.Future[float | None] | None = None  # semantic_vad: the thinker's judgement of the words
 
     def void(self) -> None:
         if self.item_id is None:  # nobody else needs its transcript
             self.transcript.cancel()
+        if self.ends is not None:
+            self.ends.cancel()
 
 
 async def _heard(spec: CascadeSpeculation) -> str | None:
@@ -152,7 +156,7 @@ class CascadePipeline(Pipeline):
         self.asr_busy = 0  # ASR calls queued or running
         self.sessions: set[CascadeSession] = set()
         self.speed: Speed | None = None  # measured at start (_measure_speed)
-        self.counts = {"prefix_warmups": 0, "speculations_started": 0, "speculations_adopted": 0, "speculations_discarded": 0, "responses": 0}
+        self.counts = {"prefix_warmups": 0, "speculations_started": 0, "speculations_adopted": 0, "speculations_discarded": 0, "responses": 0, "words_judged": 0, "words_judged_streamed": 0}
 
     async def start(self) -> None:
         from pipelines import models
@@ -264,6 +268,7 @@ class CascadeSession(PipelineSession):
         self.turn: list[np.ndarray] = []  # audio of the open user turn
         self.ahead: Ahead[CascadeSpeculation] = Ahead(pipeline.counts)  # the answer started at the last pause
         self.clean = False  # noise reduction on the audio the listener hears
+        self.judging = False  # semantic_vad: the thinker judges the words' end at each pause
         self.warmed: list[int] = []  # the prompt prefix last prefilled while the user spoke (listen)
         self.streamed: StreamedPrompt | None = None  # the open turn's prompt, its first part prefilled (listen)
         self.listening: ResponseRequest | None = None  # the request listen() was given for the open turn
@@ -288,11 +293,11 @@ class CascadeSession(PipelineSession):
             return
         self.listening = request
         prefix = self.pipeline.thinker.prefix(request.instructions, self._turns(request, {}))
-        if self.streamed is not None and not self.streamed.used and self.streamed.prefix == prefix:
+        if self.streamed is not None and not self.streamed.used and self.streamed.prefix == prefix and (self.streamed.logprobs is not None) == self.judging:
             return
         self._drop_streamed()
         self.pipeline.counts["prefix_warmups"] += 1
-        self.streamed = self.pipeline.thinker.open_prompt(prefix, self.salt)
+        self.streamed = self.pipeline.thinker.open_prompt(prefix, self.salt, self.judging)
         if self.streamed is None and prefix != self.warmed:
             self.warmed = prefix
             self._background(self._warm(prefix))
@@ -319,12 +324,16 @@ class CascadeSession(PipelineSession):
         self.streamed = None
         return streamed
 
+    def judge_words(self, on: bool) -> None:
+        self.judging = on
+
     def pause(self, request: ResponseRequest | None) -> None:
         if not self.options.speculate or request is None or not self.turn:
             return
         audio = np.concatenate(self.turn)
         transcript = asyncio.ensure_future(self.pipeline.transcribe(audio, self.clean))
-        spec = self.ahead.start(CascadeSpeculation(request=request, transcript=transcript, samples=len(audio)))
+        ends = asyncio.get_running_loop().create_future() if self.judging else None
+        spec = self.ahead.start(CascadeSpeculation(request=request, transcript=transcript, samples=len(audio), ends=ends))
         spec.task = asyncio.create_task(self._speculate(spec), name=f"speculate:{self.session_id}")
 
     def resume(self) -> None:
@@ -332,9 +341,18 @@ class CascadeSession(PipelineSession):
         if self.listening is not None and self.streamed is None:
             self.listen(self.listening)  # for the next pause (the prefix's whole blocks are cached by now)
 
-    async def partial_transcript(self) -> str | None:
+    async def heard(self) -> Heard | None:
         spec = self.ahead.current
-        return None if spec is None else await _heard(spec)
+        if spec is None:
+            return None
+        text = await _heard(spec)
+        if text is None:
+            return None
+        ends = None
+        if spec.ends is not None:
+            await asyncio.wait([spec.ends])
+            ends = None if spec.ends.cancelled() else spec.ends.result()
+        return Heard(text, ends)
 
     def commit(self, item_id: str) -> None:
         self.turn = []
@@ -355,8 +373,39 @@ class CascadeSession(PipelineSession):
 
     async def _speculate(self, spec: CascadeSpeculation) -> None:
         text = await asyncio.shield(spec.transcript)
+        times = {"asr": time.perf_counter()}
         prompt = self._prompt(spec.request, pending=text)
-        spec.production = CascadeProduction(self, spec.request, prompt, {"asr": time.perf_counter()}, self._take_streamed(prompt))
+        if spec.ends is None:
+            spec.production = CascadeProduction(self, spec.request, prompt, times, self._take_streamed(prompt))
+            return
+        # semantic_vad: first the thinker's judgement of the words, in the streamed request where it
+        # can be (the words are then prefilled there for the answer too), then the answer
+        thinker = self.pipeline.thinker
+        prefix = thinker.prefix(spec.request.instructions, self._turns(spec.request, {}))
+        streamed = self.streamed if self.streamed is not None and self.streamed.can_judge(prefix) else None
+        if streamed is not None:
+            self.streamed = None  # this speculation's now: closed below unless the answer takes it
+        try:
+            try:
+                spec.ends.set_result(await thinker.words_end(prefix, text, self.salt, streamed))
+                self.pipeline.counts["words_judged"] += 1
+                self.pipeline.counts["words_judged_streamed"] += streamed is not None
+            except Exception as exc:  # the decision goes on without it (the audio alone)
+                log.warning("session %s: the thinker's end-of-turn judgement failed: %s", self.session_id, exc)
+                spec.ends.set_result(None)
+                if streamed is not None:  # in an unknown state: not for the answer
+                    await streamed.close()
+                    streamed = None
+            times["judged"] = time.perf_counter()
+            taken = streamed if streamed is not None and streamed.fits(prompt) else self._take_streamed(prompt)
+            spec.production = CascadeProduction(self, spec.request, prompt, times, taken)
+            if taken is streamed:
+                streamed = None
+        finally:
+            if not spec.ends.done():
+                spec.ends.cancel()
+            if streamed is not None:
+                self._background(streamed.close())
 
     # ------------------------------------------------------------------ transcripts
 

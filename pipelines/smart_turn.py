@@ -4,9 +4,10 @@ A Whisper-tiny-sized encoder with a classification head, exported to ONNX (about
 takes the last 8 s of the turn at 16 kHz (shorter turns are padded with silence in front) as
 Whisper log-mel features of the zero-mean, unit-variance waveform (dsp/logmel.py) and gives the
 probability that the speaker has finished. Intonation, a trailing "and...", a filled pause: it
-hears what a fixed silence cannot. When the pipeline has a transcript of the turn so far, its last
-words shift that probability (pipelines/turn_text.py): measured on synthetic speech, where the
-prosody the model listens for is weak, they catch most of the fragments it would let through.
+hears what a fixed silence cannot. What the pipeline heard of the turn (its transcript, and the
+thinker's judgement of whether the words end the message) is fused with it and the silence
+(pipelines/end_of_turn.py): on synthetic speech, where the prosody the model listens for is weak,
+and on people's, the words carry most of the answer.
 
 The file comes out of the ``pipecat-ai`` wheel (``realtime-omni models prepare``, see
 pipelines/models.py); pipecat itself is never imported. Inference runs in one worker thread per
@@ -26,20 +27,21 @@ import numpy as np
 from dsp.logmel import RATE, log_mel
 from dsp.resample import resample
 
-from .base import TurnModel, TurnVerdict
-from .turn_text import combine
+from .base import Heard, TurnModel, TurnVerdict
+from .end_of_turn import Fusion
 
 WINDOW_S = 8  # the model's input: the last 8 s of the turn
-TRANSCRIPT_WAIT_S = 1.5  # the longest a decision waits for the pipeline's transcript
+HEARD_WAIT_S = 1.5  # the longest a decision waits for what the pipeline heard (transcript, judgement)
 MODEL = "smart-turn-v3.2"
 
 
 class SmartTurn(TurnModel):
     name = MODEL
 
-    def __init__(self, path: Path | None = None, threads: int = 1) -> None:
+    def __init__(self, path: Path | None = None, threads: int = 1, fusion: Fusion | None = None) -> None:
         self.path = path
         self.threads = threads
+        self.fusion = fusion or Fusion()
         self._session = None
         self._input = "input_features"
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="smart-turn")
@@ -87,24 +89,22 @@ class SmartTurn(TurnModel):
         self.cpu_ms_total += cpu_ms
         return TurnVerdict(p, cpu_ms)
 
-    async def judge(self, pcm: np.ndarray, rate: int, transcript: Awaitable[str | None] | None = None) -> TurnVerdict:
+    async def judge(self, pcm: np.ndarray, rate: int, heard: Awaitable[Heard | None] | None = None) -> TurnVerdict:
         audio = asyncio.get_running_loop().run_in_executor(self._pool, self._decide, pcm, rate)
-        if transcript is None:
-            return await audio
-        text = await _within(transcript, TRANSCRIPT_WAIT_S)
+        words = None if heard is None else await _within(heard, HEARD_WAIT_S)
         verdict = await audio
-        return TurnVerdict(combine(verdict.probability, text), verdict.cpu_ms, verdict.probability, text)
+        return self.fusion.verdict(verdict.probability, verdict.cpu_ms, words)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._session = None
 
 
-async def _within(transcript: Awaitable[str | None], seconds: float) -> str | None:
-    """The transcript, or None when it fails or takes longer than ``seconds`` (audio alone then)."""
+async def _within(heard: Awaitable[Heard | None], seconds: float) -> Heard | None:
+    """What the pipeline heard, or None when it fails or takes longer than ``seconds`` (audio alone then)."""
     try:
         async with asyncio.timeout(seconds):
-            return await transcript
+            return await heard
     except (TimeoutError, asyncio.CancelledError):
         if asyncio.current_task().cancelling():  # type: ignore[union-attr]
             raise
@@ -113,7 +113,7 @@ async def _within(transcript: Awaitable[str | None], seconds: float) -> str | No
         return None
 
 
-def create(model: str, threads: int = 1) -> TurnModel:
+def create(model: str, threads: int = 1, fusion: Fusion | None = None) -> TurnModel:
     if model != MODEL:
         raise ValueError(f"unknown end-of-turn model {model!r}; known: {MODEL}")
-    return SmartTurn(threads=threads)
+    return SmartTurn(threads=threads, fusion=fusion)

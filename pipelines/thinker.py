@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from . import turn_words
 from .remote import RemoteEngine, RemoteOptions
 
 log = logging.getLogger(__name__)
@@ -143,13 +144,14 @@ class VllmThinker:
         self.tokenizer: Any = None
         self.model_path = ""
         self.stop_strings: list[str] = []
+        self.end_ids: frozenset[int] = frozenset()  # tokens that end a sentence or a message (turn_words)
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, progress: Any = log.info) -> None:
 
         o = self.options
-        self._load_tokenizer(progress)
+        await self._load_tokenizer(progress)
         _cpu_environment(o)
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -178,7 +180,7 @@ class VllmThinker:
             pass
         progress(f"vLLM ready in {time.monotonic() - t0:.0f} s")
 
-    def _load_tokenizer(self, progress: Any) -> None:
+    async def _load_tokenizer(self, progress: Any) -> None:
         """The model's files (prepared from its package) and its tokenizer: prompts are rendered here."""
         from transformers import AutoTokenizer
 
@@ -188,6 +190,8 @@ class VllmThinker:
         self.model_path = str(models.ensure(o.model, progress) if o.model in models.MODELS else o.model)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.stop_strings = ["\n"] if o.prompt_format == "transcript" else []  # one line is one turn
+        # every token's text is looked at once (about a second): off the loop
+        self.end_ids = await asyncio.to_thread(turn_words.end_token_ids, self.tokenizer)
 
     def _limit(self, max_tokens: int | None) -> int:
         """The answer budget: the config's, lowered by a response's ``max_output_tokens``."""
@@ -266,11 +270,11 @@ class VllmThinker:
 
         g = generation or Generation()
         g.prompt_tokens = len(prompt_ids)
-        outputs = self.engine.generate(tokens_input(prompt_ids, cache_salt=salt), self._answer_params(max_tokens), request_id=g.request_id)
+        outputs = self.engine.generate(tokens_input(list(prompt_ids), cache_salt=salt), self._answer_params(max_tokens), request_id=g.request_id)
         async for delta in self._deltas(outputs, g):
             yield delta
 
-    def _answer_params(self, max_tokens: int | None) -> Any:
+    def _answer_params(self, max_tokens: int | None, logprobs: int | None = None) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -282,7 +286,38 @@ class VllmThinker:
             stop=self.stop_strings or None,
             output_kind=RequestOutputKind.DELTA,
             seed=o.seed,
+            logprobs=logprobs,
         )
+
+    # ------------------------------------------------------------------ the end of the user's turn
+
+    async def words_end(self, prefix: list[int], text: str, salt: str, streamed: "StreamedPrompt | None" = None) -> float | None:
+        """The probability that the user's message ends with ``text`` (turn_words), judged after
+        ``prefix`` (the conversation up to where the user's words go); None when there are no
+        words. In ``streamed``, the open turn's request, when it can take them (the words are then
+        prefilled there for the answer too), else as a request of its own."""
+        words = turn_words.bare(text)
+        if not words:
+            return None
+        ids = list(self.tokenizer.encode(words, add_special_tokens=False))
+        if streamed is not None and streamed.can_judge(prefix):
+            return await streamed.judge(ids)
+        return await self.judge(prefix + ids, salt)
+
+    async def judge(self, prompt_ids: list[int], salt: str) -> float:
+        """P(the next token after ``prompt_ids`` ends a sentence or the message): one engine step."""
+        from vllm import SamplingParams
+        from vllm.inputs import tokens_input
+
+        params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=turn_words.TOP_LOGPROBS)
+        last = None
+        async for out in self.engine.generate(tokens_input(prompt_ids, cache_salt=salt), params, request_id=uuid.uuid4().hex):
+            last = out
+        assert last is not None and last.outputs[0].logprobs, "the engine returned no logprobs"
+        return self._ends(last.outputs[0].logprobs[0])
+
+    def _ends(self, top: dict[int, Any]) -> float:
+        return turn_words.probability({token: lp.logprob for token, lp in top.items()}, self.end_ids)
 
     async def _deltas(self, outputs: AsyncIterator[Any], g: Generation) -> AsyncIterator[str]:
         """The answer's text from an engine request's outputs, cut after ``max_sentences``
@@ -329,10 +364,13 @@ class VllmThinker:
     def _speed_prompt(self) -> list[int]:
         return self.render("You are a helpful assistant.", [Turn("user", "Tell me about the sea.")])
 
-    def open_prompt(self, prefix: list[int], salt: str) -> "StreamedPrompt | None":
+    def open_prompt(self, prefix: list[int], salt: str, judging: bool = False) -> "StreamedPrompt | None":
         """Start prefilling ``prefix`` now in a request whose prompt is finished later
-        (``StreamedPrompt``); None where the engine cannot (stop strings)."""
-        return None if self.stop_strings else StreamedPrompt(self, prefix, salt)
+        (``StreamedPrompt``); None where the engine cannot (stop strings). ``judging``: the
+        user's words may be judged in it first (``words_end``)."""
+        if self.stop_strings:
+            return None
+        return StreamedPrompt(self, prefix, salt, turn_words.TOP_LOGPROBS if judging else None)
 
     # ------------------------------------------------------------------ accounting
 
@@ -355,17 +393,22 @@ class VllmThinker:
 
 
 class StreamedPrompt:
-    """One engine request whose prompt arrives in two parts (vLLM's resumable ``StreamingInput``):
+    """One engine request whose prompt arrives in parts (vLLM's resumable ``StreamingInput``):
     the conversation up to where the user's words go, sent when the user starts to speak and
-    prefilled while they do (one token sampled and dropped); then, once the words are known, the
-    rest of the prompt with the answer's sampling, and the answer streams.
+    prefilled while they do (one token sampled and dropped); with semantic_vad, at a pause, the
+    words so far, whose one next-token distribution is the thinker's judgement of the turn's end
+    (``judge``); then, once the turn's words are known, the rest of the prompt with the answer's
+    sampling, and the answer streams.
 
     Why not a second request that finds the first part in the prefix cache: the cache keeps whole
     32-token blocks only, so a new request recomputes the part's last, partial block (16 tokens on
     average, ~90 ms on two AVX2 cores: bench.thinker) when the answer is most awaited. Used once;
-    ``close`` aborts it if unused."""
+    ``close`` aborts it if unused.
 
-    def __init__(self, thinker: VllmThinker, prefix: list[int], salt: str) -> None:
+    ``logprobs``: every part asks for that many (or none): in vLLM 0.32 a later part that asks
+    for logprobs when the first did not kills the engine's output handler."""
+
+    def __init__(self, thinker: VllmThinker, prefix: list[int], salt: str, logprobs: int | None = None) -> None:
         from vllm import SamplingParams
         from vllm.engine.protocol import StreamingInput
         from vllm.inputs import tokens_input
@@ -373,13 +416,16 @@ class StreamedPrompt:
 
         self.thinker = thinker
         self.prefix = prefix
+        self.sent = list(prefix)  # every token given to the request so far
         self.salt = salt
+        self.logprobs = logprobs
         self.request_id = uuid.uuid4().hex
         self.used = False
         self._closing: asyncio.Future[None] | None = None
-        self._input: asyncio.Queue[Any] = asyncio.Queue(maxsize=2)  # the prefix, then the rest and the end
-        prefill = SamplingParams(max_tokens=1, temperature=0.0, output_kind=RequestOutputKind.DELTA)
-        self._input.put_nowait(StreamingInput(tokens_input(prefix, cache_salt=salt), prefill))
+        self._input: asyncio.Queue[Any] = asyncio.Queue(maxsize=2)  # one part at a time, then the end
+        prefill = SamplingParams(max_tokens=1, temperature=0.0, output_kind=RequestOutputKind.DELTA, logprobs=logprobs)
+        # the engine extends a resumable request's token list in place (in process): give it copies
+        self._input.put_nowait(StreamingInput(tokens_input(list(prefix), cache_salt=salt), prefill))
         self._outputs = thinker.engine.generate(self._inputs(), prefill, request_id=self.request_id)
         self._prefilled = asyncio.ensure_future(anext(self._outputs))  # the prefix's one dropped token
 
@@ -388,11 +434,34 @@ class StreamedPrompt:
             yield item
 
     def fits(self, prompt: list[int]) -> bool:
-        """Whether ``prompt`` goes on from this request's prefix (and it is still unused)."""
-        return not self.used and len(prompt) > len(self.prefix) and prompt[: len(self.prefix)] == self.prefix
+        """Whether ``prompt`` goes on from what this request was given (and it is still unused)."""
+        return not self.used and len(prompt) > len(self.sent) and prompt[: len(self.sent)] == self.sent
+
+    def can_judge(self, prefix: list[int]) -> bool:
+        """Whether the user's words after ``prefix`` can be judged here: it asks for logprobs,
+        is unused, and was given exactly ``prefix`` so far."""
+        return self.logprobs is not None and not self.used and self.sent == prefix
+
+    async def judge(self, words: list[int]) -> float:
+        """Give the request the user's ``words`` (they stay: the answer goes on from them) and
+        return P(the message ends there), read from the one token sampled after them and dropped."""
+        from vllm import SamplingParams
+        from vllm.engine.protocol import StreamingInput
+        from vllm.inputs import tokens_input
+        from vllm.sampling_params import RequestOutputKind
+
+        assert self.logprobs is not None and not self.used
+        await self._prefilled  # one part at a time: the engine's outputs come back in order
+        params = SamplingParams(max_tokens=1, temperature=0.0, output_kind=RequestOutputKind.DELTA, logprobs=self.logprobs)
+        self.sent += words
+        await self._input.put(StreamingInput(tokens_input(list(words), cache_salt=self.salt), params))
+        out = await anext(self._outputs)
+        top = out.outputs[0].logprobs
+        assert top, "the engine returned no logprobs"
+        return self.thinker._ends(top[-1])
 
     async def answer(self, prompt: list[int], max_tokens: int | None = None, generation: Generation | None = None) -> AsyncIterator[str]:
-        """As ``VllmThinker.stream(prompt)``, ``prompt`` going on from the prefix (``fits``)."""
+        """As ``VllmThinker.stream(prompt)``, ``prompt`` going on from what was sent (``fits``)."""
         from vllm.engine.protocol import StreamingInput
         from vllm.inputs import tokens_input
 
@@ -400,8 +469,8 @@ class StreamedPrompt:
         self.used = True
         g = generation or Generation()
         g.request_id, g.prompt_tokens = self.request_id, len(prompt)
-        params = self.thinker._answer_params(max_tokens)
-        await self._input.put(StreamingInput(tokens_input(prompt[len(self.prefix) :], cache_salt=self.salt), params))
+        params = self.thinker._answer_params(max_tokens, self.logprobs)
+        await self._input.put(StreamingInput(tokens_input(prompt[len(self.sent) :], cache_salt=self.salt), params))
         await self._input.put(None)
         try:
             await self._prefilled
@@ -441,7 +510,7 @@ class RemoteThinker(VllmThinker):
         self.remote = RemoteEngine(options.remote)
 
     async def start(self, progress: Any = log.info) -> None:
-        self._load_tokenizer(progress)
+        await self._load_tokenizer(progress)
         await self.remote.start()
 
     async def stop(self) -> None:
@@ -455,8 +524,33 @@ class RemoteThinker(VllmThinker):
     def failed(self) -> str | None:
         return None  # a remote deployment comes back on its own: unhealthy until it does
 
-    def open_prompt(self, prefix: list[int], salt: str) -> StreamedPrompt | None:
+    def open_prompt(self, prefix: list[int], salt: str, judging: bool = False) -> StreamedPrompt | None:
         return None  # the completions API takes a prompt whole
+
+    async def judge(self, prompt_ids: list[int], salt: str) -> float:
+        """As in process, through the deployment's completions: one token with its top logprobs,
+        named by token id (vLLM's ``return_tokens_as_token_ids``)."""
+        body: dict[str, Any] = {
+            "prompt": prompt_ids,
+            "stream": True,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "logprobs": turn_words.TOP_LOGPROBS,
+            "return_tokens_as_token_ids": True,
+            "cache_salt": salt,
+        }
+        if self.options.served_model:
+            body["model"] = self.options.served_model
+        top: dict[int, Any] = {}
+        chunks = self.remote.stream(body, path="/completions")
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                for choice in chunk.get("choices") or ():
+                    for entry in (choice.get("logprobs") or {}).get("top_logprobs") or ():
+                        top = {int(name.removeprefix("token_id:")): lp for name, lp in (entry or {}).items()}
+        if not top:
+            raise RuntimeError("the thinker deployment returned no logprobs")
+        return turn_words.probability(top, self.end_ids)
 
     async def decode_rate(self, tokens: int = 32) -> float:
         body: dict[str, Any] = {

@@ -104,7 +104,7 @@ class Server:
         name = self.config.turn_model.model
         if self.turn_model is None and name:
             try:
-                self.turn_model = pipelines.turn_model(name, self.config.turn_model.threads)
+                self.turn_model = pipelines.turn_model(name, self.config.turn_model.threads, self.config.turn_model.fusion)
                 await asyncio.get_running_loop().run_in_executor(None, self.turn_model.load)
             except Exception as exc:
                 log.warning("semantic_vad falls back to fixed silences: the end-of-turn model %s is unavailable (%s)", name, exc)

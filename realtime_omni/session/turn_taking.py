@@ -85,6 +85,7 @@ class TurnTaking:
         self.guard = guard  # telephony: see ``_guard_holds``
         self.turn_model = turn_model  # semantic_vad's end-of-turn model (None: a fixed silence per eagerness)
         self.detector: TurnDetector | None = None
+        self._judging = False  # what the pipeline was told (judge_words): nothing, until semantic_vad
         self._input = InputConverter(ctx.config.input_format, ctx.caps.input_rate)
         self.reset_detector()
 
@@ -116,6 +117,11 @@ class TurnTaking:
             self.detector = TurnDetector(settings, ctx.caps.input_rate, ctx.limits.pause_ms, check_ms=check, origin=origin)
         else:
             self.detector = TurnDetector(vad, ctx.caps.input_rate, ctx.limits.pause_ms, origin=origin)
+        # semantic_vad's decision weighs the thinker's judgement of the words: ask for it at each pause
+        judging = self.detector is not None and self.detector.checks
+        if judging != self._judging:
+            self._judging = judging
+            ctx.pipe.judge_words(judging)
 
     # ------------------------------------------------------------------ audio in
 
@@ -261,34 +267,41 @@ class TurnTaking:
             await self.answering.start(ev.ResponseParams(), started_at=time.perf_counter())
 
     async def _end_check(self, detector: TurnDetector, e: EndCheck) -> None:
-        """semantic_vad: a pause long enough to ask the end-of-turn model."""
+        """semantic_vad: a pause long enough to ask the end-of-turn model. A turn it judges
+        finished ends here; one it gives more time (``TurnVerdict.wait_s``) ends after that much
+        more silence, unless speech comes first; otherwise the eagerness's longest wait ends it."""
         turn = self.user.turn
         if turn is None:
             return
         self.user.feed_to(e.at)
         turn.hold = e.at
         if turn.held_until:  # a short sound over the agent's voice (interruption guard), not a turn
-            finished = True
+            wait: float | None = 0.0
         else:
-            finished = await self._judge(turn, e.at)
-        if finished and self.user.turn is turn and self.detector is detector:
+            wait = await self._judge(turn, e.at)
+        if self.user.turn is not turn or self.detector is not detector:
+            return
+        if wait == 0.0:
             detector.end_turn()
             await self._speech_stopped(e.at)
+        elif wait is not None:
+            detector.end_after(self.ctx.limits.end_of_turn_silence_ms + wait * 1000)
 
-    async def _judge(self, turn: UserTurn, end: int) -> bool:
+    async def _judge(self, turn: UserTurn, end: int) -> float | None:
+        """Seconds of further silence after which the turn is finished (0: now; None: the longest wait)."""
         ctx, model, vad = self.ctx, self.turn_model, self.ctx.config.vad
         if model is None or vad is None or vad.end_of_turn is None:
-            return False
+            return None
         rate, buffer = ctx.caps.input_rate, self.user.buffer
         pcm = buffer.slice(max(turn.start, buffer.start, end - int(model.max_seconds * rate)), end)
         try:
-            verdict = await model.judge(pcm, rate, ctx.pipe.partial_transcript())
+            verdict = await model.judge(pcm, rate, ctx.pipe.heard())
         except Exception:  # a broken model must not end the session: the turn waits for the longest wait
             log.exception("session %s: the end-of-turn model failed", ctx.id)
-            return False
-        finished = verdict.probability >= vad.end_of_turn.threshold
-        ctx.metrics.end_of_turn(finished, verdict.cpu_ms)
-        return finished
+            return None
+        wait = verdict.wait_s(vad.end_of_turn.threshold)
+        ctx.metrics.end_of_turn(wait == 0.0, verdict.cpu_ms)
+        return wait
 
     def _speculative_request(self) -> ResponseRequest | None:
         """The request a response would get if the open turn ended now (its items: the conversation

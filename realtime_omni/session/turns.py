@@ -13,8 +13,9 @@ higher threshold needs louder, clearer speech, as with OpenAI's VAD.
   one does not.
 * Semantic VAD (``check_ms`` given): a silence of ``check_ms`` reports ``EndCheck``: the session
   asks its end-of-turn model whether the user has finished, and, if so, ends the turn there
-  (``end_turn``). Otherwise the turn waits on: speech again reports ``Resumed`` (the next pause asks
-  again), and ``silence_duration_ms`` of silence (the eagerness's longest wait) ends it anyway. Either
+  (``end_turn``), or after a longer silence it names (``end_after``). Otherwise the turn waits on:
+  speech again reports ``Resumed`` (the next pause asks again, the longer silence forgotten), and
+  ``silence_duration_ms`` of silence (the eagerness's longest wait) ends it anyway. Either
   way the turn's audio, and ``audio_end_ms``, end ``check_ms`` after the last speech, wherever the
   decision was made. ``events`` judges frames lazily, so a verdict applied between two events
   takes effect on the very next frame.
@@ -108,6 +109,7 @@ class TurnDetector:
         if self._check_frames:
             self._pause_frames = min(self._pause_frames, self._check_frames)
         self._check_at = 0
+        self._deadline = self._stop_frames  # the silence that ends this pause's turn (end_after)
         self._padding = int(settings.prefix_padding_ms * rate / 1000)
 
     @property
@@ -118,10 +120,20 @@ class TurnDetector:
     def _pos(self, frames: int) -> int:
         return self.origin + int(frames * self._frame * self._scale)
 
+    @property
+    def checks(self) -> bool:
+        """Whether this detector asks for end-of-turn decisions (semantic VAD)."""
+        return bool(self._check_frames)
+
     def end_turn(self) -> None:
         """The turn ended (an end-of-turn model's verdict): listen for the next one."""
         self.in_speech = False
         self._recent.clear()
+
+    def end_after(self, silence_ms: float) -> None:
+        """End the turn once its silence reaches ``silence_ms`` (sooner than the longest wait),
+        unless speech resumes first."""
+        self._deadline = max(self._silence + 1, min(self._stop_frames, round(silence_ms / FRAME_MS)))
 
     def process(self, pcm: np.ndarray) -> list[TurnEvent]:
         return list(self.events(pcm))
@@ -151,6 +163,7 @@ class TurnDetector:
                 first = self._frames - len(self._recent) + next(i for i, s in enumerate(self._recent) if s)
                 self._recent.clear()
                 self.in_speech, self._silence, self._streak, self._paused = True, 0, 0, False
+                self._deadline = self._stop_frames
                 self._last_speech_end = self._pos(self._frames)
                 onset = self._pos(first)
                 yield SpeechStarted(max(self.origin, onset - self._padding), onset)
@@ -158,13 +171,14 @@ class TurnDetector:
         self._streak = self._streak + 1 if speech else 0
         if speech and (self._silence == 0 or self._streak >= BREAK_FRAMES):
             self._silence = 0
+            self._deadline = self._stop_frames
             self._last_speech_end = self._pos(self._frames)
             if self._paused:
                 self._paused = False
                 yield Resumed(self._last_speech_end)
             return
         self._silence += 1
-        if self._silence >= self._stop_frames:
+        if self._silence >= self._deadline:
             self.in_speech = False
             self._recent.clear()
             end = self._check_at if self._check_frames else self._pos(self._frames)

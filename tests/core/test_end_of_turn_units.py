@@ -1,5 +1,6 @@
-"""The parts of semantic_vad's end-of-turn model: the model's input window, what a transcript's last
-words say, and preparing the model file out of its wheel (its Whisper features: tests/dsp)."""
+"""The parts of semantic_vad's end-of-turn decision: the model's input window, what a transcript's last
+words say, how the thinker's judgement is read and fused with the audio and the silence, and
+preparing the model file out of its wheel (its Whisper features: tests/dsp)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import numpy as np
 import pytest
 
 from pipelines import models
+from pipelines import turn_words
+from pipelines.base import Heard, TurnVerdict
+from pipelines.end_of_turn import Fusion, Weights, logit
 from pipelines.turn_text import combine, odds_factor
 from tests.support.audio import speak
 
@@ -57,6 +61,62 @@ def test_words_shift_the_audio_verdict_and_no_words_leave_it():
     assert combine(0.9, None) == 0.9 and combine(0.9, "Paris") == 0.9
     assert combine(0.9, "I want to go to the") < 0.2
     assert combine(0.3, "What time is it?") > 0.8
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("What is the capital of France?", "What is the capital of France"),
+        ("  I'd like   to book a table for... ", "I'd like to book a table for"),
+        ("Sure.", "Sure"),
+        ('He said "stop!"', "He said \"stop"),
+        ("well -", "well"),
+        ("...", ""),
+        (None, ""),
+    ],
+)
+def test_the_words_are_judged_without_their_final_punctuation(text, words):
+    assert turn_words.bare(text) == words
+
+
+@pytest.mark.parametrize("piece, ends", [(".", True), ("?", True), (" !", True), ('."', True), ("?\n\n", True), ("!!", True),
+                                         ("...", False), ("..", False), (",", False), (" the", False), ("", False), (").", False)])
+def test_which_tokens_end_a_sentence(piece, ends):
+    assert turn_words.ends_sentence(piece) is ends
+
+
+def test_the_judgement_sums_the_candidates_that_end_the_sentence():
+    import math
+
+    top = {1: math.log(0.5), 2: math.log(0.2), 3: math.log(0.3)}
+    assert turn_words.probability(top, frozenset({1, 2})) == pytest.approx(0.7)
+    assert turn_words.probability(list(top.items()), frozenset({3, 99})) == pytest.approx(0.3)
+    assert turn_words.probability({}, frozenset({1})) == 0.0
+
+
+def test_a_verdict_says_how_much_more_silence_finishes_the_turn():
+    at_once = TurnVerdict(0.7, 1.0, logit_per_s=2.0)
+    assert at_once.wait_s(0.5) == 0.0
+    later = TurnVerdict(0.1, 1.0, logit_per_s=2.0)  # logit -2.197: 1.1 s of silence brings it to 0.5
+    assert later.wait_s(0.5) == pytest.approx(2.1972 / 2, abs=1e-3)
+    assert later.wait_s(0.8) > later.wait_s(0.5) > later.wait_s(0.2) > 0
+    assert TurnVerdict(0.1, 1.0).wait_s(0.5) is None  # silence adds nothing: the longest wait decides
+
+
+def test_the_fusion_weighs_the_thinkers_judgement_when_there_is_one():
+    fusion = Fusion(with_words=Weights(bias=0.5, audio=0.5, words=1.0, silence_per_s=3.0), audio_only=Weights())
+    judged = fusion.verdict(0.9, 30.0, Heard("How far away is the", ends=0.002))
+    z = 0.5 + 0.5 * logit(0.9) + logit(0.002)
+    assert judged.probability == pytest.approx(1 / (1 + np.exp(-z)))
+    assert (judged.audio_probability, judged.words_probability, judged.transcript, judged.logit_per_s) == (0.9, 0.002, "How far away is the", 3.0)
+    assert judged.wait_s(0.5) == pytest.approx(-z / 3.0)
+    # the words end a sentence and the audio agrees: finished at once
+    assert fusion.verdict(0.9, 30.0, Heard("How far away is the moon?", ends=0.7)).wait_s(0.5) == 0.0
+    # no judgement: the audio alone, shifted by the transcript's last words as before, no silence term
+    assert fusion.verdict(0.9, 30.0, Heard("How far away is the")).probability == pytest.approx(combine(0.9, "How far away is the"))
+    assert fusion.verdict(0.9, 30.0, None).probability == 0.9 and fusion.verdict(0.9, 30.0, None).logit_per_s == 0.0
+    fitted_audio = Fusion(audio_only=Weights(bias=-1.0, audio=2.0, silence_per_s=1.0)).verdict(0.5, 30.0, None)
+    assert fitted_audio.probability == pytest.approx(1 / (1 + np.exp(1.0))) and fitted_audio.logit_per_s == 1.0
 
 
 def test_prepare_copies_the_checked_file_out_of_the_wheel_once(tmp_path, monkeypatch):

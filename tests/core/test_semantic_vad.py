@@ -17,7 +17,7 @@ import pytest
 from dsp.g711 import pcm_to_ulaw, ulaw_to_pcm
 from dsp.resample import resample
 from pipelines import models
-from pipelines.base import TurnModel
+from pipelines.base import Heard, TurnModel
 from realtime_omni.config import Limits
 from realtime_omni.metrics import Metrics
 from realtime_omni.protocol import events as ev
@@ -254,16 +254,83 @@ async def test_without_a_model_semantic_vad_waits_a_fixed_silence_per_eagerness(
 
 
 @pytest.mark.parametrize("words, held", [("How far away is the", True), ("How far away is the moon?", False), (None, False)])
-async def test_the_pipelines_partial_transcript_is_weighed_with_the_audio(turn_model, words, held):
-    """The audio alone says finished (p ~0.9); a transcript stopping on "the" holds the turn."""
+async def test_the_pipelines_transcript_is_weighed_with_the_audio(turn_model, words, held):
+    """Without the thinker's judgement: the audio alone says finished (p ~0.9); a transcript
+    stopping on "the" holds the turn."""
     r = await run(turn_model, SEMANTIC)
 
-    async def partial_transcript() -> str | None:
-        return words
+    async def heard() -> Heard | None:
+        return None if words is None else Heard(words)
 
-    r.o.pipe.partial_transcript = partial_transcript  # what the cascade's speculative ASR would say
+    r.o.pipe.heard = heard  # what the cascade's speculative ASR would say
     await r.speak(said(QUESTION, 1000))
     assert bool(r.at("input_audio_buffer.committed")) is not held
     decisions = r.o.session.ctx.metrics.end_of_turn_decisions
     assert decisions.labels("unfinished" if held else "finished")._value.get() == 1
+    await close(r)
+
+
+# ------------------------------------------------------------------------------ the thinker's judgement
+
+
+@pytest.fixture
+def fused(turn_model):  # type: ignore[no-untyped-def]
+    """The model with known fusion weights (restored after): logit = 0.5 logit(audio) + logit(words) + 2/s of silence."""
+    from pipelines.end_of_turn import Fusion, Weights
+
+    before = turn_model.fusion
+    turn_model.fusion = Fusion(with_words=Weights(bias=0.0, audio=0.5, words=1.0, silence_per_s=2.0))
+    yield turn_model
+    turn_model.fusion = before
+
+
+def heard_as(words: str, ends: float):  # type: ignore[no-untyped-def]
+    async def heard() -> Heard:
+        return Heard(words, ends)
+
+    return heard
+
+
+async def test_semantic_vad_asks_the_pipeline_to_judge_the_words_and_server_vad_does_not(turn_model):
+    r = await run(turn_model, SERVER)
+    await r.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": SEMANTIC}}}})
+    await r.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": SERVER}}}})
+    assert [c for c in r.o.pipe.calls if c[0] == "judge_words"] == [("judge_words", True), ("judge_words", False)]
+    await close(r)
+
+
+async def test_words_that_end_a_sentence_end_the_turn_at_the_check(fused):
+    r = await run(fused, SEMANTIC)
+    r.o.pipe.heard = heard_as("How far away is the moon?", 0.6)  # 0.5 logit(0.9) + logit(0.6) = 1.5: p 0.82
+    await r.speak(said(QUESTION, 1000))
+    [(pos, _)] = r.at("input_audio_buffer.committed")
+    assert r.ms(pos - speech_end(QUESTION)) <= 260
+    await close(r)
+
+
+async def test_words_that_do_not_end_one_wait_the_silence_the_fusion_names(fused):
+    """The audio says finished (p ~0.9), the words do not (0.002): logit -5.1, so 2.56 s more
+    silence after the 200 ms check brings it to 0.5; the turn ends there, not at the 4 s longest
+    wait, and its audio still ends 200 ms after the speech."""
+    r = await run(fused, SEMANTIC)
+    r.o.pipe.heard = heard_as("How far away is the", 0.002)
+    await r.speak(said(QUESTION, 2400))
+    assert not r.at("input_audio_buffer.committed")  # 2.4 s of silence: not yet
+    await r.speak(silence(1600, RATE))
+    [(pos, stopped)] = r.at("input_audio_buffer.speech_stopped")
+    assert 2500 <= r.ms(pos - speech_end(QUESTION)) <= 3100  # (the audio's own probability is ~0.9, not exactly)
+    assert abs(stopped.audio_end_ms - (LEAD + r.ms(len(QUESTION)) + 200)) <= 60
+    await close(r)
+
+
+async def test_speech_after_a_pause_forgets_the_wait_it_was_given(fused):
+    r = await run(fused, SEMANTIC)
+    r.o.pipe.heard = heard_as("I need to buy some", 0.001)  # a long wait named at the pause ...
+    await r.speak(np.concatenate([silence(LEAD, RATE), FRAGMENT, silence(800, RATE)]))
+    r.o.pipe.heard = heard_as("I need to buy some milk and bread.", 0.8)  # ... and the sentence's end at the next
+    await r.speak(np.concatenate([REST, silence(1000, RATE)]))
+    commits = r.at("input_audio_buffer.committed")
+    assert len(commits) == 1
+    end = LEAD * RATE // 1000 + len(FRAGMENT) + 800 * RATE // 1000 + len(REST)
+    assert 0 < r.ms(commits[0][0] - end) <= 300
     await close(r)

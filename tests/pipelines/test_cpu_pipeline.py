@@ -218,8 +218,9 @@ async def test_concurrent_sessions_each_get_their_answer(cpu_server):
 
 
 async def test_semantic_vad_holds_a_mid_sentence_pause_and_adopts_the_speculation_at_the_end(cpu_server):
-    """The end-of-turn model weighs the cascade's own transcript at each pause: "Tell me about the"
-    is not a finished turn, whatever its last word sounded like."""
+    """The end-of-turn decision weighs the thinker's own judgement of the cascade's transcript at
+    each pause, made in the request the conversation was streamed into: "Tell me about the" does
+    not end a message, whatever its last word sounded like."""
     before = cpu_server.stats()
     async with connect(cpu_server.ws_base) as c:
         await c.expect("session.created")
@@ -236,6 +237,8 @@ async def test_semantic_vad_holds_a_mid_sentence_pause_and_adopts_the_speculatio
     assert {"about", "rome"} <= words(heard), heard
     assert after["speculations_discarded"] > before["speculations_discarded"]  # the one at the pause
     assert after["speculations_adopted"] > before["speculations_adopted"]  # the one at the end became the answer
+    assert after["words_judged"] >= before["words_judged"] + 2  # at the pause, and at the end
+    assert after["words_judged_streamed"] >= before["words_judged_streamed"] + 2
     assert c.of("response.done")[0].response.status in ("completed", "incomplete")  # incomplete: at max tokens
 
 

@@ -32,7 +32,7 @@ WORD_MS = 200  # of answer audio per word
 class FakeSession(PipelineSession):
     def __init__(self, pipeline: FakePipeline) -> None:
         self.pipeline = pipeline
-        self.calls: list[tuple[Any, ...]] = []  # ("pause", request) ("resume",) ("commit", id, samples) ("clear", samples)
+        self.calls: list[tuple[Any, ...]] = []  # ("pause", request) ("resume",) ("commit", id, samples) ("clear", samples) ("judge_words", on)
         self.noise_reduction: list[str | None] = []  # every reduce_noise call, in order
         self.captions: list[int] = []  # samples of the open turn each caption pass got
         self.pending = 0  # samples fed since the last commit or clear
@@ -48,6 +48,9 @@ class FakeSession(PipelineSession):
 
     def pause(self, request: ResponseRequest | None) -> None:
         self.calls.append(("pause", request))
+
+    def judge_words(self, on: bool) -> None:
+        self.calls.append(("judge_words", on))
 
     def resume(self) -> None:
         self.calls.append(("resume",))
