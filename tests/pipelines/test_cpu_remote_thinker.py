@@ -99,3 +99,22 @@ async def until(predicate, timeout: float = 30.0) -> bool:  # type: ignore[no-un
             return False
         await asyncio.sleep(0.1)  # between scrapes
     return True
+
+
+async def test_the_deployment_judges_the_end_of_the_users_words_as_the_engine_in_process_does(remote):
+    """semantic_vad's judgement on the remote thinker: one token with its top logprobs named by
+    token id (vLLM's completions), read as in process (pipelines/turn_words.py)."""
+    from pipelines.remote import RemoteOptions
+    from pipelines.thinker import RemoteThinker, ThinkerOptions, Turn
+
+    _, engine = remote
+    t = RemoteThinker(ThinkerOptions(model="smollm2-135m-instruct", engine="remote", remote=RemoteOptions(url=engine), served_model="smollm2"))
+    await t.start(lambda _: None)
+    try:
+        prefix = t.prefix(INSTRUCTIONS, [Turn("user", "Hi, can you help me?"), Turn("assistant", "Of course! What do you need?")])
+        sentence = await t.words_end(prefix, "What is the capital of France?", "judge-remote")
+        fragment = await t.words_end(prefix, "I would like to book a table for", "judge-remote")
+        assert sentence is not None and fragment is not None
+        assert fragment <= 0.05 and sentence >= fragment + 0.2, (sentence, fragment)
+    finally:
+        await t.stop()
