@@ -68,6 +68,7 @@ from realtime_omni.session import Session
 from realtime_omni.session.config import SessionConfig
 
 LEAD_MS = 600
+PAUSE_MS = 100  # configs/cpu.yaml's limits.pause_ms: where the cascade starts its ASR pass (and judgement)
 TAIL_MS = 8600  # past the longest wait (low: 8 s)
 FRAME = RATE // 50
 MODES = [
@@ -215,7 +216,7 @@ async def replay(fixture: Fixture, mode: str, pipeline: Listening, model: Timed,
     audio = np.clip(audio.astype(np.int32) + np.resize(noise, len(audio)), -32768, 32767).astype(np.int16)
     caps = pipeline.capabilities
     config = SessionConfig.default(caps, "bench").updated(session_config(mode), caps)
-    session = Session(pipeline, config, Limits(pause_ms=150), Metrics(), turn_model=None if mode == "server_vad" else model)
+    session = Session(pipeline, config, Limits(pause_ms=PAUSE_MS), Metrics(), turn_model=None if mode == "server_vad" else model)
     await session.start()
     first_decision = len(model.decisions)
     end = lead + (len(speech) if fixture.end is None else fixture.end)  # a recording's own silence follows its speech
