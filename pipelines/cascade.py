@@ -375,37 +375,48 @@ class CascadeSession(PipelineSession):
         text = await asyncio.shield(spec.transcript)
         times = {"asr": time.perf_counter()}
         prompt = self._prompt(spec.request, pending=text)
-        if spec.ends is None:
-            spec.production = CascadeProduction(self, spec.request, prompt, times, self._take_streamed(prompt))
-            return
-        # semantic_vad: first the thinker's judgement of the words, in the streamed request where it
-        # can be (the words are then prefilled there for the answer too), then the answer
-        thinker = self.pipeline.thinker
-        prefix = thinker.prefix(spec.request.instructions, self._turns(spec.request, {}))
-        streamed = self.streamed if self.streamed is not None and self.streamed.can_judge(prefix) else None
-        if streamed is not None:
-            self.streamed = None  # this speculation's now: closed below unless the answer takes it
+        streamed = None
         try:
-            try:
-                spec.ends.set_result(await thinker.words_end(prefix, text, self.salt, streamed))
-                self.pipeline.counts["words_judged"] += 1
-                self.pipeline.counts["words_judged_streamed"] += streamed is not None
-            except Exception as exc:  # the decision goes on without it (the audio alone)
-                log.warning("session %s: the thinker's end-of-turn judgement failed: %s", self.session_id, exc)
-                spec.ends.set_result(None)
-                if streamed is not None:  # in an unknown state: not for the answer
-                    await streamed.close()
-                    streamed = None
-            times["judged"] = time.perf_counter()
+            if spec.ends is not None:  # semantic_vad: the thinker's judgement first, then the answer
+                streamed = await self._judge(spec, text)
+                times["judged"] = time.perf_counter()
             taken = streamed if streamed is not None and streamed.fits(prompt) else self._take_streamed(prompt)
             spec.production = CascadeProduction(self, spec.request, prompt, times, taken)
             if taken is streamed:
                 streamed = None
         finally:
-            if not spec.ends.done():
+            if spec.ends is not None and not spec.ends.done():
                 spec.ends.cancel()
             if streamed is not None:
                 self._background(streamed.close())
+
+    async def _judge(self, spec: CascadeSpeculation, text: str) -> StreamedPrompt | None:
+        """Settle ``spec.ends``: the thinker's judgement of the words, made in the streamed request
+        when it can be (the words are then prefilled there for the answer too: that request is
+        returned, the caller's to use or close), else in a request of its own."""
+        assert spec.ends is not None
+        thinker = self.pipeline.thinker
+        prefix = thinker.prefix(spec.request.instructions, self._turns(spec.request, {}))
+        streamed = self.streamed if self.streamed is not None and self.streamed.can_judge(prefix) else None
+        if streamed is not None:
+            self.streamed = None
+        ends: float | None = None
+        try:
+            ends = await thinker.words_end(prefix, text, self.salt, streamed)
+            self.pipeline.counts["words_judged"] += 1
+            self.pipeline.counts["words_judged_streamed"] += streamed is not None
+        except Exception as exc:  # the decision goes on without it (the audio alone)
+            log.warning("session %s: the thinker's end-of-turn judgement failed: %s", self.session_id, exc)
+            if streamed is not None:  # in an unknown state: not for the answer
+                await streamed.close()
+                streamed = None
+        except BaseException:  # cancelled (the user spoke on): the request is dropped with the speculation
+            if streamed is not None:
+                self._background(streamed.close())
+            raise
+        if not spec.ends.done():  # (voided meanwhile)
+            spec.ends.set_result(ends)
+        return streamed
 
     # ------------------------------------------------------------------ transcripts
 
