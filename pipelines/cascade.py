@@ -57,6 +57,9 @@ from .thinker import Generation, StreamedPrompt, ThinkerOptions, Turn, thinker
 
 log = logging.getLogger(__name__)
 
+# semantic_vad: how long after the transcript the thinker's judgement of it is waited for (one
+# engine step, ~75 ms on two AVX2 cores); later, the decision weighs the words without it
+JUDGEMENT_WAIT_S = 0.5
 # a typical spoken answer, for measuring the talker and how many thinker tokens a second of speech holds
 SPEED_SENTENCE = "The capital of France is Paris, a city famous for its museums, its cafes and its long history."
 
@@ -349,9 +352,9 @@ class CascadeSession(PipelineSession):
         if text is None:
             return None
         ends = None
-        if spec.ends is not None:
-            await asyncio.wait([spec.ends])
-            ends = None if spec.ends.cancelled() else spec.ends.result()
+        if spec.ends is not None:  # a judgement later than this, the words go without it
+            await asyncio.wait([spec.ends], timeout=JUDGEMENT_WAIT_S)
+            ends = spec.ends.result() if spec.ends.done() and not spec.ends.cancelled() else None
         return Heard(text, ends)
 
     def commit(self, item_id: str) -> None:

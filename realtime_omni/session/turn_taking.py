@@ -301,6 +301,15 @@ class TurnTaking:
             return None
         wait = verdict.wait_s(vad.end_of_turn.threshold)
         ctx.metrics.end_of_turn(wait == 0.0, verdict.cpu_ms)
+        log.debug(
+            "session %s: end of turn? sound %s, words %r judged %s -> %.3f: %s",
+            ctx.id,
+            verdict.audio_probability,
+            verdict.transcript,
+            verdict.words_probability,
+            verdict.probability,
+            "finished" if wait == 0.0 else "the longest wait" if wait is None else f"after {wait:.2f} s more silence",
+        )
         return wait
 
     def _speculative_request(self) -> ResponseRequest | None:

@@ -232,7 +232,7 @@ async def test_semantic_vad_holds_a_mid_sentence_pause_and_adopts_the_speculatio
         await c.first("conversation.item.input_audio_transcription.completed", timeout=RESPONSE_TIMEOUT)
     after = cpu_server.stats()
     types = [e.type for e in c.events]
-    assert types.count("input_audio_buffer.speech_started") == 1 and types.count("input_audio_buffer.committed") == 1
+    assert types.count("input_audio_buffer.speech_started") == 1 and types.count("input_audio_buffer.committed") == 1, types
     heard = c.of("conversation.item.input_audio_transcription.completed")[0].transcript
     assert {"about", "rome"} <= words(heard), heard
     assert after["speculations_discarded"] > before["speculations_discarded"]  # the one at the pause
