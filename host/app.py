@@ -58,7 +58,10 @@ async def metrics(request: Request) -> Response:
     return Response(server.metrics.render(), media_type="text/plain; version=0.0.4")
 
 
-def create_app(server: Server) -> Starlette:
+def create_app(server: Server, *, ready_before_serving: bool = False) -> Starlette:
+    """The app. ``ready_before_serving`` (a ``--workers`` worker): load the pipeline before taking
+    connections, so a worker that is starting (or restarting) takes none from the shared port,
+    where its ready siblings answer; a lone server answers ``/healthz`` ("starting") meanwhile."""
     if server.config.state_url is not None and isinstance(server.state, LocalState):
         from .redis_state import RedisState  # keys, session count and calls shared with the other replicas
 
@@ -67,7 +70,10 @@ def create_app(server: Server) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        server.start_in_background()
+        if ready_before_serving:
+            await server.start()  # uvicorn listens once the lifespan has started
+        else:
+            server.start_in_background()
         bridge = await sip.start_bridge(server)  # None without a configured SIP port
         app.state.sip = bridge
         try:

@@ -56,7 +56,8 @@ def _run(cfg: config_mod.ServerConfig, log_level: str, shared: socket.socket | N
         sockets = [shared, private]
         server.url = advertised(cfg, private.getsockname()[1], worker=True)
     try:
-        RealtimeUvicorn(uvicorn_config(create_app(server), server, log_level), server).run(sockets=sockets)
+        app = create_app(server, ready_before_serving=shared is not None)
+        RealtimeUvicorn(uvicorn_config(app, server, log_level), server).run(sockets=sockets)
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it caught once it has shut down cleanly
         return 130  # the shell's convention for "ended by SIGINT", without a traceback
     return 1 if server.startup_error else server.exit_code

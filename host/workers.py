@@ -9,7 +9,8 @@ a call's control and sidebands to: the workers are replicas like any other, shar
 session count and calls through ``state_url`` (Redis), which ``--workers`` therefore needs.
 
 SIGTERM and SIGINT go on to every worker (each drains as a lone server would); a worker that
-dies is started again after a second, until this process is told to stop.
+dies is started again after a second, until this process is told to stop; one that dies while
+starting (a bad config, a model that will not load) stops them all.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from realtime_omni.config import ServerConfig
 log = logging.getLogger(__name__)
 
 RESTART_AFTER_S = 1.0
+FAILED_START_S = 30.0  # a worker that dies this soon after starting will not do better restarted
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -63,11 +65,13 @@ def supervise(count: int, target: Callable[[socket.socket, int], None], config: 
     SIGINT; returns the exit status (the largest a worker ended with at the end, 130 for SIGINT)."""
     shared = bind(config.host, config.port)
     ctx = multiprocessing.get_context("spawn")
-    stopping: list[int] = []
+    stopping: list[int] = []  # the signal that stops them (-1: a worker that failed to start)
+    started: dict[int, float] = {}
 
     def start(index: int) -> SpawnProcess:
         proc = ctx.Process(target=target, args=(shared, index), name=f"realtime-omni-worker-{index}", daemon=False)
         proc.start()
+        started[index] = time.monotonic()
         return proc
 
     def on_signal(sig: int, frame: FrameType | None) -> None:
@@ -83,7 +87,11 @@ def supervise(count: int, target: Callable[[socket.socket, int], None], config: 
     try:
         while not stopping:
             for i, proc in enumerate(workers):
-                if not proc.is_alive() and not stopping:
+                if not proc.is_alive() and not stopping and time.monotonic() - started[i] < FAILED_START_S:
+                    log.error("worker %d (pid %s) failed while starting (exit status %s); stopping the others", i, proc.pid, proc.exitcode)
+                    on_signal(signal.SIGTERM, None)
+                    stopping[0] = -1  # (not a signal: the exit status says why)
+                elif not proc.is_alive() and not stopping:
                     log.error("worker %d (pid %s) exited with %s; starting it again", i, proc.pid, proc.exitcode)
                     time.sleep(RESTART_AFTER_S)
                     if not stopping:
@@ -95,8 +103,8 @@ def supervise(count: int, target: Callable[[socket.socket, int], None], config: 
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         shared.close()
-    if stopping and stopping[0] == signal.SIGINT:
+    if stopping[0] == signal.SIGINT:
         return 130
     codes = [p.exitcode for p in workers]
-    return max((c for c in codes if c is not None and c > 0), default=0)
+    return max((c for c in codes if c is not None and c > 0), default=1 if stopping[0] == -1 else 0)
 

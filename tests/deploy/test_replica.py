@@ -8,12 +8,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
 import httpx
 import pytest
 import websockets
+import yaml
 
 from tests.conftest import synthetic_config
 from tests.support.client import connect
@@ -118,6 +120,15 @@ async def test_workers_share_the_port_and_the_keys():
         with pytest.raises(websockets.InvalidStatus) as spent:
             await websockets.connect(f"{ws_base}/realtime?model=m", additional_headers={"Authorization": f"Bearer {keys[0]}"})
         assert spent.value.response.status_code == 401
+
+
+def test_a_worker_that_fails_to_start_stops_them_all():
+    with redis_server() as redis_url:
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            yaml.safe_dump({**config(), "session": {"voice": "nosuchvoice"}}, f)  # fails in Server.start
+            cmd = [sys.executable, "-m", "host", "serve", "--config", f.name, "--port", str(free_port()), "--workers", "2", "--state-url", redis_url]
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    assert done.returncode != 0 and "failed while starting" in done.stderr, (done.returncode, done.stderr[-2000:])
 
 
 def test_workers_need_a_shared_state():
