@@ -19,7 +19,7 @@ import json
 
 from bench.cluster import cluster
 from bench.common import machine, save
-from bench.ws_load import config, run_level
+from bench.ws_load import config, load_arguments, most_held, report, run_level
 
 
 def layout(text: str) -> tuple[int, int]:
@@ -30,9 +30,7 @@ def layout(text: str) -> tuple[int, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layouts", nargs="+", default=["1", "2", "1x2"], help="R or RxW (replicas x workers each)")
-    parser.add_argument("--sessions", type=int, nargs="+", default=[50, 100, 150, 200])
-    parser.add_argument("--seconds", type=float, default=15.0, help="measured time per level (after one warm-up cycle)")
-    parser.add_argument("--budget-ms", type=float, default=20.0, help="p99 lateness a level must stay within")
+    load_arguments(parser, [50, 100, 150, 200], 15.0)
     args = parser.parse_args()
     results = []
     for name in args.layouts:
@@ -42,17 +40,10 @@ def main() -> None:
             with cluster(config(n), replicas, workers=workers) as c:
                 level = asyncio.run(run_level(c.ws, n, args.seconds))
             levels.append(level)
-            late = level["lateness_ms"]
-            print(
-                f"{name:>4}: {n:4d} sessions: lateness p50 {late.get('p50')} p99 {late.get('p99')} ms | client send lag p99 "
-                f"{level['client_send_lag_ms'].get('p99')} ms | responses {level['responses']} errors {level['errors']} "
-                f"disconnects {level['disconnects']}",
-                flush=True,
-            )
-            if late.get("p99", 1e9) > args.budget_ms * 3:
+            report(level, f"{name:>4}: ")
+            if level["lateness_ms"].get("p99", 1e9) > args.budget_ms * 3:
                 break  # far past the budget: the next level only costs time
-        held = [lv["sessions"] for lv in levels if lv["lateness_ms"].get("p99", 1e9) <= args.budget_ms and not lv["errors"] and not lv["disconnects"]]
-        results.append({"layout": name, "replicas": replicas, "workers": workers, "max_sessions_within_budget": max(held) if held else 0, "levels": levels})
+        results.append({"layout": name, "replicas": replicas, "workers": workers, "max_sessions_within_budget": most_held(levels, args.budget_ms), "levels": levels})
     result = {"budget_p99_ms": args.budget_ms, "layouts": results, "machine": machine()}
     print(json.dumps([{k: v for k, v in r.items() if k != "levels"} for r in results], indent=2))
     print("saved", save("cluster_load", result))
