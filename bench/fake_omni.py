@@ -162,6 +162,7 @@ class RecordedRequest:
     received_at: float
     outcome: str = "pending"  # done | aborted | cut | error-event | status <n> | rejected
     first_audio_at: float | None = None  # time.perf_counter() as the first audio chunk was handed to the socket
+    headers: dict[str, str] = field(default_factory=dict)  # as received (a router's affinity header, say)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -172,6 +173,7 @@ class RecordedRequest:
             "received_at": self.received_at,
             "outcome": self.outcome,
             "first_audio_at": self.first_audio_at,
+            "headers": self.headers,
         }
 
 
@@ -583,7 +585,7 @@ class FakeOmni:
             body = json.loads(raw)
         except ValueError:
             body = None
-        record = RecordedRequest("", body, raw, header, time.time())
+        record = RecordedRequest("", body, raw, header, time.time(), headers=dict(request.headers))
         with self._changed:
             self.requests.append(record)
         try:

@@ -132,26 +132,40 @@ async def run_level(url: str, sessions: int, seconds: float) -> dict:
     }
 
 
+def load_arguments(parser: argparse.ArgumentParser, sessions: list[int], seconds: float) -> None:
+    """The flags of a run of levels (bench.cluster_load takes them too)."""
+    parser.add_argument("--sessions", type=int, nargs="+", default=sessions)
+    parser.add_argument("--seconds", type=float, default=seconds, help="measured time per level (after one warm-up cycle)")
+    parser.add_argument("--budget-ms", type=float, default=20.0, help="p99 lateness the server must stay within")
+
+
+def report(level: dict, prefix: str = "") -> None:
+    late, turn, lag = level["lateness_ms"], level["turn_latency_ms"], level["client_send_lag_ms"]
+    print(
+        f"{prefix}{level['sessions']:4d} sessions: lateness p50 {late.get('p50')} p99 {late.get('p99')} ms | turn latency p50 "
+        f"{turn.get('p50')} p99 {turn.get('p99')} ms | client send lag p99 {lag.get('p99')} ms | responses {level['responses']} "
+        f"errors {level['errors']} disconnects {level['disconnects']}",
+        flush=True,
+    )
+
+
+def most_held(levels: list[dict], budget_ms: float) -> int:
+    """The most sessions of a level within the budget, with no error and no disconnect (0: none)."""
+    ok = [lv["sessions"] for lv in levels if lv["lateness_ms"].get("p99", 1e9) <= budget_ms and not lv["errors"] and not lv["disconnects"]]
+    return max(ok) if ok else 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sessions", type=int, nargs="+", default=[25, 50, 100, 150])
-    parser.add_argument("--seconds", type=float, default=20.0, help="measured time per level (after one warm-up cycle)")
-    parser.add_argument("--budget-ms", type=float, default=20.0, help="p99 lateness the server must stay within")
+    load_arguments(parser, [25, 50, 100, 150], 20.0)
     args = parser.parse_args()
     levels = []
     for n in args.sessions:
         with server_process(config(n)) as url:
             level = asyncio.run(run_level(url, n, args.seconds))
         levels.append(level)
-        late, turn, lag = level["lateness_ms"], level["turn_latency_ms"], level["client_send_lag_ms"]
-        print(
-            f"{n:4d} sessions: lateness p50 {late.get('p50')} p99 {late.get('p99')} ms | turn latency p50 {turn.get('p50')} "
-            f"p99 {turn.get('p99')} ms | client send lag p99 {lag.get('p99')} ms | responses {level['responses']} "
-            f"errors {level['errors']} disconnects {level['disconnects']}",
-            flush=True,
-        )
-    ok = [lv["sessions"] for lv in levels if lv["lateness_ms"].get("p99", 1e9) <= args.budget_ms and not lv["errors"] and not lv["disconnects"]]
-    result = {"budget_p99_ms": args.budget_ms, "max_sessions_within_budget": max(ok) if ok else 0, "levels": levels, "machine": machine()}
+        report(level)
+    result = {"budget_p99_ms": args.budget_ms, "max_sessions_within_budget": most_held(levels, args.budget_ms), "levels": levels, "machine": machine()}
     print(json.dumps({k: v for k, v in result.items() if k != "levels"}, indent=2))
     print("saved", save("ws_load", result))
 

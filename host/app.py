@@ -12,6 +12,7 @@ from starlette.routing import Route
 
 from realtime_omni.errors import RealtimeError
 from realtime_omni.server import Server
+from realtime_omni.state import LocalState
 from transports import sip, webrtc, websocket
 from transports.http import error_response, require_api_key
 
@@ -26,6 +27,8 @@ async def healthz(request: Request) -> Response:
         status = "failed"
     elif server.draining:
         status = "draining"
+    elif server.state.error is not None:
+        status = "state_unavailable"  # the shared state (Redis) is unreachable: no new sessions
     elif server.ready:
         status = "unhealthy"  # the pipeline reports a failure (e.g. its engine died)
     else:
@@ -35,7 +38,10 @@ async def healthz(request: Request) -> Response:
         "pipeline": server.pipeline.capabilities.name,
         "sessions": len(server.sessions),
         "max_sessions": server.config.limits.max_sessions,
+        "replica": server.replica,
     }
+    if server.state.error is not None:
+        body["state_error"] = server.state.error
     speed = server.pipeline.self_check() if server.ready else None
     if speed is not None:
         body["speed"] = speed  # can this machine keep up? (still 200: it serves, slowly, and says so)
@@ -52,10 +58,22 @@ async def metrics(request: Request) -> Response:
     return Response(server.metrics.render(), media_type="text/plain; version=0.0.4")
 
 
-def create_app(server: Server) -> Starlette:
+def create_app(server: Server, *, ready_before_serving: bool = False) -> Starlette:
+    """The app. ``ready_before_serving`` (a ``--workers`` worker): load the pipeline before taking
+    connections, so a worker that is starting (or restarting) takes none from the shared port,
+    where its ready siblings answer; a lone server answers ``/healthz`` ("starting") meanwhile."""
+    if server.config.state_url is not None and isinstance(server.state, LocalState):
+        from .redis_state import RedisState  # keys, session count and calls shared with the other replicas
+
+        limits = server.config.limits
+        server.state = RedisState(server.config.state_url, mint_rate=limits.key_mints_per_s, mint_burst=limits.key_mint_burst)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        server.start_in_background()
+        if ready_before_serving:
+            await server.start()  # uvicorn listens once the lifespan has started
+        else:
+            server.start_in_background()
         bridge = await sip.start_bridge(server)  # None without a configured SIP port
         app.state.sip = bridge
         try:

@@ -4,18 +4,15 @@ from a checkout as ``python -m bench <name>``."""
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
+import socket
 import sys
 
 from realtime_omni import config as config_mod
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from realtime_omni.server import Server
-
-    from .app import create_app
-    from .runner import RealtimeUvicorn, uvicorn_config
-
     cfg = config_mod.load(
         args.config, host=args.host, port=args.port, api_key=args.api_key, ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile
     )
@@ -23,12 +20,53 @@ def _serve(args: argparse.Namespace) -> int:
         cfg.sip.port = args.sip_port
     if args.engine_url is not None:  # a remote engine's deployment (omni configs)
         cfg.pipeline.options.setdefault("remote", {})["url"] = args.engine_url
+    if args.state_url is not None:
+        cfg.state_url = args.state_url
+    if args.workers < 1:
+        print("--workers: at least 1", file=sys.stderr)
+        return 2
+    if args.workers == 1:
+        return _run(cfg, args.log_level)
+    if not cfg.state_url:
+        print("--workers N shares ephemeral keys, the session count and calls through Redis: give --state-url redis://HOST:PORT/DB", file=sys.stderr)
+        return 2
+    if cfg.sip.port is not None:
+        print("the SIP bridge listens in one process: serve SIP from a server without --workers", file=sys.stderr)
+        return 2
+    from .workers import supervise
+
+    return supervise(args.workers, functools.partial(_worker, cfg, args.log_level), cfg)
+
+
+def _run(cfg: config_mod.ServerConfig, log_level: str, shared: socket.socket | None = None) -> int:
+    """One server process: on ``cfg``'s host and port, or (a worker) on the ``shared`` socket and a
+    port of its own that the other workers forward calls to."""
+    from realtime_omni.server import Server
+
+    from .app import create_app
+    from .runner import RealtimeUvicorn, uvicorn_config
+    from .workers import advertised, bind
+
     server = Server(cfg)
+    sockets = None
+    if shared is None:
+        server.url = advertised(cfg, cfg.port)
+    else:
+        private = bind(cfg.host, 0)
+        sockets = [shared, private]
+        server.url = advertised(cfg, private.getsockname()[1], worker=True)
     try:
-        RealtimeUvicorn(uvicorn_config(create_app(server), server, args.log_level), server).run()
+        app = create_app(server, ready_before_serving=shared is not None)
+        RealtimeUvicorn(uvicorn_config(app, server, log_level), server).run(sockets=sockets)
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it caught once it has shut down cleanly
         return 130  # the shell's convention for "ended by SIGINT", without a traceback
     return 1 if server.startup_error else server.exit_code
+
+
+def _worker(cfg: config_mod.ServerConfig, log_level: str, shared: socket.socket, index: int) -> None:
+    """A worker process of ``--workers`` (spawned: it sets up its own logging)."""
+    logging.basicConfig(level=log_level.upper(), format=f"%(asctime)s %(levelname)s [worker {index}] %(name)s: %(message)s")
+    sys.exit(_run(cfg, log_level, shared))
 
 
 def _models(args: argparse.Namespace) -> int:
@@ -64,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--engine-url", default=None, help="a remote engine's OpenAI base URL, e.g. http://gpu-host:8091/v1 (omni configs)")
     serve.add_argument("--ssl-certfile", default=None, help="serve HTTPS and wss:// with this PEM certificate (chain); needs --ssl-keyfile")
     serve.add_argument("--ssl-keyfile", default=None, help="the certificate's PEM private key")
+    serve.add_argument("--workers", type=int, default=1, help="server processes sharing the port, one event loop each (>1 needs --state-url)")
+    serve.add_argument("--state-url", default=None, help="share keys, session count and calls with other replicas through this Redis, redis://HOST:PORT/DB")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=_serve)
 

@@ -29,7 +29,8 @@ from realtime_omni.ids import new_id
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import decode_session
 from realtime_omni.server import Server
-from transports.http import error_response, json_body, require_api_key
+from transports.forward import forward_http, owner_elsewhere
+from transports.http import error_response, json_body, read_body, require_api_key
 
 
 def routes() -> list[Route]:
@@ -61,7 +62,7 @@ def _ttl(body: dict[str, Any]) -> int:
     return seconds
 
 
-def mint_key(server: Server, ttl: int, session: ev.SessionObject | None) -> tuple[keys.EphemeralKey, ev.SessionObject]:
+async def mint_key(server: Server, ttl: int, session: ev.SessionObject | None) -> tuple[keys.EphemeralKey, ev.SessionObject]:
     """An ephemeral key granting ``session``, checked against the server's defaults (a bad config
     fails now, not at connect); minting too fast raises ``Throttled``. The demo page mints here too."""
     if server.defaults is None:
@@ -70,9 +71,10 @@ def mint_key(server: Server, ttl: int, session: ev.SessionObject | None) -> tupl
     if session is not None:
         effective = effective.updated(session, server.pipeline.capabilities)
     try:
-        key = server.keys.issue(ttl, session)
+        key = await server.state.issue_key(ttl, session)
     except keys.MintRefused as refused:
         raise Throttled(str(refused), refused.retry_after_s) from None
+    server.metrics.keys_minted.inc()
     return key, effective.wire
 
 
@@ -96,7 +98,7 @@ async def client_secrets(request: Request) -> Response:
         body = await json_body(request)
         ttl = _ttl(body)
         session = decode_session(msgspec.json.encode(body["session"])) if body.get("session") is not None else None
-        key, wire = mint_key(server, ttl, session)
+        key, wire = await mint_key(server, ttl, session)
     except RealtimeError as err:
         return refused(err)
     session_out = {"id": new_id("sess"), "object": "realtime.session", **msgspec.to_builtins(wire), "expires_at": key.expires_at}
@@ -111,7 +113,7 @@ async def beta_sessions(request: Request) -> Response:
         body = await json_body(request)
         body.pop("client_secret", None)
         session = decode_session(msgspec.json.encode(body)) if body else None
-        key, wire = mint_key(server, keys.DEFAULT_TTL_S, session)
+        key, wire = await mint_key(server, keys.DEFAULT_TTL_S, session)
     except RealtimeError as err:
         return refused(err)
     out = msgspec.to_builtins(wire)
@@ -126,9 +128,21 @@ def _call(request: Request) -> Call:
     return live_call(request.app.state.server, request.path_params["call_id"])
 
 
+async def _elsewhere(request: Request) -> Response | None:
+    """The owner's answer when another replica holds the call (None: this one answers)."""
+    server: Server = request.app.state.server
+    call_id = request.path_params["call_id"]
+    owner = await owner_elsewhere(server, call_id, request.headers)
+    if owner is None:
+        return None
+    return await forward_http(request, server, owner, call_id, await read_body(request))
+
+
 async def call_action(request: Request) -> Response:
     try:
         require_api_key(request)
+        if (answer := await _elsewhere(request)) is not None:
+            return answer
         call = _call(request)
         body = await json_body(request)
         action = request.path_params["action"]
@@ -156,6 +170,8 @@ async def call_action(request: Request) -> Response:
 async def delete_call(request: Request) -> Response:
     try:
         require_api_key(request)
+        if (answer := await _elsewhere(request)) is not None:
+            return answer
         call = _call(request)
     except RealtimeError as err:
         return error_response(err)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import socket
+from types import FrameType
 
 import uvicorn
 from starlette.applications import Starlette
@@ -15,18 +17,27 @@ from .ws_protocol import ws_protocol
 
 class RealtimeUvicorn(uvicorn.Server):
     """Ends every session cleanly (an ``error`` event saying why, responses cancelled, close
-    1001) before uvicorn closes the connections."""
+    1001) before uvicorn closes the connections. SIGTERM (a replica taken out of a deployment)
+    turns ``/healthz`` 503 at once and lets the open sessions run on up to ``shutdown_grace_s``
+    before they are told; SIGINT (a person at a terminal) tells them at once."""
 
     def __init__(self, config: uvicorn.Config, server: Server) -> None:
         super().__init__(config)
         self.realtime = server
+        self.let_run_s = 0.0
         server.on_fatal = self._fatal
 
     def _fatal(self) -> None:
         self.should_exit = True
 
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig == signal.SIGTERM and not self.should_exit:
+            self.realtime.draining = True  # unhealthy now; the balancer's next check sees it
+            self.let_run_s = self.realtime.config.shutdown_grace_s
+        super().handle_exit(sig, frame)
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        await self.realtime.drain()
+        await self.realtime.drain(let_run_s=self.let_run_s)
         await super().shutdown(sockets)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -35,6 +36,11 @@ class RemoteOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stall_s: float = 15.0  # the longest silence between two chunks
     max_connections: int = 256  # pooled, across every session of this frontend
     probe_interval_s: float = 2.0
+    # Every request of a session carries this header with a value stable for the session (a hash
+    # of its cache_salt), so a router in front of several engine replicas (vLLM production-stack's
+    # --routing-logic session, llm-d's session affinity) keeps the conversation on the replica that
+    # holds its prefix in cache. None: no header.
+    affinity_header: str | None = "x-session-id"
 
 
 class EngineError(Exception):
@@ -123,12 +129,20 @@ class RemoteEngine:
 
     # ------------------------------------------------------------------ requests
 
+    def _affinity(self, body: dict[str, Any]) -> dict[str, str] | None:
+        """The session-affinity header: a digest of the body's ``cache_salt`` (one per session),
+        not the salt itself, which stays a secret between this server and the engine."""
+        salt = body.get("cache_salt")
+        if self.options.affinity_header is None or not isinstance(salt, str):
+            return None
+        return {self.options.affinity_header: hashlib.sha256(salt.encode()).hexdigest()[:32]}
+
     async def stream(self, body: dict[str, Any], path: str = "/chat/completions") -> AsyncIterator[dict[str, Any]]:
         """Post ``body`` (``stream: true``) and yield each parsed chunk until ``[DONE]``."""
         assert self._client is not None, "the engine is not started"
         o = self.options
         self.counts["engine_requests"] += 1
-        request = self._client.build_request("POST", self.base + path, json=body)
+        request = self._client.build_request("POST", self.base + path, json=body, headers=self._affinity(body))
         try:
             try:
                 async with asyncio.timeout(o.first_chunk_s):

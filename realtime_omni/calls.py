@@ -65,6 +65,15 @@ class Call:
     def register(self) -> None:
         self.server.calls[self.id] = self
 
+    async def publish(self) -> None:
+        """Tell the replicas sharing the state that this one holds the call: call control and
+        sidebands that reach another replica are forwarded here. Unreachable state: the call
+        works, reached through this replica only."""
+        try:
+            await self.server.state.add_call(self.id)
+        except RealtimeError as err:
+            log.warning("call %s: other replicas will not find it: %s", self.id, err.message)
+
     def start_events(self, *, wait_for_sink: float | None = None) -> None:
         """Start pumping the session's events (see ``EventPump.run`` for ``wait_for_sink``)."""
         assert self.session is not None and self.pump is None
@@ -149,6 +158,10 @@ class Call:
                 sink.close()
             self.pump.sinks.clear()
         self.server.calls.pop(self.id, None)
+        try:
+            await self.server.state.remove_call(self.id)
+        except RealtimeError as err:
+            log.warning("call %s: its entry in the shared state stays until it expires: %s", self.id, err.message)
         log.info("call %s ended (%s)", self.id, reason)
 
     async def _teardown(self) -> None:

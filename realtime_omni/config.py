@@ -113,7 +113,16 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     limits: Limits = msgspec.field(default_factory=Limits)
     turn_model: TurnModelConfig = msgspec.field(default_factory=TurnModelConfig)
     session: ev.SessionObject = msgspec.field(default_factory=ev.SessionObject)  # defaults for new sessions (GA shape)
+    # On SIGTERM: /healthz 503 at once, open sessions run on up to this long, then each is told to
+    # reconnect (server_shutting_down) and given as long again to close.
     shutdown_grace_s: float = 5.0
+    # Several replicas (processes, machines) behind one balancer share their ephemeral keys, mint
+    # rate limit, session count (max_sessions: all replicas together) and call owners through this
+    # Redis, redis://HOST:PORT/DB (docs/deployment.md). None: all of it in this process.
+    state_url: str | None = None
+    # How the other replicas reach this one (call control and sidebands for a call it holds are
+    # forwarded here), e.g. http://10.0.0.5:8000. Default: http://<host>:<port> as bound.
+    advertise_url: str | None = None
     # A pipeline that fails for good (its in-process vLLM engine died): "exit" drains (every session
     # told why, every response ended) and exits with status 3 for a supervisor to restart the server;
     # "stay" keeps serving, /healthz 503, every response failing, until someone restarts it.

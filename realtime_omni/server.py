@@ -15,12 +15,14 @@ from pipelines.base import Pipeline, TurnModel
 
 from .config import ServerConfig
 from .errors import RealtimeError
-from .keys import EphemeralKeys, is_ephemeral
+from .ids import new_id
+from .keys import is_ephemeral
 from .loopwatch import LoopWatch
 from .metrics import Metrics
 from .protocol import events as ev
 from .session import Media, Session
 from .session.config import SessionConfig
+from .state import LocalState, State, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,7 @@ def _unknown_ephemeral_key() -> RealtimeError:
 
 
 class Server:
-    def __init__(self, config: ServerConfig, pipeline: Pipeline | None = None, turn_model: TurnModel | None = None) -> None:
+    def __init__(self, config: ServerConfig, pipeline: Pipeline | None = None, turn_model: TurnModel | None = None, state: State | None = None) -> None:
         self.config = config
         self.metrics = Metrics(config.timings_log)
         self.pipeline = pipeline or pipelines.create(config.pipeline.kind, config.pipeline.options)
@@ -66,10 +68,14 @@ class Server:
         self.loop_watch = LoopWatch(self.metrics.registry)
         self.sessions: set[Session] = set()
         self.calls: dict[str, LiveCall] = {}  # live WebRTC / SIP calls (calls.Call) by call_id
-        self.keys = EphemeralKeys(mint_rate=config.limits.key_mints_per_s, mint_burst=config.limits.key_mint_burst)
+        # keys, the session count and who holds which call: in this process, or shared by replicas
+        self.state: State = state or LocalState(mint_rate=config.limits.key_mints_per_s, mint_burst=config.limits.key_mint_burst)
+        self.replica = new_id("replica")  # this process, among the replicas sharing the state
+        self.url = config.advertise_url  # where the other replicas reach this one (host/ fills it in from the bound port)
         self.defaults: SessionConfig | None = None
         self.ready = False
-        self.draining = False
+        self.draining = False  # no new sessions (/healthz 503); set at once by SIGTERM, before drain() runs
+        self._drained = False
         self.started_at = time.time()
         self.startup_error: str | None = None
         self.on_fatal: Callable[[], None] | None = None  # set by the runner: stop serving
@@ -81,7 +87,7 @@ class Server:
 
     @property
     def healthy(self) -> bool:
-        return self.ready and not self.draining and self.pipeline.healthy
+        return self.ready and not self.draining and self.pipeline.healthy and self.state.error is None
 
     async def start(self) -> None:
         caps = self.pipeline.capabilities
@@ -91,6 +97,7 @@ class Server:
         except RealtimeError as err:
             raise ValueError(f"invalid 'session' in the server config: {err.message}") from None
         await self._load_turn_model()
+        await self.state.start(self.replica, self.url, lambda: len(self.sessions))
         self.loop_watch.start()
         await self.pipeline.start()
         self.ready = True
@@ -156,6 +163,7 @@ class Server:
                 await asyncio.gather(task, return_exceptions=True)
         await self.drain()
         self.ready = False
+        await self.state.stop()
         await self.loop_watch.stop()
         await self.pipeline.stop()
         if self.turn_model is not None:
@@ -176,12 +184,14 @@ class Server:
             return
         raise RealtimeError(f"Origin {origin[:200]!r} is not allowed to connect to this server.", code="origin_not_allowed", type="invalid_request_error")
 
-    def admit(self, key: str | None) -> Admission:
+    async def admit(self, key: str | None) -> Admission:
         """Check a client's key for opening a session: the API key, or an unspent ephemeral key
         (spent only when ``open_session`` opens the session). Raises ``RealtimeError`` (code
         ``invalid_api_key``) for anything else."""
         if is_ephemeral(key):
-            grant = self.keys.peek(key)  # type: ignore[arg-type]
+            if self.state.error is not None:
+                raise unavailable(self.state.error)
+            grant = await self.state.peek_key(key)  # type: ignore[arg-type]
             if grant is None:
                 raise _unknown_ephemeral_key()
             return Admission(key, grant.session)
@@ -196,6 +206,9 @@ class Server:
         if not self.ready or self.draining or self.defaults is None:
             self.metrics.sessions_rejected.labels("unavailable").inc()
             raise RealtimeError("The server is not accepting sessions right now.", code="server_unavailable", type="server_error")
+        if self.state.error is not None:
+            self.metrics.sessions_rejected.labels("unavailable").inc()
+            raise unavailable(self.state.error)
         if len(self.sessions) + pending >= limits.max_sessions:
             self.metrics.sessions_rejected.labels("max_sessions").inc()
             raise RealtimeError(
@@ -204,7 +217,7 @@ class Server:
                 type="rate_limit_error",
             )
 
-    def open_session(
+    async def open_session(
         self,
         *,
         beta: bool,
@@ -225,8 +238,19 @@ class Server:
         for update in (admission.session, *updates):
             if update is not None:
                 defaults = defaults.updated(update, self.pipeline.capabilities)
-        if admission.ephemeral_key is not None and self.keys.redeem(admission.ephemeral_key) is None:
-            raise _unknown_ephemeral_key()  # expired, or another connection spent it meanwhile
+        if not await self.state.reserve_session(self.config.limits.max_sessions):  # every replica's sessions together
+            self.metrics.sessions_rejected.labels("max_sessions").inc()
+            raise RealtimeError(
+                f"The deployment is at its limit of {self.config.limits.max_sessions} concurrent sessions; try again later.",
+                code="max_sessions_reached",
+                type="rate_limit_error",
+            )
+        try:
+            if admission.ephemeral_key is not None and await self.state.redeem_key(admission.ephemeral_key) is None:
+                raise _unknown_ephemeral_key()  # expired, or another connection spent it meanwhile
+        except RealtimeError:
+            await self._release_slot()
+            raise
         session = Session(
             self.pipeline,
             defaults,
@@ -244,9 +268,17 @@ class Server:
 
     async def close_session(self, session: Session) -> None:
         await session.close()
-        self.sessions.discard(session)
+        if session in self.sessions:
+            self.sessions.discard(session)
+            await self._release_slot()
         self.metrics.sessions_active.set(len(self.sessions))
         self._closed_since_trim += 1
+
+    async def _release_slot(self) -> None:
+        try:
+            await self.state.release_session()
+        except RealtimeError as err:  # unreachable: the shared count is mended from ours once it is back
+            log.warning("could not release a session slot: %s", err.message)
 
     async def _trim_memory(self, every_s: float = 30.0) -> None:
         """Hand memory that ended sessions freed back to the system (glibc keeps it otherwise: RSS
@@ -258,12 +290,18 @@ class Server:
                 self._closed_since_trim = 0
                 trim(0)
 
-    async def drain(self) -> None:
-        """Stop admitting sessions, tell each live one the server is going away, and wait (up to
-        the grace period) for their transports to hang up."""
-        if self.draining:
+    async def drain(self, let_run_s: float = 0.0) -> None:
+        """Stop admitting sessions (``/healthz`` 503 from now on: a balancer sends no more), let
+        the open ones run on up to ``let_run_s`` (a replica taken out of a deployment: most end on
+        their own), then tell each one left the server is going away (its client reconnects,
+        landing on another replica) and wait, up to the grace period, for their transports to
+        hang up."""
+        if self._drained:
             return
-        self.draining = True
+        self._drained = self.draining = True
+        deadline = time.monotonic() + let_run_s
+        while self.sessions and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         for session in list(self.sessions):
             await session.end("The server is shutting down; this session is over.", code="server_shutting_down")
         for call in list(self.calls.values()):  # calls hang up once their last events are out

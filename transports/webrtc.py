@@ -97,7 +97,7 @@ async def _create(request: Request, *, beta: bool) -> Response:
     server: Server = request.app.state.server
     try:
         server.check_origin(request.headers.get("origin"))
-        admission = server.admit(request_key(request))
+        admission = await server.admit(request_key(request))
         sdp, update = await _read_offer(request)
         call = await WebRTCCall.open(server, sdp, beta=beta, model=request.query_params.get("model"), admission=admission, updates=(update,))
     except RealtimeError as err:
@@ -192,7 +192,7 @@ class WebRTCCall(Call):
         if "m=audio" not in sdp:
             raise RealtimeError("The SDP offer has no audio media section ('m=audio').", code="invalid_offer", param="sdp")
         media = Media(playout_rate=OPUS_RATE, playout_buffer_ms=config.max_buffer_ms)
-        session = server.open_session(beta=beta, transport="webrtc", model=model, admission=admission, updates=updates, media=media)
+        session = await server.open_session(beta=beta, transport="webrtc", model=model, admission=admission, updates=updates, media=media)
         ice = [RTCIceServer(**s) for s in config.ice_servers]
         pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
         call = cls(server, session, pc, config)
@@ -202,6 +202,7 @@ class WebRTCCall(Call):
             await call._abandon()
             raise
         call.register()
+        await call.publish()  # before the answer: a sideband may follow it to any replica
         await session.start()
         # the first events wait for the data channel the offer announces (none: nothing to wait for)
         call.start_events(wait_for_sink=config.connect_timeout_s if "m=application" in sdp else None)

@@ -13,17 +13,19 @@ import asyncio
 import contextlib
 import logging
 
+from starlette.responses import Response
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from realtime_omni.calls import live_call
-from realtime_omni.errors import RealtimeError
+from realtime_omni.errors import RealtimeError, http_status
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import encode_server_event
 from realtime_omni.pump import EventPump, Sink
 from realtime_omni.server import Server
 from realtime_omni.session import Session
 
+from .forward import owner_elsewhere, proxy_sideband
 from .http import error_response, request_key
 
 log = logging.getLogger(__name__)
@@ -74,13 +76,13 @@ async def realtime(ws: WebSocket) -> None:
         await _sideband(ws, server, ws.query_params["call_id"], beta, subprotocol)
         return
     try:
-        admission = server.admit(key)
+        admission = await server.admit(key)
     except RealtimeError as err:
-        await _deny(ws, 401, err)
+        await _deny(ws, http_status(err), err)  # 401, or 503 while the shared state is unreachable
         return
     try:
         intent = (ev.SessionObject(type="transcription"),) if ws.query_params.get("intent") == "transcription" else ()
-        session = server.open_session(beta=beta, transport="websocket", model=ws.query_params.get("model"), admission=admission, updates=intent)
+        session = await server.open_session(beta=beta, transport="websocket", model=ws.query_params.get("model"), admission=admission, updates=intent)
     except RealtimeError as err:
         if err.code == "invalid_api_key":  # its ephemeral key was spent meanwhile
             await _deny(ws, 401, err)
@@ -101,7 +103,24 @@ async def realtime(ws: WebSocket) -> None:
 
 async def _sideband(ws: WebSocket, server: Server, call_id: str, beta: bool, subprotocol: str | None) -> None:
     """``?call_id=``: watch and steer a live WebRTC or SIP call. The socket gets every event of
-    the call's session from now on, and what it sends goes to that session."""
+    the call's session from now on, and what it sends goes to that session. A call another replica
+    holds is reached through it (forward.py)."""
+    try:
+        owner = await owner_elsewhere(server, call_id, ws.headers)
+    except RealtimeError as err:
+        await _deny(ws, http_status(err), err)
+        return
+    if owner is not None:
+        offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+        denied = await proxy_sideband(ws, server, owner, call_id, offered)
+        if isinstance(denied, RealtimeError):
+            await _deny(ws, http_status(denied), denied)
+        elif denied is not None and "websocket.http.response" in ws.scope.get("extensions", {}):
+            status, body = denied
+            await ws.send_denial_response(Response(body, status_code=status, media_type="application/json"))
+        elif denied is not None:
+            await ws.close(CLOSE_POLICY, "refused by the replica holding the call")
+        return
     try:
         call = live_call(server, call_id)
         queue = call.attach_sideband(beta=beta)

@@ -1,10 +1,12 @@
 """Servers in processes of their own: ``realtime-omni serve`` (``server_process``, ready when its
-``/healthz`` answers) and ``vllm serve`` (``vllm_serve``), and a free TCP port.
+``/healthz`` answers) and ``vllm serve`` (``vllm_serve``), a free TCP port, and a deployment of replicas behind nginx
+sharing a ``redis-server`` (``cluster``, ``replica``, ``redis_server``).
 
 The benchmarks start their servers the same way, so these live in ``bench/common.py`` and the
 tests take them from here: bench never imports the tests (the tests test the benches), and a
 test of the product names no bench module."""
 
+from bench.cluster import cluster, redis_server, replica
 from bench.common import free_port, server_process, vllm_serve
 
-__all__ = ["free_port", "server_process", "vllm_serve"]
+__all__ = ["cluster", "free_port", "redis_server", "replica", "server_process", "vllm_serve"]

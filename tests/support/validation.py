@@ -58,3 +58,19 @@ def _no_extras(value: Any, path: str) -> None:
     elif isinstance(value, dict):
         for k, v in value.items():
             _no_extras(v, f"{path}.{k}")
+
+
+async def validated_until(conn: Any, kind: str, timeout: float = 15.0) -> list[dict[str, Any]]:
+    """The events an SDK connection (``client.realtime.connect``) receives up to and including
+    the first of type ``kind``, each validated; fails if it ends or ``timeout`` passes first."""
+    import asyncio
+
+    seen: list[dict[str, Any]] = []
+    async with asyncio.timeout(timeout):
+        async for event in conn:
+            data = event.to_dict()
+            validate(data)
+            seen.append(data)
+            if data["type"] == kind:
+                return seen
+    raise AssertionError(f"the connection ended before {kind}: {[e['type'] for e in seen]}")

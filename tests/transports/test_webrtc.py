@@ -21,7 +21,7 @@ from tests.support.audio import rms, spoken
 from tests.support.peers import RtcClient as _RtcClient
 from tests.support.server import ServerThread
 from tests.support.sip import wait_until
-from tests.support.validation import validate
+from tests.support.validation import validate, validated_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -127,14 +127,7 @@ async def test_sideband_watches_and_steers_a_call(echo):
         sdk = AsyncOpenAI(api_key="test-key", base_url=f"{echo.http_url}/v1")
         async with sdk.realtime.connect(call_id=client.call_id) as sideband:
             await sideband.send({"type": "response.create", "response": {"instructions": "Say hi."}})  # type: ignore[arg-type]
-            seen = []
-            async with asyncio.timeout(15):
-                async for event in sideband:
-                    data = event.to_dict()
-                    validate(data)
-                    seen.append(data["type"])
-                    if data["type"] == "response.done":
-                        break
+            seen = [e["type"] for e in await validated_until(sideband, "response.done")]
             assert "response.created" in seen and "output_audio_buffer.started" in seen
             # the same events reached the call's own data channel
             done = await client.next("response.done")

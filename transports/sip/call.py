@@ -196,6 +196,7 @@ class SipCall(Call):
         call.endpoint = RtpEndpoint(call)  # its socket is bound when the call is accepted
         bridge.calls[invite.call_id] = call
         call.register()
+        bridge.spawn(call.publish(), f"sip-publish:{call.id}")
         bridge.respond(tx, response(invite, 100))
         if call.config.webhook_url:
             bridge.respond(tx, response(invite, 180, to_tag=call.dialog.local_tag))
@@ -239,7 +240,7 @@ class SipCall(Call):
             interruption_guard=guard if guard.min_speech_ms or guard.grace_ms else None,
         )
         try:
-            session = server.open_session(
+            session = await server.open_session(
                 beta=False, transport="sip", model=None, admission=Admission(None, None), updates=(self.config.session, session_update), media=media
             )
         except RealtimeError as err:

@@ -1,0 +1,172 @@
+"""A deployment of several replicas on this machine, all on loopback: ``redis-server``, N
+``realtime-omni serve`` processes sharing it (``--state-url``), and nginx in front of them with
+the project's own deploy/nginx.conf (its replica addresses and port replaced). The deployment
+test (tests/deploy/) and the load figure (``python -m bench cluster_load``) start it the same way.
+
+Needs Debian's ``nginx`` and ``redis-server`` (scripts/test installs them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .common import ServerURL, free_port, stop, wait_ready
+
+NGINX_CONF = Path(__file__).parents[1] / "deploy" / "nginx.conf"
+
+
+def missing() -> list[str]:
+    """The programs a cluster needs that this machine lacks."""
+    found = {"nginx": shutil.which("nginx") or (os.path.exists("/usr/sbin/nginx") and "/usr/sbin/nginx"), "redis-server": shutil.which("redis-server")}
+    return [name for name, path in found.items() if not path]
+
+
+@dataclass
+class Replica:
+    port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass
+class Cluster:
+    redis_url: str
+    port: int  # nginx's
+    replicas: list[Replica] = field(default_factory=list)
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1"
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited during startup")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on {port} within {timeout_s:g} s")
+
+
+@contextlib.contextmanager
+def redis_server(port: int | None = None) -> Iterator[ServerURL]:
+    """A throwaway ``redis-server`` on a loopback port (``port``, or a free one), nothing saved;
+    yields its URL (``.process``: the server, to stop it early)."""
+    port = port or free_port()
+    with tempfile.TemporaryDirectory() as folder:
+        cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", folder, "--loglevel", "warning"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            _wait_port(port, proc, "redis-server")
+            url = ServerURL(f"redis://127.0.0.1:{port}/0")
+            url.process = proc
+            yield url
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=10)
+
+
+def nginx_conf(port: int, upstreams: list[int]) -> str:
+    """deploy/nginx.conf with these replica ports and this listening port."""
+    text = NGINX_CONF.read_text()
+    servers = "".join(f"    server 127.0.0.1:{p} max_fails=1 fail_timeout=5s;\n" for p in upstreams)
+    text, n = re.subn(r"(    server 127\.0\.0\.1:\d+ [^\n]*\n)+", servers, text)
+    assert n == 1, "deploy/nginx.conf: no upstream server lines found"
+    text, n = re.subn(r"listen 127\.0\.0\.1:\d+;", f"listen 127.0.0.1:{port};", text)
+    assert n == 1, "deploy/nginx.conf: no listen line found"
+    return text
+
+
+@contextlib.contextmanager
+def nginx(upstreams: list[int]) -> Iterator[int]:
+    """nginx (in the foreground, as a user's would run the site file) balancing ``upstreams``;
+    yields its port."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        (root / "site.conf").write_text(nginx_conf(port, upstreams))
+        main = f"""
+daemon off;
+worker_processes 1;
+pid {root}/nginx.pid;
+error_log {root}/error.log warn;
+events {{ worker_connections 16384; }}
+http {{
+    access_log off;
+    client_body_temp_path {root}/body;
+    proxy_temp_path {root}/proxy;
+    fastcgi_temp_path {root}/fastcgi;
+    uwsgi_temp_path {root}/uwsgi;
+    scgi_temp_path {root}/scgi;
+    include {root}/site.conf;
+}}
+"""
+        (root / "nginx.conf").write_text(main)
+        binary = shutil.which("nginx") or "/usr/sbin/nginx"
+        proc = subprocess.Popen([binary, "-c", str(root / "nginx.conf"), "-p", folder], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            _wait_port(port, proc, f"nginx (see {root}/error.log)")
+            yield port
+        finally:
+            proc.send_signal(signal.SIGQUIT)  # graceful: finish the requests in flight
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@contextlib.contextmanager
+def replica(config: dict[str, Any], redis_url: str, *, workers: int = 1, port: int | None = None) -> Iterator[Replica]:
+    """``realtime-omni serve`` sharing ``redis_url``, ready (``/healthz`` 200) when yielded."""
+    port = port or free_port()
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump({**config, "port": port}, f)
+        path = f.name
+    log = Path(tempfile.gettempdir()) / f"realtime-omni-replica-{port}.log"
+    with open(log, "w") as out:
+        cmd = [sys.executable, "-m", "host", "serve", "--config", path, "--state-url", redis_url, "--workers", str(workers), "--log-level", "warning"]
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            wait_ready(proc, f"http://127.0.0.1:{port}/healthz", 120, "a replica", log, every_s=0.1)
+            yield Replica(port, proc, log)
+        finally:
+            if proc.poll() is None:
+                stop(proc)
+            os.unlink(path)
+
+
+@contextlib.contextmanager
+def cluster(config: dict[str, Any], replicas: int = 2, *, workers: int = 1) -> Iterator[Cluster]:
+    """Redis, ``replicas`` servers (each of ``workers`` processes) sharing it, nginx in front."""
+    with contextlib.ExitStack() as stack:
+        redis_url = stack.enter_context(redis_server())
+        started = [stack.enter_context(replica(config, redis_url, workers=workers)) for _ in range(replicas)]
+        port = stack.enter_context(nginx([r.port for r in started]))
+        yield Cluster(redis_url, port, started)
