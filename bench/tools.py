@@ -152,8 +152,8 @@ TWO_STEP: list[TwoStep] = [
     TwoStep(R("What is the weather in Paris?", "get_weather", {"city": "paris"}), {"city": "Paris", "sky": "snowing", "celsius": -3}, "snow|snowing|snowy"),
     TwoStep(R("How warm is it in Madrid?", "get_weather", {"city": "madrid"}), {"city": "Madrid", "celsius": 31, "sky": "sunny"}, "31"),
     TwoStep(R("Is it raining in London?", "get_weather", {"city": "london"}), {"city": "London", "sky": "heavy rain", "celsius": 12}, "rain|raining"),
-    TwoStep(R("What time is it in Tokyo?", "get_time", {"city": "tokyo"}), {"city": "Tokyo", "time": "9:15 pm"}, "9|nine"),
-    TwoStep(R("What's the time in New York?", "get_time", {"city": "new york"}), {"city": "New York", "time": "7:40 am"}, "7|seven"),
+    TwoStep(R("What time is it in Tokyo?", "get_time", {"city": "tokyo"}), {"city": "Tokyo", "time": "9:15 pm"}, "9|nine|915"),
+    TwoStep(R("What's the time in New York?", "get_time", {"city": "new york"}), {"city": "New York", "time": "7:40 am"}, "7|seven|740"),
     TwoStep(R("Book a table for two people at eight pm.", "book_table", {"people": "2", "time": "8"}), {"booked": True, "table": 14}, "14|booked|book|reserved"),
     TwoStep(R("What is twelve times seven?", "calculate", {"=": "84"}), {"result": 84}, "84"),
     TwoStep(R("Add sixty five and thirty five.", "calculate", {"=": "100"}), {"result": 100}, "100"),
@@ -310,6 +310,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "qwen2.5-coder-0.5b-w8-rp1.2": ("cpu", {"tool_repetition_penalty": 1.2}, {}),  # the answers' penalty on tool answers too
     "qwen2.5-coder-0.5b-w8-tools-after-output": ("cpu", {}, {"tools_after_output": True}),  # the tools offered when answering an output
     "qwen2.5-coder-0.5b": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct"}, {}),  # fp32 weights
+    "qwen2.5-coder-0.5b-w8-whisper-base": ("cpu", {}, {"asr_model": "whisper-base"}),  # the agent hears better
 }
 
 
