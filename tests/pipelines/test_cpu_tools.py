@@ -128,6 +128,25 @@ async def test_cancel_while_a_call_is_written(cpu_server):
         assert after.status == "completed" and after.output[0].content[0].text.strip()
 
 
+async def test_barge_in_while_a_call_is_written(cpu_server):
+    """The user speaks over a response that is writing its call: the call is cut (incomplete, never
+    done) and the user's new turn is answered."""
+    async with connect(cpu_server.ws_base) as c:
+        await setup(c)
+        await c.send(user("What is the weather in Paris?"))
+        await c.send({"type": "response.create", "response": {"tool_choice": {"type": "function", "name": "get_weather"}}})
+        added = await c.expect("response.output_item.added", timeout=RESPONSE_TIMEOUT)
+        assert added.item.type == "function_call"
+        await c.append(utterance("Hello, can you hear me?", lead_ms=0, tail_ms=1200))  # faster than real time: heard at once
+        cut = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
+        assert cut.status == "cancelled" and cut.status_details.reason == "turn_detected"
+        assert [(o.type, o.status) for o in cut.output] == [("function_call", "incomplete")]
+        assert not c.of("response.function_call_arguments.done")
+        assert c.of("input_audio_buffer.speech_started")
+        after = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response  # the new turn's answer
+        assert after.status == "completed" and after.output
+
+
 async def test_bad_tools_are_refused_and_the_session_survives(cpu_server):
     async with connect(cpu_server.ws_base) as c:
         await setup(c, output_modalities=["text"])
