@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,7 @@ def save(name: str, result: dict[str, Any]) -> Path:
 
 
 @contextlib.contextmanager
-def vllm_serve(model_name: str = "smollm2-135m-instruct", served_as: str = "smollm2") -> Iterator[ServerURL]:
+def vllm_serve(model_name: str = "smollm2-135m-instruct", served_as: str = "smollm2", extra: Sequence[str] = ()) -> Iterator[ServerURL]:
     """``vllm serve`` of a prepared CPU model in its own process, set up as the embedded thinker
     runs it (configs/cpu.yaml: float32, 2048 tokens, 32-token blocks, prefix caching, eager, 1 GiB
     of KV cache), with prompt-token details; yields its OpenAI base URL. (The ``vllm`` command
@@ -140,7 +140,7 @@ def vllm_serve(model_name: str = "smollm2-135m-instruct", served_as: str = "smol
     cmd = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", served_as,
         "--dtype", "float32", "--max-model-len", "2048", "--block-size", "32", "--enable-prefix-caching", "--enforce-eager",
-        "--max-num-seqs", "8", "--enable-prompt-tokens-details", "--host", "127.0.0.1", "--port", str(port),
+        "--max-num-seqs", "8", "--enable-prompt-tokens-details", "--host", "127.0.0.1", "--port", str(port), *extra,
     ]  # fmt: skip
     log = open(Path(tempfile.gettempdir()) / f"vllm-serve-{port}.log", "w")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)

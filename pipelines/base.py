@@ -118,6 +118,7 @@ class ResponseRequest:
     temperature: float | None = None
     tools: Sequence[Tool] = ()
     tool_choice: str = "auto"  # "auto" | "none" | "required" | a function name
+    parallel_tool_calls: bool = True  # False: one call at most per response
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,6 +144,16 @@ class ToolCall:
 
 
 @dataclass(slots=True)
+class ToolCallDelta:
+    """A call being written: the first of a call (a new ``call_id``) names it, the others carry
+    pieces of its arguments; the call's ``ToolCall`` (the same ``call_id``) ends it."""
+
+    call_id: str
+    name: str
+    delta: str
+
+
+@dataclass(slots=True)
 class Usage:
     input_tokens: int = 0
     cached_tokens: int = 0
@@ -164,7 +175,7 @@ class StageTimes:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-OutputChunk = Union[TextDelta, AudioChunk, ToolCall, Usage, StageTimes]
+OutputChunk = Union[TextDelta, AudioChunk, ToolCall, ToolCallDelta, Usage, StageTimes]
 
 
 @dataclass

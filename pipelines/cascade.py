@@ -54,6 +54,7 @@ from .speed import Speed
 from .stages import chain
 from .talker import ClausePolicy, PiperTalker, Playback, clauses
 from .thinker import Generation, StreamedPrompt, ThinkerOptions, Turn, thinker
+from .tools import SpokenLimit, ToolStream, forced_start, template_takes_tools, tool_specs
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,10 @@ class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tts_threads: int = 1
     denoise_keep: float = 0.5  # noise_reduction: RNNoise, with this share of the original mixed back (bench/noise.py)
     speculate: bool = True  # incremental prefill: work ahead at pauses (off: only after the turn ends)
+    # offer the tools again in the answer to a tool's output (tool_choice "auto"): keeps the whole prompt
+    # cached across the call, for a thinker that then answers in words; Qwen2.5-Coder-0.5B calls again
+    # instead (bench/tools.py), so by default that answer's prompt has no tools (docs/tools.md)
+    tools_after_output: bool = False
     async_chunk: bool = True  # speak clause by clause (off: the whole answer, then audio)
     first_clause_words: int = 1  # the first clause may be one word ("Sure,"): it sets the first audio
     first_clause_max_words: int = 2  # failing punctuation, the first clause ends here
@@ -95,12 +100,22 @@ class CascadeProduction(Production):
         self.prompt = prompt
         self.streamed = streamed  # the engine request its prompt's first part went into while the user spoke
         self.generation = Generation()
+        self.calls: ToolStream | None = None  # the answer's tool calls, when tools are offered (``stages``)
         super().__init__(self._produce(), session.options.buffer_chunks, f"produce:{session.session_id}", times)
 
     async def _produce(self) -> AsyncIterator[OutputChunk]:
-        async with chain(*self.session.stages(self)) as stream:
-            async for chunk in stream:
-                yield chunk
+        try:
+            async with chain(*self.session.stages(self)) as stream:
+                async for chunk in stream:
+                    yield chunk
+            if self.calls is not None:  # after what was said before them
+                async for call in self.calls.calls():
+                    self.times.setdefault("first_call", time.perf_counter())
+                    yield call
+                self.session.pipeline.count_calls(self.calls)
+        finally:
+            if self.calls is not None:
+                await self.calls.close()
         g = self.generation
         yield Usage(input_tokens=g.prompt_tokens, cached_tokens=g.cached_tokens, output_tokens=g.output_tokens, hit_max_tokens=g.hit_max_tokens)
 
@@ -135,7 +150,7 @@ async def _heard(spec: CascadeSpeculation) -> str | None:
 
 
 def _settings(request: ResponseRequest) -> tuple:
-    return (request.output_modalities, request.voice, request.max_output_tokens)
+    return (request.output_modalities, request.voice, request.max_output_tokens, request.tool_choice, request.parallel_tool_calls)
 
 
 class CascadePipeline(Pipeline):
@@ -159,7 +174,8 @@ class CascadePipeline(Pipeline):
         self.asr_busy = 0  # ASR calls queued or running
         self.sessions: set[CascadeSession] = set()
         self.speed: Speed | None = None  # measured at start (_measure_speed)
-        self.counts = {"prefix_warmups": 0, "speculations_started": 0, "speculations_adopted": 0, "speculations_discarded": 0, "responses": 0, "words_judged": 0, "words_judged_streamed": 0}
+        self.counts = {"prefix_warmups": 0, "speculations_started": 0, "speculations_adopted": 0, "speculations_discarded": 0, "responses": 0}
+        self.counts.update(words_judged=0, words_judged_streamed=0, tool_calls=0, tool_calls_off_schema=0, tool_calls_unknown=0)
 
     async def start(self) -> None:
         from pipelines import models
@@ -179,6 +195,8 @@ class CascadePipeline(Pipeline):
             self.capabilities = replace(self.capabilities, output_rate=self.talker.rate)
         log.info("Whisper %s and Piper %s loaded in %.1f s", o.asr_model, o.voice, time.monotonic() - t0)
         await self.thinker.start(log.info)
+        if self.options.thinker.prompt_format == "chat" and template_takes_tools(self.thinker.tokenizer):
+            self.capabilities = replace(self.capabilities, tools=True)  # function calling in the model's own format
         # warm the listener and the talker too: their first calls pay one-time costs
         await loop.run_in_executor(self.asr_pool, self.listener.transcribe, np.zeros(16000, np.int16))
         await loop.run_in_executor(self.tts_pool, self.talker.speak, "Hello.")
@@ -230,6 +248,17 @@ class CascadePipeline(Pipeline):
         session = CascadeSession(self, session_id)
         self.sessions.add(session)
         return session
+
+    def count_calls(self, calls: ToolStream) -> None:
+        """Calls whose arguments break their tool's schema are emitted all the same (OpenAI's way
+        without ``strict``: the client judges them); they are counted and logged here."""
+        self.counts["tool_calls_unknown"] += len(calls.unknown)
+        for call in calls.ended:
+            self.counts["tool_calls"] += 1
+            errors = calls.errors(call)
+            if errors:
+                self.counts["tool_calls_off_schema"] += 1
+                log.info("tool call %s(%s) does not fit its schema: %s", call.name, call.arguments, "; ".join(errors))
 
     def stats(self) -> dict[str, float]:
         stats: dict[str, float] = {"open_sessions": len(self.sessions), **self.counts}
@@ -295,7 +324,7 @@ class CascadeSession(PipelineSession):
         if not self.options.speculate or request is None:
             return
         self.listening = request
-        prefix = self.pipeline.thinker.prefix(request.instructions, self._turns(request, {}))
+        prefix = self._prefix(request)
         if self.streamed is not None and not self.streamed.used and self.streamed.prefix == prefix and (self.streamed.logprobs is not None) == self.judging:
             return
         self._drop_streamed()
@@ -399,7 +428,7 @@ class CascadeSession(PipelineSession):
         returned, the caller's to use or close), else in a request of its own."""
         assert spec.ends is not None
         thinker = self.pipeline.thinker
-        prefix = thinker.prefix(spec.request.instructions, self._turns(spec.request, {}))
+        prefix = self._prefix(spec.request)
         streamed = self.streamed if self.streamed is not None and self.streamed.can_judge(prefix) else None
         if streamed is not None:
             self.streamed = None
@@ -458,17 +487,43 @@ class CascadeSession(PipelineSession):
                 text = " ".join(text.split())
                 if text:
                     turns.append(Turn(item.role, text))
-            elif isinstance(item, FunctionCall):
-                turns.append(Turn("assistant", f"(calling {item.name} with {item.arguments})"))
+            elif not self.pipeline.capabilities.tools:  # a model without a tool format: the calls told in words
+                if isinstance(item, FunctionCall):
+                    turns.append(Turn("assistant", f"(calling {item.name} with {item.arguments})"))
+                else:
+                    turns.append(Turn("user", f"(the tool returned: {item.output})"))
+            elif isinstance(item, FunctionCall) and item.status == "completed":  # (one cut off was never made)
+                call = (item.name, item.arguments)
+                if turns and turns[-1].role == "assistant":  # what it said before the call, then the call
+                    turns[-1].calls += (call,)
+                else:
+                    turns.append(Turn("assistant", "", (call,)))
             elif isinstance(item, FunctionResult):
-                turns.append(Turn("user", f"(the tool returned: {item.output})"))
+                turns.append(Turn("tool", item.output))
         return turns
 
+    def _prefix(self, request: ResponseRequest) -> list[int]:
+        """Where the open turn's words go in its prompt: the conversation so far and the tools offered."""
+        return self.pipeline.thinker.prefix(request.instructions, self._turns(request, {}), tool_specs(self._offered(request)))
+
+    def _offered(self, request: ResponseRequest) -> list:  # type: ignore[type-arg]
+        if not self.pipeline.capabilities.tools or request.tool_choice == "none":
+            return []  # ("none": a small thinker shown tools calls them anyway)
+        answering = bool(request.items) and isinstance(request.items[-1], FunctionResult)
+        if answering and request.tool_choice == "auto" and not self.options.tools_after_output:
+            return []  # the answer to a tool's output, in words (``CascadeOptions.tools_after_output``)
+        return list(request.tools)
+
     def _prompt(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> list[int]:
+        """The prompt: the conversation, the tools offered (``_offered``), and what ``tool_choice``
+        forces the answer to begin with."""
         turns = self._turns(request, known or {})
         if pending is not None and pending.strip():
             turns.append(Turn("user", " ".join(pending.split())))
-        return self.pipeline.thinker.render(request.instructions, turns)
+        thinker, offered = self.pipeline.thinker, self._offered(request)
+        ids = thinker.render(request.instructions, turns, tools=tool_specs(offered))
+        forced = forced_start(request.tool_choice, offered)
+        return ids + list(thinker.tokenizer.encode(forced, add_special_tokens=False)) if forced else ids
 
     # ------------------------------------------------------------------ responding
 
@@ -476,16 +531,30 @@ class CascadeSession(PipelineSession):
         """The stage chain of one answer: thinker -> (clauses -> talker) or thinker -> text."""
         o, pipeline, times = self.options, self.pipeline, production.times
         request = production.request
+        offered = self._offered(request)
+        thinking = pipeline.thinker.options
+        budget = thinking.tool_max_tokens if offered else thinking.max_tokens
+        if request.max_output_tokens is not None:
+            budget = min(budget, request.max_output_tokens)
+        forced = forced_start(request.tool_choice, offered)
+        if offered:  # the sentences cut counts what is said, not the calls
+            production.generation.limit = SpokenLimit(thinking.max_sentences, request.parallel_tool_calls, forced)
+            production.generation.repetition_penalty = thinking.tool_repetition_penalty
 
         async def think() -> AsyncIterator[str]:
             if production.streamed is not None:
-                stream = production.streamed.answer(production.prompt, request.max_output_tokens, production.generation)
+                stream = production.streamed.answer(production.prompt, budget, production.generation)
             else:
-                stream = pipeline.thinker.stream(production.prompt, self.salt, max_tokens=request.max_output_tokens, generation=production.generation)
+                stream = pipeline.thinker.stream(production.prompt, self.salt, max_tokens=budget, generation=production.generation)
             async with contextlib.aclosing(stream):
                 async for delta in stream:
                     times.setdefault("thinker_first_token", time.perf_counter())
                     yield delta
+
+        said: AsyncIterator[str] = think()
+        if offered:  # the text before a call is said; the calls follow it (``CascadeProduction._produce``)
+            production.calls = ToolStream(said, offered, forced, request.parallel_tool_calls)
+            said = production.calls.speech()
 
         if "audio" not in request.output_modalities:
 
@@ -493,7 +562,7 @@ class CascadeSession(PipelineSession):
                 async for delta in deltas:
                     yield TextDelta(delta)
 
-            return [think(), type_out]
+            return [said, type_out]
 
         chunk = max(1, o.chunk_ms * pipeline.capabilities.output_rate // 1000)
 
@@ -523,7 +592,7 @@ class CascadeSession(PipelineSession):
                 for start in range(0, len(pcm), chunk):
                     yield AudioChunk(pcm[start : start + chunk])
 
-        return [think(), split, talk]
+        return [said, split, talk]
 
     async def respond(self, request: ResponseRequest) -> AsyncIterator[OutputChunk]:
         pipeline = self.pipeline

@@ -57,6 +57,9 @@ class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kv_cache_gib: float = 1.0  # vLLM-CPU only (VLLM_CPU_KVCACHE_SPACE)
     engine_args: dict[str, Any] = {}  # anything else AsyncEngineArgs takes (GPU: gpu_memory_utilization, ...)
     max_tokens: int = 64  # answer budget in tokens (a response's max_output_tokens can lower it)
+    tool_max_tokens: int = 160  # the budget when tools are offered: a call's JSON is longer than a spoken answer
+    # when tools are offered: the penalty would push the answer off the JSON its prompt shows (bench/tools.py)
+    tool_repetition_penalty: float = 1.0
     max_sentences: int = 2  # stop after this many sentences: spoken answers stay short
     temperature: float = 0.3  # small models ramble when hot; responses' temperature is not used
     repetition_penalty: float = 1.2
@@ -71,8 +74,9 @@ SENTENCE_END = re.compile(rf"(?:(?<!\b[A-Z]){_NOT_AFTER}\.|[!?])(?=[\s\"')\]]|$)
 
 @dataclass
 class Turn:
-    role: Literal["system", "user", "assistant"]
+    role: Literal["system", "user", "assistant", "tool"]  # tool: a tool's output
     text: str
+    calls: tuple[tuple[str, str], ...] = ()  # an assistant turn's tool calls: (name, arguments JSON)
 
 
 @dataclass
@@ -86,6 +90,8 @@ class Generation:
     first_token_at: float = 0.0
     hit_max_tokens: bool = False
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    limit: Any = None  # what cuts the text (a SentenceLimit's interface); None: max_sentences sentences
+    repetition_penalty: float | None = None  # this answer's, if not the configured one
 
 
 class SentenceLimit:
@@ -194,9 +200,10 @@ class VllmThinker:
         self.end_ids = await asyncio.to_thread(turn_words.end_token_ids, self.tokenizer)
 
     def _limit(self, max_tokens: int | None) -> int:
-        """The answer budget: the config's, lowered by a response's ``max_output_tokens``."""
+        """The answer budget: the config's, or the one asked (the caller lowers it to a response's
+        ``max_output_tokens``), up to ``tool_max_tokens`` for an answer that may call a tool."""
         o = self.options
-        return o.max_tokens if max_tokens is None else max(1, min(max_tokens, o.max_tokens))
+        return o.max_tokens if max_tokens is None else max(1, min(max_tokens, max(o.max_tokens, o.tool_max_tokens)))
 
     async def stop(self) -> None:
         if self.engine is not None:
@@ -214,38 +221,41 @@ class VllmThinker:
 
     # ------------------------------------------------------------------ prompts
 
-    def render(self, instructions: str, turns: Sequence[Turn], budget: int | None = None) -> list[int]:
+    def render(self, instructions: str, turns: Sequence[Turn], budget: int | None = None, tools: Sequence[dict[str, Any]] = ()) -> list[int]:
         """Token ids of the prompt for the next assistant turn. Deterministic: the same turns give
-        the same ids, and a conversation's prompt extends its previous prompt."""
+        the same ids, and a conversation's prompt extends its previous prompt. ``tools``: offered
+        to the model in its chat template's own words (``pipelines/tools.py``)."""
         budget = budget if budget is not None else self.options.max_model_len - self.options.max_tokens
         turns = list(turns)
-        ids = self._encode(instructions, turns)
+        ids = self._encode(instructions, turns, tools)
         if len(ids) > budget:
             while turns and len(ids) > budget * 3 // 4:
                 turns.pop(0)
-                while turns and turns[0].role == "assistant":  # begin at a user turn
+                while turns and turns[0].role in ("assistant", "tool"):  # begin at a user turn
                     turns.pop(0)
-                ids = self._encode(instructions, turns)
+                ids = self._encode(instructions, turns, tools)
             if len(ids) > budget:  # the instructions or the last turn alone are too long
                 ids = ids[-budget:]
         return ids
 
-    def prefix(self, instructions: str, turns: Sequence[Turn]) -> list[int]:
+    def prefix(self, instructions: str, turns: Sequence[Turn], tools: Sequence[dict[str, Any]] = ()) -> list[int]:
         """The token ids every prompt for the user's next turn begins with: the conversation up to
         where that turn's words go (the same ``render`` with any words starts with these)."""
-        a = self.render(instructions, [*turns, Turn("user", "yes")])
-        b = self.render(instructions, [*turns, Turn("user", "no")])
+        a = self.render(instructions, [*turns, Turn("user", "yes")], tools=tools)
+        b = self.render(instructions, [*turns, Turn("user", "no")], tools=tools)
         n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
         return a[:n]
 
-    def _encode(self, instructions: str, turns: list[Turn]) -> list[int]:
+    def _encode(self, instructions: str, turns: list[Turn], tools: Sequence[dict[str, Any]] = ()) -> list[int]:
+        from .tools import chat_messages
+
         tok = self.tokenizer
         examples = [Turn(role, text) for user, answer in self.options.examples for role, text in (("user", user), ("assistant", answer))]
         turns = examples + turns
         if self.options.prompt_format == "chat":
             messages = [{"role": "system", "content": instructions}] if instructions else []
-            messages += [{"role": t.role, "content": t.text} for t in turns]
-            text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            messages += chat_messages(turns)
+            text = tok.apply_chat_template(messages, tools=list(tools) or None, add_generation_prompt=True, tokenize=False)
             return list(tok.encode(text, add_special_tokens=False))
         # a transcript a base model continues: instructions, then "User:"/"Assistant:" lines
         names = {"user": "User", "assistant": "Assistant", "system": "Note"}
@@ -270,11 +280,11 @@ class VllmThinker:
 
         g = generation or Generation()
         g.prompt_tokens = len(prompt_ids)
-        outputs = self.engine.generate(tokens_input(list(prompt_ids), cache_salt=salt), self._answer_params(max_tokens), request_id=g.request_id)
+        outputs = self.engine.generate(tokens_input(list(prompt_ids), cache_salt=salt), self._answer_params(max_tokens, g), request_id=g.request_id)
         async for delta in self._deltas(outputs, g):
             yield delta
 
-    def _answer_params(self, max_tokens: int | None, logprobs: int | None = None) -> Any:
+    def _answer_params(self, max_tokens: int | None, g: Generation | None = None, logprobs: int | None = None) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -282,7 +292,7 @@ class VllmThinker:
         return SamplingParams(
             max_tokens=self._limit(max_tokens),
             temperature=o.temperature,
-            repetition_penalty=o.repetition_penalty,
+            repetition_penalty=o.repetition_penalty if g is None or g.repetition_penalty is None else g.repetition_penalty,
             stop=self.stop_strings or None,
             output_kind=RequestOutputKind.DELTA,
             seed=o.seed,
@@ -323,7 +333,7 @@ class VllmThinker:
         """The answer's text from an engine request's outputs, cut after ``max_sentences``
         sentences; the request is aborted unless it finished."""
         finished = False
-        cut = SentenceLimit(self.options.max_sentences)
+        cut = g.limit or SentenceLimit(self.options.max_sentences)
         try:
             async for out in outputs:
                 if out.num_cached_tokens is not None:
@@ -469,7 +479,7 @@ class StreamedPrompt:
         self.used = True
         g = generation or Generation()
         g.request_id, g.prompt_tokens = self.request_id, len(prompt)
-        params = self.thinker._answer_params(max_tokens, self.logprobs)
+        params = self.thinker._answer_params(max_tokens, g, self.logprobs)
         await self._input.put(StreamingInput(tokens_input(prompt[len(self.sent) :], cache_salt=self.salt), params))
         await self._input.put(None)
         try:
@@ -592,7 +602,7 @@ class RemoteThinker(VllmThinker):
             "stream_options": {"include_usage": True},
             "max_tokens": self._limit(max_tokens),
             "temperature": o.temperature,
-            "repetition_penalty": o.repetition_penalty,
+            "repetition_penalty": o.repetition_penalty if g.repetition_penalty is None else g.repetition_penalty,
             "cache_salt": salt,
         }
         if o.served_model:
@@ -602,7 +612,7 @@ class RemoteThinker(VllmThinker):
         if self.stop_strings:
             body["stop"] = self.stop_strings
         g.prompt_tokens = len(prompt_ids)
-        cut = SentenceLimit(o.max_sentences)
+        cut = g.limit or SentenceLimit(o.max_sentences)
         chunks = self.remote.stream(body, path="/completions")
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:

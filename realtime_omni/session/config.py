@@ -12,6 +12,7 @@ names the offending ``param``; an update that fails changes nothing.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Literal
 
@@ -205,6 +206,10 @@ def check_tools(tools: list[ev.Tool], caps: Capabilities, param: str) -> list[ev
         if tool.name in seen:
             raise invalid_value(f"{param}[{i}].name", f"Invalid '{param}[{i}].name': duplicate tool name {tool.name!r}.")
         seen.add(tool.name)
+        kind = tool.parameters.get("type", "object") if isinstance(tool.parameters, dict) else "object"
+        if kind != "object":  # OpenAI's rule: a function's arguments are a JSON object
+            message = f"Invalid schema for function {tool.name!r}: schema must be a JSON Schema of 'type: \"object\"', got 'type: {json.dumps(kind)}'."
+            raise RealtimeError(message, code="invalid_function_parameters", param=f"{param}[{i}].parameters")
     return list(tools)  # type: ignore[arg-type]
 
 

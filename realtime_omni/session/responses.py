@@ -147,6 +147,7 @@ class Responses:
             temperature=params.temperature if params.temperature is not UNSET else cfg.temperature,
             tools=[Tool(t.name, t.description or "", t.parameters or {}) for t in out.tools],
             tool_choice=choice.name if isinstance(choice, ev.ToolChoiceFunction) else choice,  # type: ignore[arg-type]
+            parallel_tool_calls=_parallel(params.parallel_tool_calls, wire.parallel_tool_calls),
         )
         return request, out
 
@@ -229,3 +230,8 @@ class Responses:
             self.runs.active = None
             self.idle.arm(outcome, self.start)
         self.runs.out_of_band.discard(run)
+
+
+def _parallel(*settings: object) -> bool:
+    """``parallel_tool_calls``: the response's, else the session's, else OpenAI's default (true)."""
+    return next((bool(s) for s in settings if isinstance(s, bool)), True)

@@ -50,6 +50,7 @@ from pipelines.base import (
     StageTimes,
     TextDelta,
     ToolCall,
+    ToolCallDelta,
     Usage,
 )
 
@@ -179,6 +180,7 @@ class ResponseRun:
         self._rate = port.caps.output_rate
         self._announced = False  # response.created is queued
         self._draft: MessageDraft | None = None  # the assistant message open now
+        self._call: tuple[FunctionCall, int] | None = None  # the call being written now, and its output index
 
     def _move(self, to: RunState) -> None:
         self.state = move(self.state, to, RUN_MOVES, f"response {self.id}")
@@ -264,6 +266,7 @@ class ResponseRun:
         if not self._announced:  # cancelled while the outbox was full: say it began before it ended
             await port.emit(ev.ResponseCreated(response=self._wire()))
         await self._close_message()
+        await self._close_call()
         if error is not None:
             await port.emit(
                 ev.Error(
@@ -292,6 +295,8 @@ class ResponseRun:
                     await self._on_audio(chunk.pcm)
                 elif isinstance(chunk, TextDelta):
                     await self._on_text(chunk.text)
+                elif isinstance(chunk, ToolCallDelta):
+                    await self._on_tool_call_delta(chunk)
                 elif isinstance(chunk, ToolCall):
                     await self._on_tool_call(chunk)
                 elif isinstance(chunk, Usage):
@@ -342,20 +347,46 @@ class ResponseRun:
             if not self.outcome.first_audio_at:
                 self.outcome.first_audio_at = time.perf_counter()
 
-    async def _on_tool_call(self, call: ToolCall) -> None:
+    async def _open_call(self, call_id: str, name: str) -> tuple[FunctionCall, int]:
         await self._close_message()
         port = self.port
-        item = FunctionCall(new_id("item"), call.call_id or new_id("call"), call.name, "", status="in_progress")
+        item = FunctionCall(new_id("item"), call_id or new_id("call"), name, "", status="in_progress")
         index = len(self.output)
         self.output.append(item)
         await port.emit(ev.ResponseOutputItemAdded(response_id=self.id, output_index=index, item=self._item_wire(item)))
         if self.in_band:
             previous = port.add_item(item)
             await port.emit(ev.ConversationItemAdded(previous_item_id=previous, item=self._item_wire(item)))
-        ids = dict(response_id=self.id, item_id=item.id, output_index=index, call_id=item.call_id)
-        await port.emit(ev.ResponseFunctionCallArgumentsDelta(**ids, delta=call.arguments))
+        return item, index
+
+    def _ids(self, item: FunctionCall, index: int) -> dict[str, Any]:
+        return dict(response_id=self.id, item_id=item.id, output_index=index, call_id=item.call_id)
+
+    async def _on_tool_call_delta(self, chunk: ToolCallDelta) -> None:
+        """A call being written: its item opens with the first chunk, its arguments stream."""
+        if self.muted:
+            return
+        open_call = self._call
+        if open_call is None or open_call[0].call_id != chunk.call_id:
+            open_call = self._call = await self._open_call(chunk.call_id, chunk.name)
+        item, index = open_call
+        if chunk.delta:
+            item.arguments += chunk.delta
+            await self.port.emit(ev.ResponseFunctionCallArgumentsDelta(**self._ids(item, index), delta=chunk.delta))
+
+    async def _on_tool_call(self, call: ToolCall) -> None:
+        """A call complete: the one its deltas opened, or one that comes whole."""
+        if self.muted:
+            return
+        port = self.port
+        open_call, self._call = self._call, None
+        if open_call is not None and call.call_id and open_call[0].call_id == call.call_id:
+            item, index = open_call
+        else:
+            item, index = await self._open_call(call.call_id, call.name)
+            await port.emit(ev.ResponseFunctionCallArgumentsDelta(**self._ids(item, index), delta=call.arguments))
         item.arguments, item.status = call.arguments, "completed"
-        await port.emit(ev.ResponseFunctionCallArgumentsDone(**ids, name=call.name, arguments=call.arguments))
+        await port.emit(ev.ResponseFunctionCallArgumentsDone(**self._ids(item, index), name=item.name, arguments=call.arguments))
         await self._item_done(item, index)
 
     # ------------------------------------------------------------------ endings
@@ -387,6 +418,13 @@ class ResponseRun:
         if self.in_band:
             port.conversation.trim_audio()
         await self._item_done(msg, draft.index)
+
+    async def _close_call(self) -> None:
+        """A call cut off while it was being written (cancel, barge-in, failure): incomplete, as written."""
+        open_call, self._call = self._call, None
+        if open_call is not None:
+            open_call[0].status = "incomplete"
+            await self._item_done(*open_call)
 
     async def _item_done(self, item: Message | FunctionCall, index: int) -> None:
         port = self.port

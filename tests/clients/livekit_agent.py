@@ -95,6 +95,25 @@ async def until(predicate: Any, timeout: float = 10.0) -> None:
             await asyncio.sleep(0.01)  # between looks; the callbacks run meanwhile
 
 
+async def tool_round(session: Any, generations: Any, question: str, wait: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The user asks ``question``; the call the reply makes is run here, its output goes back
+    through the chat context, and a reply without instructions speaks it: (the call, the answer)."""
+    ctx = session.chat_ctx.copy()
+    ctx.add_message(role="user", content=question)
+    await session.update_chat_ctx(ctx)
+    gen = await asyncio.wait_for(session.generate_reply(), wait)
+    await generations.get()
+    called = await collect(gen, 2 * wait)
+    call = called["calls"][0]
+    result = await get_weather(**json.loads(call["arguments"]))
+    ctx = session.chat_ctx.copy()
+    ctx.items.append(llm.FunctionCallOutput(call_id=call["call_id"], name=call["name"], output=result, is_error=False))
+    await session.update_chat_ctx(ctx)
+    gen = await asyncio.wait_for(session.generate_reply(), wait)
+    await generations.get()
+    return called, await collect(gen, 2 * wait)
+
+
 async def main(config: dict[str, Any]) -> dict[str, Any]:
     speech = np.fromfile(config["speech"], dtype="<i2")
     silence = np.zeros(RATE, np.int16)
@@ -115,67 +134,56 @@ async def main(config: dict[str, Any]) -> dict[str, Any]:
     errors: list[str] = []
     session.on("error", lambda e: errors.append(repr(e.error)))
     out: dict[str, Any] = {}
+    wait = float(config.get("wait_s", 10))  # a real thinker on two cores is slower than the stand-in
     try:
         await session.update_instructions("You are a helpful voice assistant.")
         await session.update_tools([get_weather])
 
-        # 1. a reply generated from instructions (how an agent greets)
-        gen = await asyncio.wait_for(session.generate_reply(instructions="Greet the user."), 10)
-        await generations.get()
-        out["greeting"] = await collect(gen)
+        if not config.get("tool_only"):  # (tool_only: step 6 alone, against a real thinker)
+            # 1. a reply generated from instructions (how an agent greets)
+            gen = await asyncio.wait_for(session.generate_reply(instructions="Greet the user."), 10)
+            await generations.get()
+            out["greeting"] = await collect(gen)
 
-        # 2. a user's text (AgentSession.generate_reply(user_input=...): the chat context, then a reply)
-        ctx = session.chat_ctx.copy()
-        ctx.add_message(role="user", content="Hello there, how are you?")
-        await session.update_chat_ctx(ctx)
-        gen = await asyncio.wait_for(session.generate_reply(), 10)
-        await generations.get()
-        out["text_reply"] = await collect(gen)
+            # 2. a user's text (AgentSession.generate_reply(user_input=...): the chat context, then a reply)
+            ctx = session.chat_ctx.copy()
+            ctx.add_message(role="user", content="Hello there, how are you?")
+            await session.update_chat_ctx(ctx)
+            gen = await asyncio.wait_for(session.generate_reply(), 10)
+            await generations.get()
+            out["text_reply"] = await collect(gen)
 
-        # 3. audio turns, server VAD: each answered on its own
-        out["vad_turns"] = []
-        for _ in range(2):
+            # 3. audio turns, server VAD: each answered on its own
+            out["vad_turns"] = []
+            for _ in range(2):
+                await push(session, np.concatenate([silence, speech, silence]))
+                out["vad_turns"].append(await collect(await asyncio.wait_for(generations.get(), 15)))
+
+            # 4. an interruption: the user starts talking, the agent clears the input (clear_audio), then
+            #    the user speaks whole turns again: they must still be heard, whole
+            started = speech_started(events)
+            await push(session, speech[: len(speech) // 2])
+            await until(lambda: speech_started(events) > started)  # the server heard the user begin
+            session.clear_audio()
+            await push(session, silence)
+            for _ in range(2):
+                await push(session, np.concatenate([silence, speech, silence]))
+                out["vad_turns"].append(await collect(await asyncio.wait_for(generations.get(), 15)))
+
+            # 5. a manual commit and reply, mid-turn (push-to-talk over server VAD)
+            await push(session, np.concatenate([silence, speech[: len(speech) // 2]]))
+            session.commit_audio()
+            gen = await asyncio.wait_for(session.generate_reply(), 10)
+            while (g := await generations.get()) is not gen:
+                await collect(g)  # a VAD reply that raced the commit
+            out["committed_reply"] = await collect(gen)
+            await push(session, silence)
             await push(session, np.concatenate([silence, speech, silence]))
-            out["vad_turns"].append(await collect(await asyncio.wait_for(generations.get(), 15)))
-
-        # 4. an interruption: the user starts talking, the agent clears the input (clear_audio), then
-        #    the user speaks whole turns again: they must still be heard, whole
-        started = speech_started(events)
-        await push(session, speech[: len(speech) // 2])
-        await until(lambda: speech_started(events) > started)  # the server heard the user begin
-        session.clear_audio()
-        await push(session, silence)
-        for _ in range(2):
-            await push(session, np.concatenate([silence, speech, silence]))
-            out["vad_turns"].append(await collect(await asyncio.wait_for(generations.get(), 15)))
-
-        # 5. a manual commit and reply, mid-turn (push-to-talk over server VAD)
-        await push(session, np.concatenate([silence, speech[: len(speech) // 2]]))
-        session.commit_audio()
-        gen = await asyncio.wait_for(session.generate_reply(), 10)
-        while (g := await generations.get()) is not gen:
-            await collect(g)  # a VAD reply that raced the commit
-        out["committed_reply"] = await collect(gen)
-        await push(session, silence)
-        await push(session, np.concatenate([silence, speech, silence]))
-        out["after_commit"] = await collect(await asyncio.wait_for(generations.get(), 15))
+            out["after_commit"] = await collect(await asyncio.wait_for(generations.get(), 15))
 
         # 6. a function tool: called with arguments that fit its schema; its output goes back
         #    through the chat context and a reply without instructions speaks it
-        ctx = session.chat_ctx.copy()
-        ctx.add_message(role="user", content="What is the weather like in Paris today?")
-        await session.update_chat_ctx(ctx)
-        gen = await asyncio.wait_for(session.generate_reply(), 10)
-        await generations.get()
-        out["tool_call"] = await collect(gen)
-        call = out["tool_call"]["calls"][0]
-        result = await get_weather(**json.loads(call["arguments"]))
-        ctx = session.chat_ctx.copy()
-        ctx.items.append(llm.FunctionCallOutput(call_id=call["call_id"], name=call["name"], output=result, is_error=False))
-        await session.update_chat_ctx(ctx)
-        gen = await asyncio.wait_for(session.generate_reply(), 10)
-        await generations.get()
-        out["tool_answer"] = await collect(gen)
+        out["tool_call"], out["tool_answer"] = await tool_round(session, generations, "What is the weather like in Paris today?", wait)
     finally:
         out["transcripts"] = transcripts
         out["errors"] = errors

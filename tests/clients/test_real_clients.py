@@ -186,3 +186,33 @@ def test_serve_takes_tls_from_the_command_line(certs, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_openai_agents_tool_on_the_cpu_agent(installed, cpu_server, tmp_path):
+    """The Agents SDK's own tool flow against the CPU agent's real thinker: the model calls the
+    zod-typed tool, the SDK runs it and asks for the answer, which says what the tool returned."""
+    result, events = drive(
+        ["node", str(HERE / "node" / "agents_realtime.mjs")],
+        {"url": f"{cpu_server.ws_base}/realtime?model=gpt-realtime", "apiKey": "test-key", "toolOnly": True, "question": "What is the weather in Paris?"},
+        tmp_path,
+    )
+    assert "failure" not in result, result.get("failure")
+    assert result["errors"] == []
+    assert [c["city"].lower() for c in result["toolCalls"]] == ["paris"]  # parsed with its zod schema, run by the SDK
+    calls = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert [c.name for c in calls] == ["get_weather"] and len([e for e in events if e.type == "response.function_call_arguments.delta"]) >= 2
+    outputs = [e.item for e in events if e.type == "conversation.item.added" and e.item.type == "function_call_output"]
+    assert [o.call_id for o in outputs] == [calls[0].call_id]  # the SDK sent the output back
+    assert "sunny" in result["toolAnswer"].lower(), result["toolAnswer"]  # what the tool returned: "sunny in Paris"
+
+
+def test_livekit_function_tool_on_the_cpu_agent(installed, cpu_server, speech, tmp_path):
+    """LiveKit's function_tool against the CPU agent's real thinker: the call, its output through
+    update_chat_ctx, and the spoken reply that says it."""
+    path, _ = speech
+    config = {"base_url": f"{cpu_server.http}/v1", "api_key": "test-key", "speech": str(path), "tool_only": True, "wait_s": 30}
+    result, events = drive([str(VENV_PYTHON), str(HERE / "livekit_agent.py")], config, tmp_path)
+    assert result["errors"] == []
+    (call,) = result["tool_call"]["calls"]
+    assert call["name"] == "get_weather" and json.loads(call["arguments"])["city"].lower() == "paris"
+    assert result["tool_answer"]["audio_s"] > 0 and "sunny" in result["tool_answer"]["text"].lower(), result["tool_answer"]

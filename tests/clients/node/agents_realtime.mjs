@@ -1,19 +1,20 @@
 // @openai/agents-realtime's RealtimeSession (unmodified) over WebSocket against the server: a text
 // message, streamed audio turns with server VAD, a mid-turn `sendAudio(..., {commit: true})`, and a
 // tool with a required parameter (a zod schema) that the SDK runs itself before asking for the
-// follow-up answer.
+// follow-up answer. With `toolOnly` (the CPU agent's real thinker) only the tool, asked `question`.
 //
 //   node agents_realtime.mjs CONFIG.json
 //
 // CONFIG: {url, apiKey, speech (raw pcm16 24 kHz), events (where every raw server event goes, one
-// JSON a line, for the test to validate against the official SDK's models)}. Prints what each step
-// observed as one JSON object.
+// JSON a line, for the test to validate against the official SDK's models), toolOnly, question}.
+// Prints what each step observed as one JSON object.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { RealtimeAgent, RealtimeSession, tool } from '@openai/agents-realtime';
 import { z } from 'zod';
 
 const config = JSON.parse(readFileSync(process.argv[2], 'utf8'));
-const speech = new Int16Array(new Uint8Array(readFileSync(config.speech)).buffer);
+const speech = config.speech ? new Int16Array(new Uint8Array(readFileSync(config.speech)).buffer) : new Int16Array(0);
+const waitMs = config.toolOnly ? 90000 : 15000; // a real thinker on two cores is slower than the stand-in
 const silence = new Int16Array(24000);
 const events = [];
 const out = { toolCalls: [], errors: [] };
@@ -31,7 +32,7 @@ const agent = new RealtimeAgent({ name: 'Assistant', instructions: 'You are a he
 const session = new RealtimeSession(agent, { transport: 'websocket', model: 'gpt-realtime' });
 session.on('error', (e) => out.errors.push(String(e?.error?.error?.message ?? e?.error ?? e)));
 
-function next(name, predicate = () => true, timeoutMs = 15000) {
+function next(name, predicate = () => true, timeoutMs = waitMs) {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`no ${name} within ${timeoutMs} ms`)), timeoutMs);
     const on = (...args) => {
@@ -44,9 +45,10 @@ function next(name, predicate = () => true, timeoutMs = 15000) {
   });
 }
 
-// the answer of the next response: its done event's output text
+// the answer of the next response that says something: its done event's output text
 async function answer() {
-  const [, , text] = await next('agent_end');
+  let text = '';
+  while (!text) [, , text] = await next('agent_end'); // (a response that only calls a tool has none)
   return text;
 }
 
@@ -73,10 +75,15 @@ function concat(...parts) {
   return all;
 }
 
-try {
-  await session.connect({ apiKey: config.apiKey, url: config.url });
-  session.transport.on('*', (e) => events.push(e));
+// a tool with a required parameter: called by the model, run by the SDK, answered automatically
+async function askTool(question) {
+  const toolEnd = next('agent_tool_end');
+  session.sendMessage(question);
+  await toolEnd;
+  out.toolAnswer = await answer();
+}
 
+async function scenario() {
   // 1. a text message
   session.sendMessage('Hello there, how are you?');
   out.message = await answer();
@@ -102,13 +109,17 @@ try {
     out.turns.push({ answer: await answer(), item: e.item_id });
   }
 
-  // 4. a tool with a required parameter: called, run by the SDK, answered automatically
-  const toolEnd = next('agent_tool_end');
-  session.sendMessage('What is the weather like in Paris today?');
-  await toolEnd;
-  out.toolAnswer = await answer();
+  // 4. the tool
+  await askTool('What is the weather like in Paris today?');
   await new Promise((r) => setTimeout(r, 300)); // the last transcripts
   out.transcripts = Object.fromEntries([out.midCommit, ...out.turns.map((t) => t.item)].map((id) => [id, transcriptOf(id)]));
+}
+
+try {
+  await session.connect({ apiKey: config.apiKey, url: config.url });
+  session.transport.on('*', (e) => events.push(e));
+  if (config.toolOnly) await askTool(config.question);
+  else await scenario();
 } catch (err) {
   out.failure = String(err?.stack ?? err);
 } finally {

@@ -1,0 +1,392 @@
+"""Function calling of a voice agent: does it call the right tool, with the right arguments, only
+when it should, and say the tool's answer?
+
+Spoken requests (espeak-ng, as bench/answers.py makes them) go to the real server over the
+official openai SDK, one fresh session per request, with five tools offered (weather, time in a
+city, a table booking, a calculator, an order lookup; every one with required parameters), under
+server VAD and the config's own instructions. Three sets:
+
+    requests    40 requests that need a tool: right when the first call names the expected tool and
+                its arguments fit the tool's JSON schema and hold the expected values
+    no tool     20 requests that need none (facts, greetings): a call there is a false call
+    two-step    10 exchanges: the call, the tool's output sent back (function_call_output +
+                response.create), and the spoken answer, right when Whisper base hears the
+                output's key word in the answer *audio*
+
+Times, from the end of the user's speech: to the call (its response.function_call_arguments.done)
+and, in the two-step exchanges, to the first audio of the spoken answer (the tool answered at once).
+
+    python -m bench.tools [--configs qwen2.5-coder-0.5b-w8 ...] [--limit N]
+
+Results go to bench/results/tools-*.json with every exchange.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bench.answers import NUMBERS, normalise
+from bench.audio import espeak
+from bench.common import machine, save, server_process
+from bench.metrics import dist
+from dsp.resample import resample
+from realtime_omni import config as config_file
+
+RATE = 24000
+TURN_TIMEOUT_S = 60.0
+
+
+def _fn(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "function", "name": name, "description": description, "parameters": {"type": "object", "properties": properties, "required": required}}
+
+
+TOOLS = [
+    _fn("get_weather", "Get the current weather in a city.", {"city": {"type": "string", "description": "The city, e.g. Paris"}}, ["city"]),
+    _fn("get_time", "Get the current local time in a city.", {"city": {"type": "string", "description": "The city, e.g. Tokyo"}}, ["city"]),
+    _fn(
+        "book_table",
+        "Book a table at a restaurant.",
+        {"people": {"type": "integer", "description": "How many people"}, "time": {"type": "string", "description": "When, e.g. 8 pm"}},
+        ["people", "time"],
+    ),
+    _fn("calculate", "Calculate the result of an arithmetic expression.", {"expression": {"type": "string", "description": "e.g. 12 * 7"}}, ["expression"]),
+    _fn("lookup_order", "Look up the status of an order by its number.", {"order_number": {"type": "string", "description": "The order number"}}, ["order_number"]),
+]
+SCHEMAS = {t["name"]: t["parameters"] for t in TOOLS}
+
+
+@dataclass(frozen=True)
+class Request:
+    text: str
+    tool: str | None  # the tool it needs (None: none)
+    args: dict[str, str] = field(default_factory=dict)  # argument -> what its value must hold ("a|b": either)
+
+
+R = Request
+REQUESTS: list[Request] = [
+    R("What is the weather in Paris?", "get_weather", {"city": "paris"}),
+    R("What's the weather like in London today?", "get_weather", {"city": "london"}),
+    R("Is it raining in Berlin right now?", "get_weather", {"city": "berlin"}),
+    R("How warm is it in Madrid?", "get_weather", {"city": "madrid"}),
+    R("Tell me the weather in Tokyo.", "get_weather", {"city": "tokyo"}),
+    R("What's the forecast for Rome?", "get_weather", {"city": "rome"}),
+    R("Is it sunny in Sydney?", "get_weather", {"city": "sydney"}),
+    R("How cold is it in Oslo?", "get_weather", {"city": "oslo"}),
+    R("What time is it in Tokyo?", "get_time", {"city": "tokyo"}),
+    R("What's the time in New York?", "get_time", {"city": "new york"}),
+    R("Tell me the current time in London.", "get_time", {"city": "london"}),
+    R("What time is it in Sydney right now?", "get_time", {"city": "sydney"}),
+    R("What is the local time in Paris?", "get_time", {"city": "paris"}),
+    R("Do you know what time it is in Dubai?", "get_time", {"city": "dubai"}),
+    R("What's the time in Chicago?", "get_time", {"city": "chicago"}),
+    R("What time is it now in Berlin?", "get_time", {"city": "berlin"}),
+    R("Book a table for two people at eight pm.", "book_table", {"people": "2", "time": "8"}),
+    R("Please book a table for four at seven tonight.", "book_table", {"people": "4", "time": "7"}),
+    R("I'd like a table for three people at six pm.", "book_table", {"people": "3", "time": "6"}),
+    R("Can you reserve a table for five at nine pm?", "book_table", {"people": "5", "time": "9"}),
+    R("Book a table for two at seven thirty.", "book_table", {"people": "2", "time": "7"}),
+    R("Reserve a table for six people at eight.", "book_table", {"people": "6", "time": "8"}),
+    R("Get me a table for four people at noon.", "book_table", {"people": "4", "time": "noon|12"}),
+    R("We need a table for two at six thirty.", "book_table", {"people": "2", "time": "6"}),
+    R("What is twelve times seven?", "calculate", {"=": "84"}),
+    R("Calculate fifteen plus twenty seven.", "calculate", {"=": "42"}),
+    R("What's one hundred divided by four?", "calculate", {"=": "25"}),
+    R("Can you work out nine times nine?", "calculate", {"=": "81"}),
+    R("What is three hundred minus one hundred and twenty?", "calculate", {"=": "180"}),
+    R("Calculate eighteen times three.", "calculate", {"=": "54"}),
+    R("What is forty two divided by six?", "calculate", {"=": "7"}),
+    R("Add sixty five and thirty five.", "calculate", {"=": "100"}),
+    R("Where is my order number four five one two?", "lookup_order", {"order_number": "4512"}),
+    R("Can you check order one two three four?", "lookup_order", {"order_number": "1234"}),
+    R("What's the status of order nine eight seven?", "lookup_order", {"order_number": "987"}),
+    R("Look up my order, number five five five.", "lookup_order", {"order_number": "555"}),
+    R("Has order two zero two four shipped?", "lookup_order", {"order_number": "2024"}),
+    R("Track order number seven seven one.", "lookup_order", {"order_number": "771"}),
+    R("Check the status of order three one four.", "lookup_order", {"order_number": "314"}),
+    R("Where is order eight six two?", "lookup_order", {"order_number": "862"}),
+]
+NO_TOOL: list[Request] = [
+    R(text, None)
+    for text in (
+        "What is the capital of Japan?",
+        "Who wrote Romeo and Juliet?",
+        "What color is the sky on a clear day?",
+        "How many legs does a spider have?",
+        "What do bees make?",
+        "Hello!",
+        "Thank you very much.",
+        "Good morning!",
+        "How are you today?",
+        "Goodbye!",
+        "Tell me a joke.",
+        "What is the largest planet in our solar system?",
+        "Which planet is known as the red planet?",
+        "What language do people speak in Brazil?",
+        "What animal says moo?",
+        "Nice to meet you.",
+        "What is frozen water called?",
+        "Can a dog fly?",
+        "What is the opposite of hot?",
+        "How do I boil an egg?",
+    )
+]
+
+
+@dataclass(frozen=True)
+class TwoStep:
+    request: Request
+    output: dict[str, Any]  # what the tool answers
+    key: str  # a word the spoken answer must hold ("a|b": either)
+
+
+TWO_STEP: list[TwoStep] = [
+    TwoStep(R("What is the weather in Paris?", "get_weather", {"city": "paris"}), {"city": "Paris", "sky": "snowing", "celsius": -3}, "snow|snowing|snowy"),
+    TwoStep(R("How warm is it in Madrid?", "get_weather", {"city": "madrid"}), {"city": "Madrid", "celsius": 31, "sky": "sunny"}, "31"),
+    TwoStep(R("Is it raining in London?", "get_weather", {"city": "london"}), {"city": "London", "sky": "heavy rain", "celsius": 12}, "rain|raining"),
+    TwoStep(R("What time is it in Tokyo?", "get_time", {"city": "tokyo"}), {"city": "Tokyo", "time": "9:15 pm"}, "9|nine|915"),
+    TwoStep(R("What's the time in New York?", "get_time", {"city": "new york"}), {"city": "New York", "time": "7:40 am"}, "7|seven|740"),
+    TwoStep(R("Book a table for two people at eight pm.", "book_table", {"people": "2", "time": "8"}), {"booked": True, "table": 14}, "14|booked|book|reserved"),
+    TwoStep(R("What is twelve times seven?", "calculate", {"=": "84"}), {"result": 84}, "84"),
+    TwoStep(R("Add sixty five and thirty five.", "calculate", {"=": "100"}), {"result": 100}, "100"),
+    TwoStep(R("Where is my order number four five one two?", "lookup_order", {"order_number": "4512"}), {"order": "4512", "status": "shipped"}, "shipped|ship"),
+    TwoStep(R("Can you check order one two three four?", "lookup_order", {"order_number": "1234"}), {"order": "1234", "status": "delivered"}, "delivered"),
+]
+
+
+# ------------------------------------------------------------------------------------- scoring
+
+
+def evaluate(expression: str) -> float | None:
+    """The value of a plain arithmetic expression (digits or number words, + - * / and their words,
+    parentheses), else None."""
+    text = f" {expression.lower()} "
+    for word in sorted(NUMBERS, key=len, reverse=True):
+        text = re.sub(rf"\b{word}\b", NUMBERS[word], text)
+    for word, op in (("times", "*"), ("x", "*"), ("multiplied by", "*"), ("divided by", "/"), ("over", "/"), ("plus", "+"), ("minus", "-")):
+        text = re.sub(rf"\b{word}\b", op, text)
+    expr = "".join(text.split())
+    if not expr or not re.fullmatch(r"[0-9.+\-*/()]+", expr):
+        return None
+    try:
+        return float(eval(expr, {"__builtins__": {}}, {}))  # only digits and operators reach here
+    except (SyntaxError, ZeroDivisionError, TypeError, ValueError):
+        return None
+
+
+def arguments_right(request: Request, name: str, arguments: str) -> tuple[bool, bool]:
+    """(schema-valid, right values) of a call's arguments for ``request``."""
+    import jsonschema
+
+    if name != request.tool:
+        return False, False
+    try:
+        value = json.loads(arguments)
+        jsonschema.validate(value, SCHEMAS[name])
+    except (ValueError, jsonschema.ValidationError):
+        return False, False
+    for key, want in request.args.items():
+        if key == "=":  # the calculator: the expression's value
+            got = evaluate(str(value.get("expression", "")))
+            if got is None or abs(got - float(want)) > 1e-6:
+                return True, False
+            continue
+        have = normalise(str(value.get(key, "")))
+        if key == "order_number":
+            have = have.replace(" ", "")
+        if not any(normalise(alt) in have for alt in want.split("|")):
+            return True, False
+    return True, True
+
+
+def heard_key(key: str, heard: str) -> bool:
+    said = f" {normalise(heard)} "
+    return any(f" {normalise(alt)} " in said for alt in key.split("|"))
+
+
+# ------------------------------------------------------------------------------------- the client
+
+
+@dataclass
+class Exchange:
+    calls: list[tuple[str, str]] = field(default_factory=list)  # (name, arguments)
+    call_ids: list[str] = field(default_factory=list)
+    said: str = ""  # the server's transcript of what it said
+    audio: bytearray = field(default_factory=bytearray)
+    call_ms: float | None = None  # end of speech -> the first call's arguments.done
+    answer_ms: float | None = None  # end of speech -> the spoken answer's first audio (two-step)
+    status: str = ""
+
+
+async def _until_done(conn: Any, ex: Exchange, speech_end: float, answering: bool) -> None:
+    async with asyncio.timeout(TURN_TIMEOUT_S):
+        async for event in conn:
+            kind = event.type
+            if kind == "response.function_call_arguments.done":
+                ex.calls.append((event.name, event.arguments))
+                ex.call_ids.append(event.call_id)
+                if ex.call_ms is None:
+                    ex.call_ms = (time.perf_counter() - speech_end) * 1000
+            elif kind == "response.output_audio.delta":
+                if answering and ex.answer_ms is None:
+                    ex.answer_ms = (time.perf_counter() - speech_end) * 1000
+                if answering:
+                    ex.audio += base64.b64decode(event.delta)
+            elif kind == "response.output_audio_transcript.done":
+                ex.said += event.transcript
+            elif kind == "error":
+                ex.status = f"error: {event.error.message}"
+            elif kind == "response.done":
+                ex.status = event.response.status
+                return
+
+
+async def exchange(url: str, request: Request, output: dict[str, Any] | None = None) -> Exchange:
+    """One fresh session: the request spoken in real time, its response, and with ``output`` the
+    tool's answer sent back and the spoken answer to it."""
+    from openai import AsyncOpenAI
+
+    pcm = espeak(request.text, RATE)
+    silence = np.zeros(RATE * 20 // 1000, np.int16)
+    client = AsyncOpenAI(api_key="bench", websocket_base_url=url)
+    ex = Exchange()
+    async with client.realtime.connect(model="bench") as conn:
+        await conn.session.update(session={"type": "realtime", "tools": TOOLS})
+        step = RATE * 20 // 1000
+        t0 = time.perf_counter()
+        lead = 15  # 300 ms of quiet before the speech, 1.2 s after it
+        frames = [silence] * lead + [pcm[i : i + step] for i in range(0, len(pcm), step)] + [silence] * 60
+        speech_end = 0.0
+
+        async def send() -> None:
+            nonlocal speech_end
+            for n, frame in enumerate(frames):
+                await conn.input_audio_buffer.append(audio=base64.b64encode(frame.astype("<i2").tobytes()).decode())
+                if (n - lead) * step >= len(pcm) and not speech_end:
+                    speech_end = time.perf_counter()
+                await asyncio.sleep(max(0.0, t0 + (n + 1) * 0.02 - time.perf_counter()))
+
+        sender = asyncio.create_task(send())
+        try:
+            while not speech_end:
+                await asyncio.sleep(0.01)
+            await _until_done(conn, ex, speech_end, answering=output is None and request.tool is None)
+            if output is not None and ex.call_ids:
+                item = {"type": "function_call_output", "call_id": ex.call_ids[0], "output": json.dumps(output)}
+                await conn.conversation.item.create(item=item)  # type: ignore[arg-type]
+                await conn.response.create()
+                first = Exchange()
+                await _until_done(conn, first, speech_end, answering=True)
+                ex.said, ex.audio, ex.answer_ms, ex.status = first.said, first.audio, first.answer_ms, first.status
+        except TimeoutError:
+            ex.status = "timeout"
+        finally:
+            sender.cancel()
+    return ex
+
+
+# ------------------------------------------------------------------------------------- the run
+
+
+def config(name: str) -> dict[str, Any]:
+    base, thinker, cascade = VARIANTS.get(name, (name, {}, {}))
+    cfg = config_file.raw(base)
+    cfg["pipeline"]["options"].update(cascade)
+    cfg["pipeline"]["options"]["thinker"].update(thinker)
+    return cfg
+
+
+# a name -> (config file, thinker options over it, cascade options over it)
+VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    "qwen2.5-coder-0.5b-w8": ("cpu", {}, {}),  # the default
+    "qwen2.5-coder-0.5b-w8-rp1.2": ("cpu", {"tool_repetition_penalty": 1.2}, {}),  # the answers' penalty on tool answers too
+    "qwen2.5-coder-0.5b-w8-tools-after-output": ("cpu", {}, {"tools_after_output": True}),  # the tools offered when answering an output
+    "qwen2.5-coder-0.5b": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct"}, {}),  # fp32 weights
+    "qwen2.5-coder-0.5b-w8-whisper-base": ("cpu", {}, {"asr_model": "whisper-base"}),  # the agent hears better
+}
+
+
+async def run(url: str, limit: int, ears: Any) -> dict[str, Any]:
+    requests = REQUESTS[:limit] if limit else REQUESTS
+    no_tool = NO_TOOL[: max(1, limit // 2)] if limit else NO_TOOL
+    two_step = TWO_STEP[: max(1, limit // 4)] if limit else TWO_STEP
+    rows: list[dict[str, Any]] = []
+    for r in requests + no_tool:
+        ex = await exchange(url, r)
+        name, args = ex.calls[0] if ex.calls else ("", "")
+        valid, right = arguments_right(r, name, args) if r.tool else (False, False)
+        rows.append({"set": "requests" if r.tool else "no_tool", "request": r.text, "tool": r.tool, "calls": ex.calls, "said": ex.said, "schema_valid": valid, "right": right, "call_ms": ex.call_ms, "status": ex.status})
+        print(f"  {'+' if right or (not r.tool and not ex.calls) else '-'} {r.text[:44]:44} {ex.calls or ex.said[:60]!r}", flush=True)
+    for t in two_step:
+        ex = await exchange(url, t.request, t.output)
+        pcm = np.frombuffer(bytes(ex.audio), "<i2")
+        heard = await asyncio.to_thread(ears.transcribe, resample(pcm, RATE, 16000)) if len(pcm) else ""
+        name, args = ex.calls[0] if ex.calls else ("", "")
+        valid, right = arguments_right(t.request, name, args)
+        ok = bool(ex.calls) and heard_key(t.key, heard)
+        rows.append(
+            {"set": "two_step", "request": t.request.text, "calls": ex.calls, "said": ex.said, "heard": heard, "schema_valid": valid, "right": right,
+             "answer_right": ok, "call_ms": ex.call_ms, "answer_ms": ex.answer_ms, "status": ex.status}
+        )  # fmt: skip
+        print(f"  {'+' if ok else '-'} {t.request.text[:44]:44} {ex.calls} -> {heard[:60]!r}", flush=True)
+    return {"summary": summarize(rows), "exchanges": rows}
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    asked = [r for r in rows if r["set"] == "requests"]
+    none = [r for r in rows if r["set"] == "no_tool"]
+    two = [r for r in rows if r["set"] == "two_step"]
+
+    def share(xs: list[bool]) -> float | None:
+        return round(sum(xs) / len(xs), 3) if xs else None
+
+    return {
+        "requests": len(asked),
+        "right_tool_and_arguments": share([r["right"] for r in asked]),
+        "right_tool": share([bool(r["calls"]) and r["calls"][0][0] == r["tool"] for r in asked]),
+        "schema_valid": share([r["schema_valid"] for r in asked]),
+        "no_tool": len(none),
+        "false_calls": share([bool(r["calls"]) for r in none]),
+        "two_step": len(two),
+        "right_final_answers": share([r["answer_right"] for r in two]),
+        "voice_to_voice_call_ms": dist([r["call_ms"] for r in asked + two if r["call_ms"] is not None]),
+        "voice_to_voice_answer_ms": dist([r["answer_ms"] for r in two if r["answer_ms"] is not None]),
+        "errors": sum(1 for r in rows if r["status"] != "completed"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configs", nargs="+", default=["qwen2.5-coder-0.5b-w8"], help=f"{', '.join(VARIANTS)} or config names (configs/NAME.yaml)")
+    parser.add_argument("--limit", type=int, default=0, help="only the first N requests (N/2 without a tool, N/4 two-step)")
+    args = parser.parse_args()
+    from pipelines import models
+    from pipelines.listener import WhisperListener
+
+    ears = WhisperListener(str(models.ensure("whisper-base", print)), 2, 1)
+    result: dict[str, Any] = {"machine": machine(), "configs": {}}
+    for name in args.configs:
+        print(f"{name} ...", flush=True)
+        with server_process(config(name), startup_s=900) as url:
+            result["configs"][name] = asyncio.run(run(url, args.limit, ears))
+    print(f"\n{'config':42} {'right':>6} {'valid':>6} {'false':>6} {'answers':>7} {'call p50':>8} {'answer p50':>10} {'errors':>6}")
+    for name, data in result["configs"].items():
+        s = data["summary"]
+        call, answer = s["voice_to_voice_call_ms"], s["voice_to_voice_answer_ms"]
+        print(
+            f"{name:42} {s['right_tool_and_arguments']!s:>6} {s['schema_valid']!s:>6} {s['false_calls']!s:>6} {s['right_final_answers']!s:>7}"
+            f" {call.get('p50', '-')!s:>8} {answer.get('p50', '-')!s:>10} {s['errors']:>6}"
+        )
+    print("saved", save("tools", result))
+
+
+if __name__ == "__main__":
+    main()

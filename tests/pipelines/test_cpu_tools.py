@@ -1,0 +1,163 @@
+"""Function calling on the embedded CPU cascade: the real thinker (Qwen2.5's own tool format, parsed
+as it streams), Whisper and Piper, through the official SDK with every event validated. The shared
+``cpu_server`` serves every test here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.pipelines.test_cpu_pipeline import RESPONSE_TIMEOUT, transcribe, words
+from tests.support.audio import utterance
+from tests.support.client import audio_of, connect
+
+pytestmark = pytest.mark.timeout(600)
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Get the current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city, e.g. Paris"}}, "required": ["city"]},
+}
+TIME = {
+    "type": "function",
+    "name": "get_time",
+    "description": "Get the current local time in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+INSTRUCTIONS = "You are a helpful voice assistant. Use the tools when they help. Reply in one short sentence."
+
+
+def user(text: str) -> dict:
+    return {"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}
+
+
+def calls_of(events: list) -> list:  # type: ignore[type-arg]
+    return [e.item for e in events if e.type == "response.output_item.done" and e.item.type == "function_call"]
+
+
+def streamed_arguments(events: list, item_id: str) -> str:  # type: ignore[type-arg]
+    return "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta" and e.item_id == item_id)
+
+
+async def setup(c, **session) -> None:  # type: ignore[no-untyped-def]
+    await c.expect("session.created")
+    await c.send({"type": "session.update", "session": {"type": "realtime", "instructions": INSTRUCTIONS, "tools": [WEATHER, TIME], **session}})
+    await c.expect("session.updated")
+
+
+async def test_a_spoken_request_calls_the_tool_and_the_output_is_answered_aloud(cpu_server):
+    before = cpu_server.stats()
+    async with connect(cpu_server.ws_base) as c:
+        await setup(c)
+        await c.speak(utterance("What is the weather in Paris?", lead_ms=500, tail_ms=1200))
+        first = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
+        assert first.status == "completed", first.status_details
+        (call,) = [o for o in first.output if o.type == "function_call"]
+        assert call.name == "get_weather" and call.status == "completed" and call.call_id
+        assert json.loads(call.arguments)["city"].lower() == "paris"
+        # the arguments streamed as the thinker wrote them, and add up to the call's
+        assert len(c.of("response.function_call_arguments.delta")) >= 2
+        assert streamed_arguments(c.events, call.id) == call.arguments == c.of("response.function_call_arguments.done")[0].arguments
+        # whatever was said before the call, the call itself was never said
+        said = " ".join(e.transcript for e in c.of("response.output_audio_transcript.done"))
+        assert "tool_call" not in said and "get_weather" not in said and "{" not in said
+
+        start = len(c.events)
+        output = {"type": "function_call_output", "call_id": call.call_id, "output": json.dumps({"city": "Paris", "sky": "snowing", "celsius": -3})}
+        await c.send({"type": "conversation.item.create", "item": output})
+        await c.send({"type": "response.create"})
+        answer = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
+        assert answer.status == "completed", answer.status_details
+        assert [o.type for o in answer.output] == ["message"]
+        heard = transcribe(audio_of(c.events[start:]))
+        assert words(heard) & {"snow", "snowing", "snowy", "minus", "three", "3"}, heard
+    after = cpu_server.stats()
+    assert after["tool_calls"] == before["tool_calls"] + 1 and after["tool_calls_off_schema"] == before["tool_calls_off_schema"]
+
+
+async def test_tool_choice_required_named_and_none(cpu_server):
+    async with connect(cpu_server.ws_base) as c:
+        await setup(c, output_modalities=["text"])
+        # required: a call even for words that need none
+        await c.send(user("Hello there!"))
+        await c.send({"type": "response.create", "response": {"tool_choice": "required"}})
+        required = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
+        assert [o.type for o in required.output][-1:] == ["function_call"], required.output
+        assert required.output[-1].name in ("get_weather", "get_time")
+        # a named function: that one, whatever was asked
+        await c.send(user("What is the weather in Rome?"))
+        named = {"type": "function", "name": "get_time"}
+        await c.send({"type": "response.create", "response": {"tool_choice": named, "conversation": "none"}})
+        forced = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
+        (call,) = [o for o in forced.output if o.type == "function_call"]
+        assert call.name == "get_time" and isinstance(json.loads(call.arguments), dict)
+        # none: no call, a spoken (here: written) answer
+        await c.send({"type": "response.create", "response": {"tool_choice": "none"}})
+        plain = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
+        assert plain.status == "completed" and [o.type for o in plain.output] == ["message"]
+        assert plain.output[0].content[0].text.strip()
+
+
+async def test_parallel_calls_only_when_allowed(cpu_server):
+    async with connect(cpu_server.ws_base) as c:
+        await setup(c, output_modalities=["text"], parallel_tool_calls=False)
+        await c.send(user("What is the weather in Paris, and in London?"))
+        await c.send({"type": "response.create", "response": {"tool_choice": "required"}})
+        one = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
+        assert [o.type for o in one.output].count("function_call") == 1, one.output
+
+
+async def test_cancel_while_a_call_is_written(cpu_server):
+    async with connect(cpu_server.ws_base) as c:
+        await setup(c, output_modalities=["text"])
+        await c.send(user("What is the weather in Paris?"))
+        await c.send({"type": "response.create", "response": {"tool_choice": {"type": "function", "name": "get_weather"}}})
+        added = await c.expect("response.output_item.added", timeout=RESPONSE_TIMEOUT)
+        assert added.item.type == "function_call" and added.item.status == "in_progress"
+        await c.send({"type": "response.cancel"})
+        done = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
+        assert done.status == "cancelled"
+        (call,) = done.output
+        assert call.type == "function_call" and call.status == "incomplete"
+        assert not c.of("response.function_call_arguments.done")
+        # the session goes on: the cut-off call is not in the next prompt, the next answer comes
+        await c.send({"type": "response.create", "response": {"tool_choice": "none"}})
+        after = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
+        assert after.status == "completed" and after.output[0].content[0].text.strip()
+
+
+async def test_barge_in_while_a_call_is_written(cpu_server):
+    """The user speaks over a response that is writing its call: the call is cut (incomplete, never
+    done) and the user's new turn is answered."""
+    async with connect(cpu_server.ws_base) as c:
+        await setup(c)
+        await c.send(user("What is the weather in Paris?"))
+        await c.send({"type": "response.create", "response": {"tool_choice": {"type": "function", "name": "get_weather"}}})
+        added = await c.expect("response.output_item.added", timeout=RESPONSE_TIMEOUT)
+        assert added.item.type == "function_call"
+        await c.append(utterance("Hello, can you hear me?", lead_ms=0, tail_ms=1200))  # faster than real time: heard at once
+        cut = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
+        assert cut.status == "cancelled" and cut.status_details.reason == "turn_detected"
+        assert [(o.type, o.status) for o in cut.output] == [("function_call", "incomplete")]
+        assert not c.of("response.function_call_arguments.done")
+        assert c.of("input_audio_buffer.speech_started")
+        after = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response  # the new turn's answer
+        assert after.status == "completed" and after.output
+
+
+async def test_bad_tools_are_refused_and_the_session_survives(cpu_server):
+    async with connect(cpu_server.ws_base) as c:
+        await setup(c, output_modalities=["text"])
+        bad = {**WEATHER, "parameters": {"type": "string"}}
+        await c.send({"type": "session.update", "event_id": "evt_bad", "session": {"type": "realtime", "tools": [bad]}})
+        error = (await c.expect("error")).error
+        assert error.code == "invalid_function_parameters" and error.param == "session.tools[0].parameters" and error.event_id == "evt_bad"
+        await c.send({"type": "response.create", "response": {"tool_choice": {"type": "function", "name": "book_flight"}}})
+        error = (await c.expect("error")).error
+        assert error.param == "response.tool_choice.name"
+        await c.send(user("What is the weather in Oslo?"))
+        await c.send({"type": "response.create", "response": {"tool_choice": "required"}})
+        done = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
+        assert done.status == "completed" and done.output[-1].type == "function_call"
