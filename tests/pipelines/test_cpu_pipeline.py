@@ -237,8 +237,9 @@ async def test_semantic_vad_holds_a_mid_sentence_pause_and_adopts_the_speculatio
     assert {"about", "rome"} <= words(heard), heard
     assert after["speculations_discarded"] > before["speculations_discarded"]  # the one at the pause
     assert after["speculations_adopted"] > before["speculations_adopted"]  # the one at the end became the answer
-    assert after["words_judged"] >= before["words_judged"] + 2  # at the pause, and at the end
-    assert after["words_judged_streamed"] >= before["words_judged_streamed"] + 2
+    # judged in the turn's own request: at the end at least (the answer waits for it; the one at the
+    # pause is dropped with its speculation if the user speaks on before it is done)
+    assert after["words_judged_streamed"] >= before["words_judged_streamed"] + 1
     assert c.of("response.done")[0].response.status in ("completed", "incomplete")  # incomplete: at max tokens
 
 
