@@ -269,11 +269,12 @@ class TurnVerdict:
             return 0.0
         if self.logit_per_s <= 0:
             return None
-        return (_logit(threshold) - _logit(self.probability)) / self.logit_per_s
+        return (logit(threshold) - logit(self.probability)) / self.logit_per_s
 
 
-def _logit(p: float) -> float:
-    p = min(max(p, 1e-12), 1 - 1e-12)
+def logit(p: float, floor: float = 1e-12) -> float:
+    """log(p / (1 - p)), ``p`` kept ``floor`` away from 0 and 1."""
+    p = min(max(p, floor), 1 - floor)
     return math.log(p / (1 - p))
 
 

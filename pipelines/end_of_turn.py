@@ -27,6 +27,7 @@ import math
 import msgspec
 
 from .base import Heard, TurnVerdict
+from .base import logit as _logit
 from .turn_text import combine
 
 
@@ -59,8 +60,7 @@ class Fusion(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
 
 
 def logit(p: float) -> float:
-    p = min(max(p, 1e-4), 1 - 1e-4)  # a probability read from 20 candidates is no finer than this
-    return math.log(p / (1 - p))
+    return _logit(p, 1e-4)  # a probability read from 20 candidates is no finer than this
 
 
 def _sigmoid(z: float) -> float:

@@ -316,10 +316,9 @@ class VllmThinker:
 
     async def judge(self, prompt_ids: list[int], salt: str) -> float:
         """P(the next token after ``prompt_ids`` ends a sentence or the message): one engine step."""
-        from vllm import SamplingParams
         from vllm.inputs import tokens_input
 
-        params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=turn_words.TOP_LOGPROBS)
+        params = one_token(turn_words.TOP_LOGPROBS)
         last = None
         async for out in self.engine.generate(tokens_input(prompt_ids, cache_salt=salt), params, request_id=uuid.uuid4().hex):
             last = out
@@ -402,6 +401,15 @@ class VllmThinker:
         return out
 
 
+def one_token(logprobs: int | None) -> Any:
+    """Sampling for one engine step whose token is not kept (a prefill, a judgement): greedy, with
+    the top ``logprobs`` candidates when asked."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(max_tokens=1, temperature=0.0, output_kind=RequestOutputKind.DELTA, logprobs=logprobs)
+
+
 class StreamedPrompt:
     """One engine request whose prompt arrives in parts (vLLM's resumable ``StreamingInput``):
     the conversation up to where the user's words go, sent when the user starts to speak and
@@ -419,10 +427,8 @@ class StreamedPrompt:
     for logprobs when the first did not kills the engine's output handler."""
 
     def __init__(self, thinker: VllmThinker, prefix: list[int], salt: str, logprobs: int | None = None) -> None:
-        from vllm import SamplingParams
         from vllm.engine.protocol import StreamingInput
         from vllm.inputs import tokens_input
-        from vllm.sampling_params import RequestOutputKind
 
         self.thinker = thinker
         self.prefix = prefix
@@ -433,7 +439,7 @@ class StreamedPrompt:
         self.used = False
         self._closing: asyncio.Future[None] | None = None
         self._input: asyncio.Queue[Any] = asyncio.Queue(maxsize=2)  # one part at a time, then the end
-        prefill = SamplingParams(max_tokens=1, temperature=0.0, output_kind=RequestOutputKind.DELTA, logprobs=logprobs)
+        prefill = one_token(logprobs)
         # the engine extends a resumable request's token list in place (in process): give it copies
         self._input.put_nowait(StreamingInput(tokens_input(list(prefix), cache_salt=salt), prefill))
         self._outputs = thinker.engine.generate(self._inputs(), prefill, request_id=self.request_id)
@@ -455,14 +461,12 @@ class StreamedPrompt:
     async def judge(self, words: list[int]) -> float:
         """Give the request the user's ``words`` (they stay: the answer goes on from them) and
         return P(the message ends there), read from the one token sampled after them and dropped."""
-        from vllm import SamplingParams
         from vllm.engine.protocol import StreamingInput
         from vllm.inputs import tokens_input
-        from vllm.sampling_params import RequestOutputKind
 
         assert self.logprobs is not None and not self.used
         await self._prefilled  # one part at a time: the engine's outputs come back in order
-        params = SamplingParams(max_tokens=1, temperature=0.0, output_kind=RequestOutputKind.DELTA, logprobs=self.logprobs)
+        params = one_token(self.logprobs)
         self.sent += words
         await self._input.put(StreamingInput(tokens_input(list(words), cache_salt=self.salt), params))
         out = await anext(self._outputs)
