@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -33,6 +32,7 @@ from typing import Any, Literal
 import msgspec
 
 from . import turn_words
+from .sentences import SentenceLimit
 from .remote import RemoteEngine, RemoteOptions
 
 log = logging.getLogger(__name__)
@@ -66,12 +66,6 @@ class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     seed: int | None = 0
 
 
-# A sentence ends at . ! ? followed by a space or the end of the text (not "3.5"), and a dot after
-# an initial ("F. Scott") or a title ("Dr. Smith") ends none.
-_NOT_AFTER = "".join(rf"(?<!\b{a})" for a in ("Mr", "Mrs", "Ms", "Dr", "St", "Jr", "Prof", "vs"))
-SENTENCE_END = re.compile(rf"(?:(?<!\b[A-Z]){_NOT_AFTER}\.|[!?])(?=[\s\"')\]]|$)")
-
-
 @dataclass
 class Turn:
     role: Literal["system", "user", "assistant", "tool"]  # tool: a tool's output
@@ -92,27 +86,6 @@ class Generation:
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     limit: Any = None  # what cuts the text (a SentenceLimit's interface); None: max_sentences sentences
     repetition_penalty: float | None = None  # this answer's, if not the configured one
-
-
-class SentenceLimit:
-    """Cuts an answer's text deltas at the end of its ``most``-th sentence: spoken answers stay short."""
-
-    def __init__(self, most: int) -> None:
-        self.most = most
-        self.sentences = 0
-        self.text = ""
-        self.done = False
-
-    def __call__(self, delta: str) -> str:
-        """The part of ``delta`` to keep; after it, ``done`` says whether to stop."""
-        full = self.text + delta
-        for m in SENTENCE_END.finditer(full, len(self.text)):
-            self.sentences += 1
-            if self.sentences >= self.most:
-                self.done = True
-                return full[len(self.text) : m.end()]
-        self.text = full
-        return delta
 
 
 def _cpu_environment(options: ThinkerOptions) -> None:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from .base import Tool, ToolCall, ToolCallDelta
+from .sentences import SentenceLimit
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
@@ -366,13 +367,11 @@ class CallParser:
 
 
 class SpokenLimit:
-    """The Thinker's cut (``thinker.SentenceLimit``'s interface) for an answer that may call tools:
+    """The Thinker's cut (``sentences.SentenceLimit``'s interface) for an answer that may call tools:
     ``most`` sentences of spoken text, none counted inside a call; and, unless ``parallel``, done
     at the end of the first call."""
 
     def __init__(self, most: int, parallel: bool, prefix: str = "") -> None:
-        from .thinker import SentenceLimit
-
         self.sentences = SentenceLimit(most)
         self.parser = CallParser(prefix)
         self.parallel = parallel

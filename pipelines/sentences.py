@@ -1,0 +1,32 @@
+"""Where a spoken answer's sentences end: the Thinker cuts its answers after ``max_sentences``,
+and the tool stream cuts the words around a call the same way."""
+
+from __future__ import annotations
+
+import re
+
+# A sentence ends at . ! ? followed by a space or the end of the text (not "3.5"), and a dot after
+# an initial ("F. Scott") or a title ("Dr. Smith") ends none.
+_NOT_AFTER = "".join(rf"(?<!\b{a})" for a in ("Mr", "Mrs", "Ms", "Dr", "St", "Jr", "Prof", "vs"))
+SENTENCE_END = re.compile(rf"(?:(?<!\b[A-Z]){_NOT_AFTER}\.|[!?])(?=[\s\"')\]]|$)")
+
+
+class SentenceLimit:
+    """Cuts an answer's text deltas at the end of its ``most``-th sentence: spoken answers stay short."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.sentences = 0
+        self.text = ""
+        self.done = False
+
+    def __call__(self, delta: str) -> str:
+        """The part of ``delta`` to keep; after it, ``done`` says whether to stop."""
+        full = self.text + delta
+        for m in SENTENCE_END.finditer(full, len(self.text)):
+            self.sentences += 1
+            if self.sentences >= self.most:
+                self.done = True
+                return full[len(self.text) : m.end()]
+        self.text = full
+        return delta
