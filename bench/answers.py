@@ -228,7 +228,7 @@ def main() -> None:
     parser.add_argument("--silence-ms", type=int, default=500)
     args = parser.parse_args()
     from pipelines import models
-    from pipelines.listener import WhisperListener
+    from pipelines.cascade.listener import WhisperListener
 
     ears = WhisperListener(str(models.ensure("whisper-base", print)), 2, 1)
     items = conversations(args.limit)

@@ -58,7 +58,7 @@ class Conversation:
 def _piper():  # type: ignore[no-untyped-def]
     try:
         from pipelines import models
-        from pipelines.talker import PiperTalker
+        from pipelines.cascade.talker import PiperTalker
 
         folder = models.path("piper-joe")
         onnx = next(folder.glob("*.onnx"))

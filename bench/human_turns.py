@@ -10,7 +10,7 @@ Where each part comes from (licence as the package states it):
   prompts, CC-BY-SA-3.0): the same recordings twice, 8 kHz PCM and G.722 (16 kHz wideband, decoded
   with PyAV, which aiortc already brings). Prompts Whisper hears as one whole sentence of
   at least 4 words (ending in ".", "?" or "!", the last word not one that rarely ends a sentence,
-  ``pipelines.turn_text``; two sentences may well be two turns) are used, less the few made to be
+  ``pipelines.turn_end.text_rule``; two sentences may well be two turns) are used, less the few made to be
   followed by a number or a name (``FRAGMENTS``); the G.722 ones are ``human``, the 8 kHz ones ``phone``.
 * ``codec2``: Debian's ``codec2-examples`` (LGPL-2.1 per its copyright file): Harvard sentences,
   at 8 kHz (``phone``) and four in one 16 kHz file (``human``, split at Whisper's sentences).
@@ -57,7 +57,7 @@ from dsp.g711 import alaw_to_pcm, ulaw_to_pcm
 from dsp.resample import resample
 from pipelines import models
 from pipelines.paths import home
-from pipelines.turn_text import NEVER_LAST, PREPOSITIONS
+from pipelines.turn_end.text_rule import NEVER_LAST, PREPOSITIONS
 
 from .audio import read_wav, write_wav
 from .turn_fixtures import RATE, Fixture

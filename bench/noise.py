@@ -107,7 +107,7 @@ def mix(speech: np.ndarray, noise: np.ndarray, snr_db: float) -> np.ndarray:
 
 def piper_voice() -> Any:
     from pipelines import models
-    from pipelines.talker import PiperTalker
+    from pipelines.cascade.talker import PiperTalker
 
     onnx = next(models.ensure("piper-joe", print).glob("*.onnx"))
     return PiperTalker(str(onnx), str(onnx) + ".json")
@@ -125,7 +125,7 @@ def fixtures(count: int, voice: str) -> list[tuple[str, np.ndarray]]:
 
 def run(snrs: list[float], count: int, voice: str, seed: int = 0) -> dict[str, Any]:
     from pipelines import models
-    from pipelines.listener import WhisperListener
+    from pipelines.cascade.listener import WhisperListener
 
     ears = WhisperListener(str(models.ensure("whisper-tiny.en", print)), 2, 1)
     rng = np.random.default_rng(seed)

@@ -47,7 +47,7 @@ async def measure(config: str, runs: int) -> dict[str, Any]:
     from vllm.inputs import tokens_input
     from vllm.sampling_params import RequestOutputKind
 
-    from pipelines.thinker import Turn, VllmThinker, ThinkerOptions
+    from pipelines.cascade.thinker import Turn, VllmThinker, ThinkerOptions
     from realtime_omni import config as config_file
 
     import msgspec

@@ -369,7 +369,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="only the first N requests (N/2 without a tool, N/4 two-step)")
     args = parser.parse_args()
     from pipelines import models
-    from pipelines.listener import WhisperListener
+    from pipelines.cascade.listener import WhisperListener
 
     ears = WhisperListener(str(models.ensure("whisper-base", print)), 2, 1)
     result: dict[str, Any] = {"machine": machine(), "configs": {}}

@@ -1,4 +1,4 @@
-"""Fit semantic_vad's fusion weights (pipelines/end_of_turn.py) on the decisions a ``bench.turns``
+"""Fit semantic_vad's fusion weights (pipelines/turn_end/fusion.py) on the decisions a ``bench.turns``
 run recorded, and say what they would do on the fixtures they were not fitted on.
 
 Each decision of a ``+thinker`` mode keeps its inputs (Smart Turn's probability, the thinker's
@@ -36,7 +36,7 @@ import numpy as np
 from bench.common import save
 from bench.metrics import dist
 from bench.turn_fixtures import RATE
-from pipelines.end_of_turn import logit
+from pipelines.turn_end.fusion import logit
 
 CHECK_S = 0.2  # limits.end_of_turn_silence_ms
 MIN_RESUME_S = 0.26  # a pause's check (200 ms) and the least speech that starts a turn (60 ms)

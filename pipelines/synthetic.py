@@ -38,7 +38,7 @@ import numpy as np
 
 from dsp.resample import resample
 
-from .base import (
+from pipelines.base import (
     AudioChunk,
     Capabilities,
     FunctionResult,
@@ -54,7 +54,7 @@ from .base import (
     Transcript,
     Usage,
 )
-from .stages import chain
+from pipelines.stages import chain
 
 
 class SyntheticOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -9,7 +9,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from pipelines.end_of_turn import Fusion
+from pipelines.turn_end.fusion import Fusion
 
 from .protocol import events as ev
 
@@ -95,7 +95,7 @@ class TurnModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     model: str | None = "smart-turn-v3.2"  # None: semantic_vad waits a fixed silence per eagerness
     threads: int = 1  # ONNX Runtime threads for one decision (decisions run one at a time)
     # how the audio's verdict, the thinker's judgement of the words and the silence are weighed
-    # (pipelines/end_of_turn.py; the defaults were fitted by `python -m bench turn_fit`)
+    # (pipelines/turn_end/fusion.py; the defaults were fitted by `python -m bench turn_fit`)
     fusion: Fusion = msgspec.field(default_factory=Fusion)
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from bench import answers
 from pipelines import models
-from pipelines.listener import WhisperListener
+from pipelines.cascade.listener import WhisperListener
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from pipelines import models
-from pipelines import turn_words
+from pipelines.turn_end import judgement
 from pipelines.base import Heard, TurnVerdict
-from pipelines.end_of_turn import Fusion, Weights, logit
-from pipelines.turn_text import combine, odds_factor
+from pipelines.turn_end.fusion import Fusion, Weights, logit
+from pipelines.turn_end.text_rule import combine, odds_factor
 from tests.support.audio import speak
 
 
 def test_the_model_hears_the_last_8_s_at_16_khz():
-    from pipelines.smart_turn import SmartTurn
+    from pipelines.turn_end.smart_turn import SmartTurn
 
     turn = speak("I need to book a table for two people tomorrow evening at eight, please.", "espeak-en-us-160")
     long = np.concatenate([turn, turn, turn])  # longer than 8 s
@@ -76,22 +76,22 @@ def test_words_shift_the_audio_verdict_and_no_words_leave_it():
     ],
 )
 def test_the_words_are_judged_without_their_final_punctuation(text, words):
-    assert turn_words.bare(text) == words
+    assert judgement.bare(text) == words
 
 
 @pytest.mark.parametrize("piece, ends", [(".", True), ("?", True), (" !", True), ('."', True), ("?\n\n", True), ("!!", True),
                                          ("...", False), ("..", False), (",", False), (" the", False), ("", False), (").", False)])
 def test_which_tokens_end_a_sentence(piece, ends):
-    assert turn_words.ends_sentence(piece) is ends
+    assert judgement.ends_sentence(piece) is ends
 
 
 def test_the_judgement_sums_the_candidates_that_end_the_sentence():
     import math
 
     top = {1: math.log(0.5), 2: math.log(0.2), 3: math.log(0.3)}
-    assert turn_words.probability(top, frozenset({1, 2})) == pytest.approx(0.7)
-    assert turn_words.probability(list(top.items()), frozenset({3, 99})) == pytest.approx(0.3)
-    assert turn_words.probability({}, frozenset({1})) == 0.0
+    assert judgement.probability(top, frozenset({1, 2})) == pytest.approx(0.7)
+    assert judgement.probability(list(top.items()), frozenset({3, 99})) == pytest.approx(0.3)
+    assert judgement.probability({}, frozenset({1})) == 0.0
 
 
 def test_a_verdict_says_how_much_more_silence_finishes_the_turn():

@@ -33,7 +33,7 @@ FRAME = RATE // 50
 
 @pytest.fixture(scope="module")
 def turn_model() -> TurnModel:
-    from pipelines.smart_turn import SmartTurn
+    from pipelines.turn_end.smart_turn import SmartTurn
 
     # scripts/install installs its package: a missing or altered model fails here, it is not skipped
     model = SmartTurn(models.ensure("smart-turn-v3.2", progress=lambda _: None) / "smart-turn-v3.2-cpu.onnx")
@@ -276,7 +276,7 @@ async def test_the_pipelines_transcript_is_weighed_with_the_audio(turn_model, wo
 @pytest.fixture
 def fused(turn_model):  # type: ignore[no-untyped-def]
     """The model with known fusion weights (restored after): logit = 0.5 logit(audio) + logit(words) + 2/s of silence."""
-    from pipelines.end_of_turn import Fusion, Weights
+    from pipelines.turn_end.fusion import Fusion, Weights
 
     before = turn_model.fusion
     turn_model.fusion = Fusion(with_words=Weights(bias=0.0, audio=0.5, words=1.0, silence_per_s=2.0))

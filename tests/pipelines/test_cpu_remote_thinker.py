@@ -103,9 +103,9 @@ async def until(predicate, timeout: float = 30.0) -> bool:  # type: ignore[no-un
 
 async def test_the_deployment_judges_the_end_of_the_users_words_as_the_engine_in_process_does(remote):
     """semantic_vad's judgement on the remote thinker: one token with its top logprobs named by
-    token id (vLLM's completions), read as in process (pipelines/turn_words.py)."""
+    token id (vLLM's completions), read as in process (pipelines/turn_end/judgement.py)."""
     from pipelines.remote import RemoteOptions
-    from pipelines.thinker import RemoteThinker, ThinkerOptions, Turn
+    from pipelines.cascade.thinker import RemoteThinker, ThinkerOptions, Turn
 
     _, engine = remote
     t = RemoteThinker(ThinkerOptions(model="smollm2-135m-instruct", engine="remote", remote=RemoteOptions(url=engine), served_model="smollm2"))

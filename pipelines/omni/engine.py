@@ -1,4 +1,4 @@
-"""The two engines behind ``pipelines/omni.py``: one small interface, ``stream(body)``.
+"""The two engines behind ``pipelines/omni/pipeline.py``: one small interface, ``stream(body)``.
 
 A request is a chat-completions body (``messages``, ``modalities``, ``max_tokens``, ``speaker``,
 ``cache_salt``...), the same for both engines, so a turn is the same request wherever it runs.
@@ -39,8 +39,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .base import TextDelta, ToolCall, Usage
-from .remote import EngineError, RemoteEngine, RemoteOptions
+from pipelines.base import TextDelta, ToolCall, Usage
+from pipelines.remote import EngineError, RemoteEngine, RemoteOptions
 
 log = logging.getLogger(__name__)
 

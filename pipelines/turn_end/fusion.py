@@ -1,8 +1,8 @@
 """semantic_vad's decision: the audio's verdict, the thinker's and the silence, fused.
 
 Three things say whether a pause ends the user's turn: Smart Turn's probability from the sound
-(pipelines/smart_turn.py), the thinker's probability that the words so far end the message
-(pipelines/turn_words.py, when the pipeline judges them), and how long the silence has lasted.
+(pipelines/turn_end/smart_turn.py), the thinker's probability that the words so far end the message
+(pipelines/turn_end/judgement.py, when the pipeline judges them), and how long the silence has lasted.
 They are fused as one logistic model:
 
     logit P(finished) = bias + audio * logit(P_audio) + words * logit(P_words) + silence_per_s * seconds
@@ -17,7 +17,7 @@ at once, and a short answer the words alone cannot place ("Tomorrow.") ends afte
 
 Without the thinker's judgement (a pipeline that makes none, or one that came too late) the
 audio weights apply: Smart Turn's probability alone, as before the thinker judged, shifted by the
-transcript's last words where there is one (pipelines/turn_text.py).
+transcript's last words where there is one (pipelines/turn_end/text_rule.py).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import math
 
 import msgspec
 
-from .base import Heard, TurnVerdict
-from .base import logit as _logit
-from .turn_text import combine
+from pipelines.base import Heard, TurnVerdict
+from pipelines.base import logit as _logit
+from pipelines.turn_end.text_rule import combine
 
 
 class Weights(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

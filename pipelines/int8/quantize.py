@@ -2,7 +2,7 @@
 
 The thinker's fp32 weights are 2.5 GB read for every token it writes; on two cores that is the
 whole cost of decoding. This writes every linear layer of the decoder and the output head as int8
-with one scale per output channel (symmetric: max |w| / 127), the format ``pipelines/vllm_w8.py``
+with one scale per output channel (symmetric: max |w| / 127), the format ``pipelines/int8/vllm_method.py``
 runs. Embeddings, norms and biases stay as they are. Deterministic: the same input gives the same
 bytes.
 """
@@ -25,8 +25,8 @@ def quantize_checkpoint(src: Path, out: Path) -> None:
     """``src`` (config.json, model.safetensors, tokenizer files) -> ``out``, int8."""
     from safetensors.torch import load_file, save_file
 
-    from .vllm_w8 import NAME
-    from .w8 import quantize
+    from pipelines.int8.vllm_method import NAME
+    from pipelines.int8.kernel import quantize
 
     tensors = load_file(src / "model.safetensors")
     written = {}

@@ -6,11 +6,11 @@ Whisper log-mel features of the zero-mean, unit-variance waveform (dsp/logmel.py
 probability that the speaker has finished. Intonation, a trailing "and...", a filled pause: it
 hears what a fixed silence cannot. What the pipeline heard of the turn (its transcript, and the
 thinker's judgement of whether the words end the message) is fused with it and the silence
-(pipelines/end_of_turn.py): on synthetic speech, where the prosody the model listens for is weak,
+(pipelines/turn_end/fusion.py): on synthetic speech, where the prosody the model listens for is weak,
 and on people's, the words carry most of the answer.
 
 The file comes out of the ``pipecat-ai`` wheel (``realtime-omni models prepare``, see
-pipelines/models.py); pipecat itself is never imported. Inference runs in one worker thread per
+pipelines/models/__init__.py); pipecat itself is never imported. Inference runs in one worker thread per
 server, on ``threads`` ONNX Runtime threads, once per pause of a speaker, never on the event loop.
 """
 
@@ -27,8 +27,8 @@ import numpy as np
 from dsp.logmel import RATE, log_mel
 from dsp.resample import resample
 
-from .base import Heard, TurnModel, TurnVerdict
-from .end_of_turn import Fusion
+from pipelines.base import Heard, TurnModel, TurnVerdict
+from pipelines.turn_end.fusion import Fusion
 
 WINDOW_S = 8  # the model's input: the last 8 s of the turn
 HEARD_WAIT_S = 1.5  # the longest a decision waits for what the pipeline heard (transcript, judgement)
@@ -54,7 +54,7 @@ class SmartTurn(TurnModel):
         if self._session is not None:
             return
         if self.path is None:
-            from . import models
+            from pipelines import models
 
             self.path = models.ensure(MODEL) / f"{MODEL}-cpu.onnx"
         options = ort.SessionOptions()

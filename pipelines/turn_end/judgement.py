@@ -15,7 +15,7 @@ punctuation, not the sentence.
 
 The judgement is one-sided: a high value says the words end a sentence, a low one may also be a
 complete answer that needs the question before it ("Tomorrow."), so the session fuses it with the
-audio and the silence so far (pipelines/end_of_turn.py) instead of trusting it alone.
+audio and the silence so far (pipelines/turn_end/fusion.py) instead of trusting it alone.
 """
 
 from __future__ import annotations

@@ -3,13 +3,13 @@
 vLLM's own CPU paths for small weights were measured too slow on a two-core AVX2 machine (README,
 docs): its 4-bit kernel turns about one weight per cycle into products, and oneDNN's int8 matmul
 limited to AVX2 is slower than fp32. This method stores every decoder linear layer and the output
-head as int8 with one scale per output channel, and runs them with ``pipelines/w8.py``'s kernel,
+head as int8 with one scale per output channel, and runs them with ``pipelines/int8/kernel.py``'s kernel,
 which streams the weights at memory speed. Activations stay float32 (the model's dtype); the
 embeddings, norms and biases are untouched.
 
 A checkpoint says ``"quantization_config": {"quant_method": "realtime_omni_w8"}`` and holds, per
 quantized layer, ``<layer>.weight`` (int8 [N, K]) and ``<layer>.weight_scale`` (float32 [N, 1]);
-``pipelines/quantize.py`` writes one. ``register()`` makes the method known to vLLM: the thinker
+``pipelines/int8/quantize.py`` writes one. ``register()`` makes the method known to vLLM: the thinker
 calls it before starting an engine, and the package's ``vllm.general_plugins`` entry point calls
 it in every vLLM process (engine cores, ``vllm serve``).
 """
@@ -36,7 +36,7 @@ def register() -> None:
     from vllm.model_executor.parameter import ChannelQuantScaleParameter, ModelWeightParameter
     from vllm.model_executor.utils import set_weight_attrs
 
-    from . import w8
+    from pipelines.int8 import kernel as w8
 
     def finish(layer: torch.nn.Module) -> None:
         """After loading: the kernel's layout (``w8.pack``) and float32 scales [N]."""

