@@ -787,7 +787,7 @@ def server_config() -> dict[str, Any]:
     return {
         "pipeline": {"kind": "synthetic", "options": {"input_rate": RATE}},
         "limits": {"max_buffer_seconds": MAX_BUFFER_S, "outbox_events": 4096},
-        "turn_model": {"model": None},
+        "turn_end": {"model": None},
         "session": {"audio": {"input": {"transcription": None}}},
     }
 

@@ -36,17 +36,18 @@ import numpy as np
 from bench.common import save
 from bench.metrics import dist
 from bench.turn_fixtures import RATE
-from pipelines.turn_end.fusion import logit
+from pipelines.turn_end.fusion import Fusion, Weights, logit
+from pipelines.turn_end.policy import TurnEndConfig
 
-CHECK_S = 0.2  # limits.end_of_turn_silence_ms
-MIN_RESUME_S = 0.26  # a pause's check (200 ms) and the least speech that starts a turn (60 ms)
+CHECK_S = TurnEndConfig().check_ms / 1000  # the silence at which the policy decides
+MIN_RESUME_S = CHECK_S + 0.06  # a pause's check and the least speech that starts a turn (60 ms)
 
 
 class Decisions:
     """The decisions of one set of rows as arrays, with what each one's commit would mean."""
 
     def __init__(self, rows: list[dict[str, Any]], longest_wait_s: float) -> None:
-        la, lw, room, kind, delay0, row_of = [], [], [], [], [], []
+        la, lw, shift, room, kind, delay0, row_of = [], [], [], [], [], [], []
         self.rows = rows
         for r, row in enumerate(rows):
             ds = [d for d in row["decisions"] if d.get("audio_p") is not None]
@@ -61,23 +62,27 @@ class Decisions:
                     k, space = ("split" if row["kind"] == "complete" else "cut"), max(0.0, (nxt - at) / RATE - MIN_RESUME_S)
                 la.append(logit(d["audio_p"]))
                 lw.append(np.nan if d.get("words_p") is None else logit(d["words_p"]))
+                shift.append(Fusion.words_shift(d.get("text")))  # the text rule, for a decision without a judgement
                 room.append(space)
                 kind.append(k)
                 delay0.append((at - row["end"]) / RATE + d["wall_ms"] / 1000)
                 row_of.append(r)
-        self.la, self.lw, self.room = np.array(la), np.array(lw), np.array(room)
+        self.la, self.lw, self.shift, self.room = np.array(la), np.array(lw), np.array(shift), np.array(room)
         self.kind, self.delay0, self.row_of = np.array(kind), np.array(delay0), np.array(row_of)
         self.longest = longest_wait_s
         self.complete = np.array([row["kind"] == "complete" for row in rows])
 
     def waits(self, w: dict[str, float], threshold: float) -> np.ndarray:
-        """Each decision's further silence to the end of the turn (inf: the longest wait)."""
-        words = np.isnan(self.lw)
-        z = w["bias"] + w["audio"] * self.la + w["words"] * np.where(words, 0.0, self.lw)
-        z_audio = self.la  # no judgement: the audio alone, as the audio-only weights do
-        z = np.where(words, z_audio, z)
+        """Each decision's further silence to the end of the turn (inf: the longest wait): the
+        product's fusion (pipelines/turn_end/fusion.py), ``w`` for the judged ones, the default
+        audio-only weights and the text rule for the rest."""
+        unjudged = np.isnan(self.lw)
+        fusion = Fusion(with_words=Weights(**w))
+        z = fusion.with_words.score(self.la, np.where(unjudged, 0.0, self.lw))
+        z_audio = fusion.audio_only.score(self.la) + (self.shift if fusion.text_rule else 0.0)
+        z = np.where(unjudged, z_audio, z)
         gap = logit(threshold) - z
-        k = np.where(words, 0.0, w["silence_per_s"])
+        k = np.where(unjudged, fusion.audio_only.silence_per_s, fusion.with_words.silence_per_s)
         out = np.where(gap <= 0, 0.0, np.where(k > 0, gap / np.maximum(k, 1e-9), np.inf))
         return np.minimum(out, self.longest - CHECK_S)
 
@@ -132,7 +137,8 @@ def main() -> None:
     parser.add_argument("--mode", default="semantic_auto+thinker")
     parser.add_argument("--max-cut", type=float, default=0.10)
     parser.add_argument("--max-split", type=float, default=0.10)
-    parser.add_argument("--longest-wait-s", type=float, default=4.0, help="the eagerness's longest wait (auto: 4 s)")
+    longest = TurnEndConfig().eagerness["medium"].max_wait_ms / 1000
+    parser.add_argument("--longest-wait-s", type=float, default=longest, help=f"the eagerness's longest wait (auto: {longest:g} s)")
     args = parser.parse_args()
     data = json.loads(open(args.result).read())
     rows = data["modes"][args.mode]["rows"]

@@ -59,8 +59,10 @@ from bench.metrics import dist
 from bench.turn_fixtures import RATE, Fixture, fixtures
 from dsp.g711 import pcm_to_ulaw, ulaw_to_pcm
 from dsp.resample import resample
-from pipelines.base import Capabilities, Heard, OutputChunk, Pipeline, PipelineSession, ResponseRequest, TurnModel, TurnVerdict
+from pipelines.base import Capabilities, Heard, OutputChunk, Pipeline, PipelineSession, ResponseRequest, TurnModel
+from pipelines.cascade.hearing import Hearing
 from pipelines.turn_end.fusion import Fusion, Weights
+from pipelines.turn_end.policy import Decision, Hear, TurnEndConfig, TurnEndPolicy
 from realtime_omni.config import Limits
 from realtime_omni.metrics import Metrics
 from realtime_omni.protocol import events as ev
@@ -68,7 +70,7 @@ from realtime_omni.session import Session
 from realtime_omni.session.config import SessionConfig
 
 LEAD_MS = 600
-PAUSE_MS = 100  # configs/cpu.yaml's limits.pause_ms: where the cascade starts its ASR pass (and judgement)
+PAUSE_MS = 100  # configs/cpu.yaml's turn_end.pause_ms: where the cascade starts hearing (and judging)
 TAIL_MS = 8600  # past the longest wait (low: 8 s)
 FRAME = RATE // 50
 MODES = [
@@ -88,9 +90,10 @@ INSTRUCTIONS = "You are a helpful assistant. Always reply in English with one sh
 
 
 class Listening(Pipeline):
-    """Listens only: at each pause, optionally, the turn so far is transcribed as the CPU cascade
-    does for its speculation, and, with a thinker, the words judged by it as the cascade judges
-    them (the prefix streamed in when speech starts, the words given to it at the pause)."""
+    """Listens only, through the CPU cascade's own ``Hearing``: at each pause, optionally, the turn
+    so far is transcribed and, with a thinker, its words judged, as a fresh session of the cascade
+    does (the conversation's prefix streamed in when speech starts, the words judged in it at the
+    pause, within the turn-end policy's bound)."""
 
     capabilities = Capabilities(name="bench-turns", input_rate=RATE)
 
@@ -99,89 +102,86 @@ class Listening(Pipeline):
         self.thinker = thinker
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="asr")
         self.prefix = [] if thinker is None else thinker.prefix(INSTRUCTIONS, [])
+        self.counts: dict[str, float] = {"words_judged": 0, "words_judged_streamed": 0}
 
     def open(self, session_id: str) -> PipelineSession:
-        return _Listening(self)
+        return _Listening(self, session_id)
+
+    async def transcribe(self, pcm: np.ndarray) -> str:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, self.listener.transcribe, pcm)
 
 
 class _Listening(PipelineSession):
-    def __init__(self, pipeline: Listening) -> None:
+    def __init__(self, pipeline: Listening, session_id: str) -> None:
         self.pipeline = pipeline
         self.turn: list[np.ndarray] = []
-        self.heard_now: asyncio.Task[Heard] | None = None
-        self.judging = False
         self.streamed: Any = None
+        self.tasks: set[asyncio.Future[Any]] = set()
+        self.hearing = Hearing(pipeline.transcribe, pipeline.thinker, "bench-turns", pipeline.counts, self._background, session_id)
+
+    def _background(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     def judge_words(self, on: bool) -> None:
-        self.judging = on and self.pipeline.thinker is not None
+        self.hearing.judging = on and self.pipeline.thinker is not None
 
     def feed(self, pcm: np.ndarray) -> None:
         self.turn.append(pcm)
 
     def listen(self, request: ResponseRequest | None) -> None:
-        if self.judging and self.streamed is None:
+        if self.hearing.judging and self.streamed is None:
             self.streamed = self.pipeline.thinker.open_prompt(self.pipeline.prefix, "bench-turns", judging=True)
 
     def pause(self, request: ResponseRequest | None) -> None:
         if self.pipeline.listener is not None and self.turn:
-            self.heard_now = asyncio.ensure_future(self._hear(np.concatenate(self.turn)))
-
-    async def _hear(self, audio: np.ndarray) -> Heard:
-        p = self.pipeline
-        text = await asyncio.get_running_loop().run_in_executor(p.pool, p.listener.transcribe, audio)
-        if not self.judging:
-            return Heard(text)
-        streamed, self.streamed = self.streamed, None
-        try:
-            return Heard(text, await p.thinker.words_end(p.prefix, text, "bench-turns", streamed))
-        finally:
-            if streamed is not None:
-                await streamed.close()
+            streamed, self.streamed = self.streamed, None
+            self.hearing.pause(np.concatenate(self.turn), self.pipeline.prefix, streamed)
 
     def resume(self) -> None:
-        self._drop()
+        self.hearing.drop()
         self.listen(None)
-
-    def _drop(self) -> None:
-        if self.heard_now is not None:
-            self.heard_now.cancel()
-        self.heard_now = None
 
     def commit(self, item_id: str) -> None:
         self.turn = []
-        self._drop()
+        heard = self.hearing.keep()
+        if heard is not None:
+            heard.void(self._background)
 
     def clear(self) -> None:
         self.turn = []
-        self._drop()
+        self.hearing.drop()
 
-    async def heard(self) -> Heard | None:
-        return None if self.heard_now is None else await asyncio.shield(self.heard_now)
+    async def heard(self, within_s: float) -> Heard | None:
+        return await self.hearing.heard(within_s)
 
     async def respond(self, request: ResponseRequest) -> AsyncIterator[OutputChunk]:
         return
         yield
 
     async def close(self) -> None:
-        self._drop()
+        self.hearing.drop()
         if self.streamed is not None:
             await self.streamed.close()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
-class Timed(TurnModel):
-    """The model, with each decision's wall time (from the pause to the verdict), CPU time, inputs
-    and stream position (``position()``, set by the replay)."""
+class Timed(TurnEndPolicy):
+    """The product's turn-end policy, with each decision's wall time (from the check to the
+    decision), CPU time, inputs and stream position (``position()``, set by the replay)."""
 
-    def __init__(self, model: TurnModel) -> None:
-        self.model = model
-        self.name = model.name
+    def __init__(self, config: TurnEndConfig, model: TurnModel) -> None:
+        super().__init__(config, model)
         self.decisions: list[dict[str, Any]] = []
         self.position = lambda: 0
 
-    async def judge(self, pcm: np.ndarray, rate: int, heard: Awaitable[Heard | None] | None = None) -> TurnVerdict:
+    async def decide(self, pcm: np.ndarray, rate: int, eagerness: str, hear: Hear | None) -> Decision:
         t0 = time.perf_counter()
-        verdict = await self.model.judge(pcm, rate, heard)
+        decision = await super().decide(pcm, rate, eagerness, hear)
         wall = (time.perf_counter() - t0) * 1000
+        verdict = decision.verdict
+        assert verdict is not None
         self.decisions.append(
             {
                 "at": self.position(),
@@ -191,10 +191,10 @@ class Timed(TurnModel):
                 "audio_p": verdict.audio_probability,
                 "words_p": verdict.words_probability,
                 "text": verdict.transcript,
-                "wait_s": verdict.wait_s(0.5),
+                "wait_s": decision.wait_s,
             }
         )
-        return verdict
+        return decision
 
 
 def session_config(mode: str) -> ev.SessionObject:
@@ -216,7 +216,7 @@ async def replay(fixture: Fixture, mode: str, pipeline: Listening, model: Timed,
     audio = np.clip(audio.astype(np.int32) + np.resize(noise, len(audio)), -32768, 32767).astype(np.int16)
     caps = pipeline.capabilities
     config = SessionConfig.default(caps, "bench").updated(session_config(mode), caps)
-    session = Session(pipeline, config, Limits(pause_ms=PAUSE_MS), Metrics(), turn_model=None if mode == "server_vad" else model)
+    session = Session(pipeline, config, Limits(), Metrics(), turn_end=model)
     await session.start()
     first_decision = len(model.decisions)
     end = lead + (len(speech) if fixture.end is None else fixture.end)  # a recording's own silence follows its speech
@@ -341,7 +341,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from pipelines import models
     from pipelines.turn_end.smart_turn import SmartTurn
 
-    model = Timed(SmartTurn(threads=1, fusion=fusion(args.weights)))
+    model = Timed(TurnEndConfig(pause_ms=PAUSE_MS, fusion=fusion(args.weights)), SmartTurn(threads=1))
     model.model.load()
     listener = None
     if any(m.endswith(("+asr", "+thinker")) for m in args.modes):
@@ -357,7 +357,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     print(f"{len(made)} fixtures {sizes} ready in {time.monotonic() - t0:.0f} s", flush=True)
     noise = (np.random.default_rng(args.seed).standard_normal(RATE * 20) * 20).astype(np.int32)  # about -64 dBFS
     result: dict[str, Any] = {"machine": machine(), "cpu": describe(args.isa), "set": args.set, "limit": args.limit, "fixtures": sizes, "modes": {}}
-    result["fusion"] = msgspec.to_builtins(model.model.fusion)
+    result["fusion"] = msgspec.to_builtins(model.config.fusion)
     for mode in args.modes:
         pipeline = Listening(listener if mode.endswith(("+asr", "+thinker")) else None, thinker if mode.endswith("+thinker") else None)
         rows = [await replay(f, mode, pipeline, model, noise) for f in made]

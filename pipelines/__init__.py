@@ -7,7 +7,6 @@ import importlib
 from typing import Any
 
 from pipelines.base import Pipeline, TurnModel
-from pipelines.turn_end.fusion import Fusion
 
 KINDS = {
     "synthetic": "pipelines.synthetic",
@@ -24,9 +23,9 @@ def create(kind: str, options: dict[str, Any]) -> Pipeline:
     return importlib.import_module(module).create(options)
 
 
-def turn_model(name: str, threads: int = 1, fusion: Fusion | None = None) -> TurnModel:
-    """semantic_vad's end-of-turn model by name (not loaded yet: ``load()`` it in a worker thread),
-    fusing its verdict with the words and the silence by ``fusion``'s weights."""
+def turn_model(name: str, threads: int = 1) -> TurnModel:
+    """semantic_vad's end-of-turn model on the sound, by name (not loaded yet: ``load()`` it in a
+    worker thread); the turn-end policy (pipelines/turn_end/policy.py) weighs its verdict."""
     from pipelines.turn_end.smart_turn import create as create_turn_model
 
-    return create_turn_model(name, threads, fusion)
+    return create_turn_model(name, threads)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
@@ -222,10 +222,11 @@ class PipelineSession(abc.ABC):
         """semantic_vad asks (``on``) for the thinker's judgement of the turn's end at each
         ``pause`` (``Heard.ends``); a pipeline that cannot give one ignores it."""
 
-    async def heard(self) -> "Heard | None":
-        """What this pipeline made of the open turn up to the last ``pause``, if it makes
-        anything anyway (the cascade transcribes for its speculation); None otherwise.
-        semantic_vad's end-of-turn decision weighs it."""
+    async def heard(self, within_s: float) -> "Heard | None":
+        """What this pipeline heard of the open turn up to the last ``pause`` (the cascade's
+        ``Hearing``: its words, and the thinker's judgement of them when asked), or None when it
+        hears nothing. Returns within ``within_s``: what is not ready by then is left out.
+        semantic_vad's turn-end policy weighs it."""
         return None
 
     async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript | None:
@@ -280,7 +281,8 @@ def logit(p: float, floor: float = 1e-12) -> float:
 
 class TurnModel(abc.ABC):
     """An end-of-turn classifier (semantic turn detection): has the speaker finished, judged from
-    the audio of their turn so far? Shared by every session of a server, whatever its pipeline."""
+    the sound of their turn so far? Shared by every session of a server, whatever its pipeline;
+    the turn-end policy (pipelines/turn_end/policy.py) weighs its verdict with the words."""
 
     name: str
     max_seconds: float = 8.0  # the most of a turn's end it hears; sessions send no more
@@ -289,10 +291,9 @@ class TurnModel(abc.ABC):
         """Load and warm the model (blocking: the server calls it in a worker thread)."""
 
     @abc.abstractmethod
-    async def judge(self, pcm: np.ndarray, rate: int, heard: Awaitable[Heard | None] | None = None) -> TurnVerdict:
+    async def judge(self, pcm: np.ndarray, rate: int) -> TurnVerdict:
         """The verdict on a turn's audio (mono int16 at ``rate``, from its start to now, ending
-        with the silence that made the session ask), weighing what the pipeline heard of the
-        turn when it gives it (``heard``, awaited alongside). Runs off the event loop."""
+        with the silence that made the session ask). Runs off the event loop."""
 
     def close(self) -> None:
         """Release the model."""

@@ -9,7 +9,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from pipelines.turn_end.fusion import Fusion
+from pipelines.turn_end.policy import TurnEndConfig
 
 from .protocol import events as ev
 
@@ -28,10 +28,6 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     outbox_events: int = 512  # server events queued per session before producers wait
     send_timeout_s: float = 10.0  # a client that does not take an event for this long is dropped
     max_out_of_band: int = 4  # concurrent conversation:"none" responses per session
-    pause_ms: int = 200  # silence after which pipelines may start speculative work
-    # semantic_vad: the silence after which the end-of-turn model judges the turn; a turn it judges
-    # finished ends there (its audio, and audio_end_ms, include this much silence)
-    end_of_turn_silence_ms: int = 200
     # A pipeline stage that gives nothing for this long (its first output, or the next, or an input
     # transcript) fails its response with an `error` (a hung Whisper, Piper or engine): the session goes on.
     stage_timeout_s: float = 30.0
@@ -89,16 +85,6 @@ class SipConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     interruption_guard: InterruptionGuard = msgspec.field(default_factory=lambda: InterruptionGuard(min_speech_ms=300))
 
 
-class TurnModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """semantic_vad's end-of-turn model, shared by every session whatever the pipeline."""
-
-    model: str | None = "smart-turn-v3.2"  # None: semantic_vad waits a fixed silence per eagerness
-    threads: int = 1  # ONNX Runtime threads for one decision (decisions run one at a time)
-    # how the audio's verdict, the thinker's judgement of the words and the silence are weighed
-    # (pipelines/turn_end/fusion.py; the defaults were fitted by `python -m bench turn_fit`)
-    fusion: Fusion = msgspec.field(default_factory=Fusion)
-
-
 class PipelineConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kind: str
     options: dict[str, Any] = {}
@@ -111,7 +97,8 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     api_key: str | None = None
     model: str = "realtime-omni"  # reported when a client names no model
     limits: Limits = msgspec.field(default_factory=Limits)
-    turn_model: TurnModelConfig = msgspec.field(default_factory=TurnModelConfig)
+    # when a user's turn ends: semantic_vad's model, the fusion, the eagerness, the silences (pipelines/turn_end/policy.py)
+    turn_end: TurnEndConfig = msgspec.field(default_factory=TurnEndConfig)
     session: ev.SessionObject = msgspec.field(default_factory=ev.SessionObject)  # defaults for new sessions (GA shape)
     # On SIGTERM: /healthz 503 at once, open sessions run on up to this long, then each is told to
     # reconnect (server_shutting_down) and given as long again to close.

@@ -12,6 +12,7 @@ from typing import Protocol
 
 import pipelines
 from pipelines.base import Pipeline, TurnModel
+from pipelines.turn_end.policy import TurnEndPolicy
 
 from .config import ServerConfig
 from .errors import RealtimeError
@@ -63,7 +64,8 @@ class Server:
         self.config = config
         self.metrics = Metrics(config.timings_log)
         self.pipeline = pipeline or pipelines.create(config.pipeline.kind, config.pipeline.options)
-        self.turn_model = turn_model  # semantic_vad's end-of-turn model, loaded by start() from config.turn_model
+        # when a user's turn ends (config.turn_end); its sound model is loaded by start()
+        self.turn_end = TurnEndPolicy(config.turn_end, turn_model)
         self.metrics.watch_pipeline(self.pipeline.stats)
         self.loop_watch = LoopWatch(self.metrics.registry)
         self.sessions: set[Session] = set()
@@ -96,7 +98,7 @@ class Server:
             self.defaults = SessionConfig.default(caps, self.config.model).updated(self.config.session, caps)
         except RealtimeError as err:
             raise ValueError(f"invalid 'session' in the server config: {err.message}") from None
-        await self._load_turn_model()
+        await self._load_turn_end()
         await self.state.start(self.replica, self.url, lambda: len(self.sessions))
         self.loop_watch.start()
         await self.pipeline.start()
@@ -105,21 +107,22 @@ class Server:
         self._trimmer = asyncio.create_task(self._trim_memory(), name="memory-trim")
         log.info("ready: pipeline %s", caps.name)
 
-    async def _load_turn_model(self) -> None:
-        """semantic_vad's model. Without it (not installed, not loadable) semantic_vad still works,
-        on a fixed silence per eagerness, and the server says so."""
-        name = self.config.turn_model.model
-        if self.turn_model is None and name:
+    async def _load_turn_end(self) -> None:
+        """semantic_vad's model on the sound. Without it (not installed, not loadable) semantic_vad
+        still works, on a fixed silence per eagerness, and the server says so."""
+        policy, name = self.turn_end, self.config.turn_end.model
+        loop = asyncio.get_running_loop()
+        if policy.model is None and name:
             try:
-                self.turn_model = pipelines.turn_model(name, self.config.turn_model.threads, self.config.turn_model.fusion)
-                await asyncio.get_running_loop().run_in_executor(None, self.turn_model.load)
+                model = pipelines.turn_model(name, self.config.turn_end.threads)
+                await loop.run_in_executor(None, model.load)
+                policy.model = model
             except Exception as exc:
                 log.warning("semantic_vad falls back to fixed silences: the end-of-turn model %s is unavailable (%s)", name, exc)
-                self.turn_model = None
-        elif self.turn_model is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.turn_model.load)
-        if self.turn_model is not None:
-            log.info("semantic_vad: end-of-turn model %s", self.turn_model.name)
+        elif policy.model is not None:
+            await loop.run_in_executor(None, policy.model.load)
+        if policy.model is not None:
+            log.info("semantic_vad: end-of-turn model %s", policy.model.name)
 
     async def _watch_for_failure(self, every_s: float = 0.5, grace_s: float = 1.0) -> None:
         """A pipeline failed for good (``Pipeline.failed``): with ``on_pipeline_failure: exit``, let
@@ -166,8 +169,7 @@ class Server:
         await self.state.stop()
         await self.loop_watch.stop()
         await self.pipeline.stop()
-        if self.turn_model is not None:
-            self.turn_model.close()
+        self.turn_end.close()
 
     def authorized(self, key: str | None) -> bool:
         """The server's own API key (or any key when it has none). Ephemeral keys: see ``admit``."""
@@ -259,7 +261,7 @@ class Server:
             media=media,
             beta=beta,
             timing_metadata=self.config.timing_metadata,
-            turn_model=self.turn_model,
+            turn_end=self.turn_end,
         )
         self.sessions.add(session)
         self.metrics.sessions_total.labels(transport).inc()

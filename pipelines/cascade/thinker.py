@@ -31,9 +31,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from pipelines.turn_end import judgement
-from pipelines.sentences import SentenceLimit
 from pipelines.remote import RemoteEngine, RemoteOptions
+from pipelines.sentences import SentenceLimit
+from pipelines.turn_end import judgement
 
 log = logging.getLogger(__name__)
 

@@ -1,34 +1,32 @@
-"""semantic_vad's decision: the audio's verdict, the thinker's and the silence, fused.
+"""semantic_vad's verdict: the sound's, the words' and the silence's, weighed as one logistic model.
 
 Three things say whether a pause ends the user's turn: Smart Turn's probability from the sound
-(pipelines/turn_end/smart_turn.py), the thinker's probability that the words so far end the message
-(pipelines/turn_end/judgement.py, when the pipeline judges them), and how long the silence has lasted.
-They are fused as one logistic model:
+(``smart_turn.py``), the thinker's probability that the words so far end the message
+(``judgement.py``, when the pipeline judged them), and how long the silence has lasted:
 
     logit P(finished) = bias + audio * logit(P_audio) + words * logit(P_words) + silence_per_s * seconds
 
-whose weights were fitted on the end-of-turn bench (``python -m bench turn_fit``, over
-``bench.turns`` rows; docs/turn-taking.md) and can be set in the config (``turn_model.fusion``).
-The session asks once per pause, at ``limits.end_of_turn_silence_ms``: a turn at or over the
-eagerness's threshold ends there; one below it ends after the further silence that brings it
-there (``TurnVerdict.wait_s``), unless the user speaks on first or the eagerness's longest wait
-comes sooner. So a fragment ("I'd like to book a table for") waits long, a finished question ends
-at once, and a short answer the words alone cannot place ("Tomorrow.") ends after a second or so.
-
-Without the thinker's judgement (a pipeline that makes none, or one that came too late) the
-audio weights apply: Smart Turn's probability alone, as before the thinker judged, shifted by the
-transcript's last words where there is one (pipelines/turn_end/text_rule.py).
+``with_words`` weighs a pause whose words the thinker judged; ``audio_only`` one it did not (a
+pipeline that makes no judgement, or one that came too late), and there, when the pipeline heard
+words, the text rule's odds (``text_rule.py``) are added unless ``text_rule`` is off. The weights
+were fitted on the end-of-turn bench (``python -m bench turn_fit`` over ``bench.turns`` rows,
+docs/turn-taking.md) and are set in the config (``turn_end.fusion``). The policy (``policy.py``)
+asks once per check: a verdict at or over the eagerness's threshold ends the turn there; one below
+it ends after the further silence that brings it there (``TurnVerdict.wait_s``).
 """
 
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 import msgspec
 
 from pipelines.base import Heard, TurnVerdict
 from pipelines.base import logit as _logit
-from pipelines.turn_end.text_rule import combine
+from pipelines.turn_end.text_rule import odds_factor
+
+Z = TypeVar("Z")  # a float, or a numpy array of them (bench/turn_fit.py scores a whole grid at once)
 
 
 class Weights(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -36,6 +34,10 @@ class Weights(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=T
     audio: float = 1.0  # on logit(Smart Turn's probability)
     words: float = 0.0  # on logit(the thinker's probability that the words end the message)
     silence_per_s: float = 0.0  # per second of silence after the check
+
+    def score(self, audio_logit: Z, words_logit: Z | float = 0.0) -> Z:
+        """The logit of P(finished) at the check."""
+        return self.bias + self.audio * audio_logit + self.words * words_logit  # type: ignore[return-value,operator]
 
 
 # Fitted by bench/turn_fit.py on a bench.turns run's decisions (docs/turn-taking.md: which run, and
@@ -46,17 +48,23 @@ WITH_WORDS = Weights(bias=-1.5, audio=0.5, words=0.5, silence_per_s=2.0)
 
 class Fusion(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     with_words: Weights = WITH_WORDS  # the thinker judged the words
-    audio_only: Weights = Weights()  # it did not: the audio (and the transcript's last words)
+    audio_only: Weights = Weights()  # it did not
+    text_rule: bool = True  # without a judgement, the transcript's last words shift the odds (text_rule.py)
 
     def verdict(self, audio: float, cpu_ms: float, heard: Heard | None) -> TurnVerdict:
         text = heard.text if heard is not None else None
         if heard is None or heard.ends is None:
             w = self.audio_only
-            p = combine(audio, text) if w == Weights() else _sigmoid(w.bias + w.audio * logit(audio))
-            return TurnVerdict(p, cpu_ms, audio, text, None, w.silence_per_s)
+            z = w.score(logit(audio)) + (self.words_shift(text) if self.text_rule else 0.0)
+            return TurnVerdict(_sigmoid(z), cpu_ms, audio, text, None, w.silence_per_s)
         w = self.with_words
-        z = w.bias + w.audio * logit(audio) + w.words * logit(heard.ends)
+        z = w.score(logit(audio), logit(heard.ends))
         return TurnVerdict(_sigmoid(z), cpu_ms, audio, text, heard.ends, w.silence_per_s)
+
+    @staticmethod
+    def words_shift(text: str | None) -> float:
+        """The text rule's shift of the logit for a transcript (0: no opinion)."""
+        return math.log(odds_factor(text))
 
 
 def logit(p: float) -> float:

@@ -4,10 +4,10 @@ A Whisper-tiny-sized encoder with a classification head, exported to ONNX (about
 takes the last 8 s of the turn at 16 kHz (shorter turns are padded with silence in front) as
 Whisper log-mel features of the zero-mean, unit-variance waveform (dsp/logmel.py) and gives the
 probability that the speaker has finished. Intonation, a trailing "and...", a filled pause: it
-hears what a fixed silence cannot. What the pipeline heard of the turn (its transcript, and the
-thinker's judgement of whether the words end the message) is fused with it and the silence
-(pipelines/turn_end/fusion.py): on synthetic speech, where the prosody the model listens for is weak,
-and on people's, the words carry most of the answer.
+hears what a fixed silence cannot. The turn-end policy (``policy.py``) fuses it with what the
+pipeline heard of the turn (its words, and the thinker's judgement of them) and the silence: on
+synthetic speech, where the prosody the model listens for is weak, and on people's, the words carry
+most of the answer.
 
 The file comes out of the ``pipecat-ai`` wheel (``realtime-omni models prepare``, see
 pipelines/models/__init__.py); pipecat itself is never imported. Inference runs in one worker thread per
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,22 +25,18 @@ import numpy as np
 
 from dsp.logmel import RATE, log_mel
 from dsp.resample import resample
-
-from pipelines.base import Heard, TurnModel, TurnVerdict
-from pipelines.turn_end.fusion import Fusion
+from pipelines.base import TurnModel, TurnVerdict
 
 WINDOW_S = 8  # the model's input: the last 8 s of the turn
-HEARD_WAIT_S = 1.5  # the longest a decision waits for what the pipeline heard (transcript, judgement)
 MODEL = "smart-turn-v3.2"
 
 
 class SmartTurn(TurnModel):
     name = MODEL
 
-    def __init__(self, path: Path | None = None, threads: int = 1, fusion: Fusion | None = None) -> None:
+    def __init__(self, path: Path | None = None, threads: int = 1) -> None:
         self.path = path
         self.threads = threads
-        self.fusion = fusion or Fusion()
         self._session = None
         self._input = "input_features"
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="smart-turn")
@@ -89,31 +84,15 @@ class SmartTurn(TurnModel):
         self.cpu_ms_total += cpu_ms
         return TurnVerdict(p, cpu_ms)
 
-    async def judge(self, pcm: np.ndarray, rate: int, heard: Awaitable[Heard | None] | None = None) -> TurnVerdict:
-        audio = asyncio.get_running_loop().run_in_executor(self._pool, self._decide, pcm, rate)
-        words = None if heard is None else await _within(heard, HEARD_WAIT_S)
-        verdict = await audio
-        return self.fusion.verdict(verdict.probability, verdict.cpu_ms, words)
+    async def judge(self, pcm: np.ndarray, rate: int) -> TurnVerdict:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._decide, pcm, rate)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._session = None
 
 
-async def _within(heard: Awaitable[Heard | None], seconds: float) -> Heard | None:
-    """What the pipeline heard, or None when it fails or takes longer than ``seconds`` (audio alone then)."""
-    try:
-        async with asyncio.timeout(seconds):
-            return await heard
-    except (TimeoutError, asyncio.CancelledError):
-        if asyncio.current_task().cancelling():  # type: ignore[union-attr]
-            raise
-        return None
-    except Exception:
-        return None
-
-
-def create(model: str, threads: int = 1, fusion: Fusion | None = None) -> TurnModel:
+def create(model: str, threads: int = 1) -> TurnModel:
     if model != MODEL:
         raise ValueError(f"unknown end-of-turn model {model!r}; known: {MODEL}")
-    return SmartTurn(threads=threads, fusion=fusion)
+    return SmartTurn(threads=threads)

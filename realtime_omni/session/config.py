@@ -37,25 +37,6 @@ SERVER_VAD_DEFAULTS = ev.ServerVad(
     idle_timeout_ms=None,
 )
 SEMANTIC_VAD_DEFAULTS = ev.SemanticVad(eagerness="auto", create_response=True, interrupt_response=True)
-# Without a semantic end-of-turn model, semantic_vad waits a fixed silence per eagerness.
-SEMANTIC_SILENCE_MS = {"low": 1500, "medium": 800, "auto": 800, "high": 400}
-
-
-@dataclass(frozen=True)
-class EndOfTurnPolicy:
-    """semantic_vad with an end-of-turn model: how sure the model must be that the user has finished,
-    and the longest silence a turn it judged unfinished waits through (OpenAI's max timeouts)."""
-
-    threshold: float
-    max_wait_ms: int
-
-
-EAGERNESS = {
-    "low": EndOfTurnPolicy(0.8, 8000),
-    "medium": EndOfTurnPolicy(0.5, 4000),
-    "high": EndOfTurnPolicy(0.2, 2000),
-}
-EAGERNESS["auto"] = EAGERNESS["medium"]
 
 
 @dataclass(frozen=True)
@@ -64,11 +45,11 @@ class VadSettings:
 
     threshold: float
     prefix_padding_ms: int
-    silence_duration_ms: int  # semantic_vad: the fixed silence used when no end-of-turn model is loaded
+    silence_duration_ms: int | None  # None (semantic_vad): the turn-end policy's for the eagerness
     create_response: bool
     interrupt_response: bool
     idle_timeout_ms: int | None
-    end_of_turn: EndOfTurnPolicy | None = None  # semantic_vad
+    eagerness: str | None = None  # semantic_vad (what it means: pipelines/turn_end/policy.py)
 
 
 class SessionConfig:
@@ -156,9 +137,7 @@ def _vad_settings(td: ev.TurnDetection | None) -> VadSettings | None:
         return VadSettings(
             td.threshold, td.prefix_padding_ms, td.silence_duration_ms, td.create_response, td.interrupt_response, td.idle_timeout_ms
         )
-    return VadSettings(
-        0.5, 300, SEMANTIC_SILENCE_MS[td.eagerness], td.create_response, td.interrupt_response, None, EAGERNESS[td.eagerness]
-    )
+    return VadSettings(0.5, 300, None, td.create_response, td.interrupt_response, None, td.eagerness)
 
 
 def merge(current: msgspec.Struct, update: msgspec.Struct) -> msgspec.Struct:

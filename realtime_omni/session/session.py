@@ -32,7 +32,8 @@ from typing import ClassVar
 import msgspec
 import numpy as np
 
-from pipelines.base import Capabilities, Pipeline, TurnModel
+from pipelines.base import Capabilities, Pipeline
+from pipelines.turn_end.policy import TurnEndPolicy
 
 from ..config import InterruptionGuard, Limits
 from ..errors import RealtimeError
@@ -95,7 +96,7 @@ class Session:
         media: Media = Media(),
         beta: bool = False,
         timing_metadata: bool = False,
-        turn_model: TurnModel | None = None,
+        turn_end: TurnEndPolicy | None = None,
     ) -> None:
         session_id = new_id("sess")
         caps = pipeline.capabilities
@@ -122,7 +123,7 @@ class Session:
             self.transcriber,
             playout=self.playout,
             guard=media.interruption_guard,
-            turn_model=turn_model,
+            turn_end=turn_end or TurnEndPolicy(),
         )
 
     # What transports and the server read of a session.

@@ -8,13 +8,15 @@ interrupts the answer playing (barge-in), and one that ends is committed as a us
 as ``Answering``. While a turn is open the pipeline is fed its audio as it comes, and told what
 request would follow (``PipelineSession.listen``/``pause``) so it may start early.
 
-semantic_vad with an end-of-turn model (a ``TurnModel`` port the server injects): at each pause of
-``Limits.end_of_turn_silence_ms`` the turn's audio goes to the model, and a turn it judges finished
-ends there; one judged unfinished waits on for more speech, or for the eagerness's longest wait.
-Until speech resumes the pipeline is fed nothing past that pause, so whatever the verdict the item
-is exactly the audio fed and speculation started at the pause stays valid. The verdict is awaited
-before the next frame is judged (it runs in the model's worker thread, not on the loop), so the
-outcome is the same however fast the audio comes.
+The turn-end policy (``TurnEndPolicy``, shared by the server's sessions) says what the silences
+mean: where pipelines may start ahead (its ``pause_ms``), semantic_vad's silence per eagerness, and,
+with an end-of-turn model, the decision at each check (``check_ms`` into a pause), asked once per
+check with the turn's audio and what the pipeline heard. A turn it judges finished ends there; one
+judged unfinished waits on for more speech, or for the silence the decision gave it. Until speech
+resumes the pipeline is fed nothing past that pause, so whatever the decision the item is exactly
+the audio fed and speculation started at the pause stays valid. The decision is awaited before the
+next frame is judged (the model runs in its worker thread, not on the loop), so the outcome is the
+same however fast the audio comes.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pipelines.base import ResponseRequest, TurnModel
+from pipelines.base import ResponseRequest
+from pipelines.turn_end.policy import TurnEndPolicy
 
 from ..config import InterruptionGuard
 from ..errors import RealtimeError
@@ -38,7 +41,15 @@ from .idle import IdleTimeout
 from .playout import Cut, Playout
 from .run import Runs
 from .transcription import Transcriber
-from .turns import ONSET_LOOKBACK_MS, EndCheck, Paused, Resumed, SpeechStarted, SpeechStopped, TurnDetector
+from .turns import (
+    ONSET_LOOKBACK_MS,
+    EndCheck,
+    Paused,
+    Resumed,
+    SpeechStarted,
+    SpeechStopped,
+    TurnDetector,
+)
 from .user_input import UserInput, UserTurn
 
 log = logging.getLogger(__name__)
@@ -73,7 +84,7 @@ class TurnTaking:
         *,
         playout: Playout | None,
         guard: InterruptionGuard | None,
-        turn_model: TurnModel | None,
+        turn_end: TurnEndPolicy,
     ) -> None:
         self.ctx = ctx
         self.user = user
@@ -83,7 +94,7 @@ class TurnTaking:
         self.transcriber = transcriber
         self.playout = playout
         self.guard = guard  # telephony: see ``_guard_holds``
-        self.turn_model = turn_model  # semantic_vad's end-of-turn model (None: a fixed silence per eagerness)
+        self.turn_end = turn_end
         self.detector: TurnDetector | None = None
         self._judging = False  # what the pipeline was told (judge_words): nothing, until semantic_vad
         self._input = InputConverter(ctx.config.input_format, ctx.caps.input_rate)
@@ -107,16 +118,17 @@ class TurnTaking:
         counts from the buffer's end, so its positions stay those of the session's input."""
         ctx = self.ctx
         self.user.turn = None
-        vad = ctx.config.vad
+        vad, policy = ctx.config.vad, self.turn_end
         origin = self.user.buffer.end
+        pause_ms = policy.config.pause_ms
         if vad is None:
             self.detector = None
-        elif vad.end_of_turn is not None and self.turn_model is not None:  # semantic_vad with its model
-            settings = replace(vad, silence_duration_ms=vad.end_of_turn.max_wait_ms)
-            check = ctx.limits.end_of_turn_silence_ms
-            self.detector = TurnDetector(settings, ctx.caps.input_rate, ctx.limits.pause_ms, check_ms=check, origin=origin)
+        elif vad.eagerness is not None:  # semantic_vad: its silences are the policy's
+            settings = replace(vad, silence_duration_ms=policy.silence_ms(vad.eagerness))
+            check = policy.config.check_ms if policy.judges(vad.eagerness) else None
+            self.detector = TurnDetector(settings, ctx.caps.input_rate, pause_ms, check_ms=check, origin=origin)
         else:
-            self.detector = TurnDetector(vad, ctx.caps.input_rate, ctx.limits.pause_ms, origin=origin)
+            self.detector = TurnDetector(vad, ctx.caps.input_rate, pause_ms, origin=origin)
         # semantic_vad's decision weighs the thinker's judgement of the words: ask for it at each pause
         judging = self.detector is not None and self.detector.checks
         if judging != self._judging:
@@ -267,9 +279,9 @@ class TurnTaking:
             await self.answering.start(ev.ResponseParams(), started_at=time.perf_counter())
 
     async def _end_check(self, detector: TurnDetector, e: EndCheck) -> None:
-        """semantic_vad: a pause long enough to ask the end-of-turn model. A turn it judges
-        finished ends here; one it gives more time (``TurnVerdict.wait_s``) ends after that much
-        more silence, unless speech comes first; otherwise the eagerness's longest wait ends it."""
+        """semantic_vad: a pause long enough to ask the turn-end policy. A turn it judges finished
+        ends here; one it gives more time (``Decision.wait_s``) ends after that much more silence,
+        unless speech comes first; otherwise the eagerness's longest wait ends it."""
         turn = self.user.turn
         if turn is None:
             return
@@ -285,31 +297,33 @@ class TurnTaking:
             detector.end_turn()
             await self._speech_stopped(e.at)
         elif wait is not None:
-            detector.end_after(self.ctx.limits.end_of_turn_silence_ms + wait * 1000)
+            detector.end_after(self.turn_end.config.check_ms + wait * 1000)
 
     async def _judge(self, turn: UserTurn, end: int) -> float | None:
         """Seconds of further silence after which the turn is finished (0: now; None: the longest wait)."""
-        ctx, model, vad = self.ctx, self.turn_model, self.ctx.config.vad
-        if model is None or vad is None or vad.end_of_turn is None:
+        ctx, policy, vad = self.ctx, self.turn_end, self.ctx.config.vad
+        if vad is None or not policy.judges(vad.eagerness) or policy.model is None:
             return None
+        assert vad.eagerness is not None
         rate, buffer = ctx.caps.input_rate, self.user.buffer
-        pcm = buffer.slice(max(turn.start, buffer.start, end - int(model.max_seconds * rate)), end)
+        pcm = buffer.slice(max(turn.start, buffer.start, end - int(policy.model.max_seconds * rate)), end)
         try:
-            verdict = await model.judge(pcm, rate, ctx.pipe.heard())
+            decision = await policy.decide(pcm, rate, vad.eagerness, ctx.pipe.heard)
         except Exception:  # a broken model must not end the session: the turn waits for the longest wait
-            log.exception("session %s: the end-of-turn model failed", ctx.id)
+            log.exception("session %s: the end-of-turn decision failed", ctx.id)
             return None
-        wait = verdict.wait_s(vad.end_of_turn.threshold)
-        ctx.metrics.end_of_turn(wait == 0.0, verdict.cpu_ms)
-        log.debug(
-            "session %s: end of turn? sound %s, words %r judged %s -> %.3f: %s",
-            ctx.id,
-            verdict.audio_probability,
-            verdict.transcript,
-            verdict.words_probability,
-            verdict.probability,
-            "finished" if wait == 0.0 else "the longest wait" if wait is None else f"after {wait:.2f} s more silence",
-        )
+        verdict, wait = decision.verdict, decision.wait_s
+        if verdict is not None:
+            ctx.metrics.end_of_turn(wait == 0.0, verdict.cpu_ms)
+            log.debug(
+                "session %s: end of turn? sound %s, words %r judged %s -> %.3f: %s",
+                ctx.id,
+                verdict.audio_probability,
+                verdict.transcript,
+                verdict.words_probability,
+                verdict.probability,
+                "finished" if wait == 0.0 else "the longest wait" if wait is None else f"after {wait:.2f} s more silence",
+            )
         return wait
 
     def _speculative_request(self) -> ResponseRequest | None:

@@ -114,7 +114,7 @@ def test_the_fusion_weighs_the_thinkers_judgement_when_there_is_one():
     assert fusion.verdict(0.9, 30.0, Heard("How far away is the moon?", ends=0.7)).wait_s(0.5) == 0.0
     # no judgement: the audio alone, shifted by the transcript's last words as before, no silence term
     assert fusion.verdict(0.9, 30.0, Heard("How far away is the")).probability == pytest.approx(combine(0.9, "How far away is the"))
-    assert fusion.verdict(0.9, 30.0, None).probability == 0.9 and fusion.verdict(0.9, 30.0, None).logit_per_s == 0.0
+    assert fusion.verdict(0.9, 30.0, None).probability == pytest.approx(0.9) and fusion.verdict(0.9, 30.0, None).logit_per_s == 0.0
     fitted_audio = Fusion(audio_only=Weights(bias=-1.0, audio=2.0, silence_per_s=1.0)).verdict(0.5, 30.0, None)
     assert fitted_audio.probability == pytest.approx(1 / (1 + np.exp(1.0))) and fitted_audio.logit_per_s == 1.0
 

@@ -18,6 +18,7 @@ from dsp.g711 import pcm_to_ulaw, ulaw_to_pcm
 from dsp.resample import resample
 from pipelines import models
 from pipelines.base import Heard, TurnModel
+from pipelines.turn_end.policy import TurnEndConfig, TurnEndPolicy
 from realtime_omni.config import Limits
 from realtime_omni.metrics import Metrics
 from realtime_omni.protocol import events as ev
@@ -90,11 +91,13 @@ class Run:
         return samples * 1000 // RATE
 
 
-async def run(turn_model: TurnModel | None, td: dict[str, Any] | None, **fake: Any) -> Run:
+async def run(turn_end: TurnModel | TurnEndPolicy | None, td: dict[str, Any] | None, **fake: Any) -> Run:
+    """A session whose turns end by ``turn_end``: a policy, or the default policy around a model (or none)."""
     pipeline = FakePipeline(**fake)
     caps = pipeline.capabilities
     config = SessionConfig.default(caps, "m").updated(vad(td), caps)
-    session = Session(pipeline, config, Limits(), Metrics(), turn_model=turn_model)
+    policy = turn_end if isinstance(turn_end, TurnEndPolicy) else TurnEndPolicy(TurnEndConfig(), turn_end)
+    session = Session(pipeline, config, Limits(), Metrics(), turn_end=policy)
     await session.start()
     r = Run(Opened(session, pipeline))
     await r._drain()
@@ -249,7 +252,7 @@ async def test_without_a_model_semantic_vad_waits_a_fixed_silence_per_eagerness(
     r = await run(None, {"type": "semantic_vad", "eagerness": "high"})
     await r.speak(said(FRAGMENT, 1000))
     [(pos, _)] = r.at("input_audio_buffer.committed")
-    assert abs(r.ms(pos - speech_end(FRAGMENT)) - 400) <= 60  # SEMANTIC_SILENCE_MS["high"]
+    assert abs(r.ms(pos - speech_end(FRAGMENT)) - 400) <= 60  # the policy's eagerness "high": silence_ms
     await close(r)
 
 
@@ -259,7 +262,7 @@ async def test_the_pipelines_transcript_is_weighed_with_the_audio(turn_model, wo
     stopping on "the" holds the turn."""
     r = await run(turn_model, SEMANTIC)
 
-    async def heard() -> Heard | None:
+    async def heard(within_s: float) -> Heard | None:
         return None if words is None else Heard(words)
 
     r.o.pipe.heard = heard  # what the cascade's speculative ASR would say
@@ -274,18 +277,15 @@ async def test_the_pipelines_transcript_is_weighed_with_the_audio(turn_model, wo
 
 
 @pytest.fixture
-def fused(turn_model):  # type: ignore[no-untyped-def]
-    """The model with known fusion weights (restored after): logit = 0.5 logit(audio) + logit(words) + 2/s of silence."""
+def fused(turn_model: TurnModel) -> TurnEndPolicy:
+    """The policy with known fusion weights: logit = 0.5 logit(audio) + logit(words) + 2/s of silence."""
     from pipelines.turn_end.fusion import Fusion, Weights
 
-    before = turn_model.fusion
-    turn_model.fusion = Fusion(with_words=Weights(bias=0.0, audio=0.5, words=1.0, silence_per_s=2.0))
-    yield turn_model
-    turn_model.fusion = before
+    return TurnEndPolicy(TurnEndConfig(fusion=Fusion(with_words=Weights(bias=0.0, audio=0.5, words=1.0, silence_per_s=2.0))), turn_model)
 
 
 def heard_as(words: str, ends: float):  # type: ignore[no-untyped-def]
-    async def heard() -> Heard:
+    async def heard(within_s: float) -> Heard:
         return Heard(words, ends)
 
     return heard

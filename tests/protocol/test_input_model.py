@@ -15,7 +15,7 @@ from tests.support.validation import validate
 def model_server(make_server):
     config = input_model.server_config()
     return make_server(
-        **config["pipeline"]["options"], limits=config["limits"], session=config["session"], server={"turn_model": config["turn_model"]}
+        **config["pipeline"]["options"], limits=config["limits"], session=config["session"], server={"turn_end": config["turn_end"]}
     )
 
 

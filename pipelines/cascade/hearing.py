@@ -1,0 +1,168 @@
+"""What a cascade session hears of the open turn at each pause: the words and the thinker's judgement.
+
+At a pause (``PipelineSession.pause``) the turn so far goes to Whisper; when semantic_vad asks
+(``judging``), the thinker then judges whether those words end the user's message
+(pipelines/turn_end/judgement.py), in the turn's streamed request when it has one (the words are
+then prefilled there for the answer too: the request is handed on to the speculation, ``claim``),
+else in a request of its own. The turn-end policy asks ``heard(within_s)``: the words and the
+judgement, whatever of them is ready within its bound.
+
+One ``Heard`` round per pause: the user speaking on voids it (``drop``); a commit keeps its words
+for the turn's item (``keep``). ``bench.turns`` hears through this class too, so the end-of-turn
+figures and the fusion's fit come from the product's own hearing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from pipelines.base import Heard
+from pipelines.cascade.thinker import StreamedPrompt
+
+log = logging.getLogger(__name__)
+
+
+class Judging(Protocol):
+    """The thinker's side (``Thinker``, ``RemoteThinker``): P(the words end the message)."""
+
+    async def words_end(self, prefix: list[int], text: str, salt: str, streamed: StreamedPrompt | None = None) -> float | None: ...
+
+
+@dataclass(eq=False)
+class Round:
+    """What was heard at one pause."""
+
+    samples: int  # of the turn, up to the pause
+    words: asyncio.Future[str]  # Whisper's pass
+    judged: asyncio.Task[None] | None = None  # the thinker's judgement (semantic_vad)
+    ends: float | None = None  # its result, once ``judged`` is done
+    streamed: StreamedPrompt | None = None  # the request it was made in, until claimed
+    kept: bool = False  # the turn's item took the words
+    claimed: bool = False
+    times: dict[str, float] = field(default_factory=dict)  # asr, judged (perf_counter)
+
+    async def text(self) -> str | None:
+        """The words, or None if the pass was voided or failed (waited on, never cancelled from here)."""
+        await asyncio.wait([self.words])
+        return None if self.words.cancelled() or self.words.exception() is not None else self.words.result()
+
+    async def claim(self) -> StreamedPrompt | None:
+        """After the judgement: the streamed request it was made in, now the caller's (once)."""
+        if self.judged is not None:
+            await asyncio.wait([self.judged])
+        streamed, self.streamed, self.claimed = self.streamed, None, True
+        return streamed
+
+    def void(self, background: Callable[[Awaitable[None]], None]) -> None:
+        """Nobody needs this round any more: cancel what runs, close an unclaimed request (once the
+        judgement has stopped using it)."""
+        if not self.kept:
+            self.words.cancel()
+        if self.judged is not None and not self.judged.done():
+            self.judged.cancel()
+            self.judged.add_done_callback(lambda _: self._close(background))
+        else:
+            self._close(background)
+
+    def _close(self, background: Callable[[Awaitable[None]], None]) -> None:
+        streamed, self.streamed = self.streamed, None
+        if streamed is not None:
+            background(streamed.close())
+
+
+class Hearing:
+    """Per pipeline session. ``transcribe`` runs Whisper off the loop; ``thinker`` judges the words
+    (None: words only); ``counts`` is the pipeline's accounting."""
+
+    def __init__(
+        self,
+        transcribe: Callable[[np.ndarray], Awaitable[str]],
+        thinker: Judging | None,
+        salt: str,
+        counts: dict[str, float],
+        background: Callable[[Awaitable[None]], None],
+        name: str = "",
+    ) -> None:
+        self.transcribe = transcribe
+        self.thinker = thinker
+        self.salt = salt
+        self.counts = counts
+        self.background = background
+        self.name = name
+        self.judging = False  # semantic_vad asks for the thinker's judgement at each pause
+        self.current: Round | None = None
+
+    def pause(self, audio: np.ndarray, prefix: list[int] | None, streamed: StreamedPrompt | None) -> Round:
+        """Hear the turn so far (``audio``); judge its words after ``prefix`` (the conversation up to
+        where they go) in ``streamed`` when given (this round owns it from now on)."""
+        self.drop()
+        words = asyncio.ensure_future(self.transcribe(audio))
+        self.current = heard = Round(len(audio), words)
+        if self.judging and self.thinker is not None and prefix is not None:
+            heard.streamed = streamed
+            heard.judged = asyncio.create_task(self._judge(heard, prefix), name=f"judge:{self.name}")
+        elif streamed is not None:
+            self.background(streamed.close())
+        words.add_done_callback(lambda _: heard.times.setdefault("asr", time.perf_counter()))
+        return heard
+
+    async def _judge(self, heard: Round, prefix: list[int]) -> None:
+        assert self.thinker is not None
+        try:
+            text = await heard.text()
+            if text is None:
+                return
+            streamed = heard.streamed
+            heard.ends = await self.thinker.words_end(prefix, text, self.salt, streamed)
+            heard.times["judged"] = time.perf_counter()
+            self.counts["words_judged"] += 1
+            self.counts["words_judged_streamed"] += streamed is not None
+        except Exception as exc:  # the decision goes on without it (the sound alone)
+            log.warning("session %s: the thinker's end-of-turn judgement failed: %s", self.name, exc)
+            if heard.streamed is not None:  # in an unknown state: not for the answer
+                await heard.streamed.close()
+                heard.streamed = None
+        except BaseException:  # cancelled: the round is void, and so is its request
+            heard._close(self.background)
+            raise
+
+    async def heard(self, within_s: float) -> Heard | None:
+        """The last pause's words and judgement, as far as they are ready within ``within_s``."""
+        heard = self.current
+        if heard is None:
+            return None
+        deadline = time.monotonic() + within_s
+        await asyncio.wait([heard.words], timeout=within_s)
+        if not heard.words.done() or heard.words.cancelled() or heard.words.exception() is not None:
+            return None
+        if heard.judged is not None:
+            await asyncio.wait([heard.judged], timeout=max(0.0, deadline - time.monotonic()))
+            if not heard.judged.done():
+                return Heard(heard.words.result())  # the judgement came too late: the words alone
+        return Heard(heard.words.result(), heard.ends)
+
+    async def words_of(self, samples: int) -> str | None:
+        """The words of the turn's first ``samples``, if the last pause heard exactly those."""
+        heard = self.current
+        return await heard.text() if heard is not None and heard.samples == samples else None
+
+    def drop(self) -> None:
+        """The user spoke on (or the turn was cleared): the last pause's hearing is void."""
+        heard, self.current = self.current, None
+        if heard is not None:
+            heard.void(self.background)
+
+    def keep(self) -> Round | None:
+        """The turn is committed: its item keeps the last pause's words (the round is returned to
+        whoever goes on with it; ``void`` it when done)."""
+        heard, self.current = self.current, None
+        if heard is not None:
+            heard.kept = True
+        return heard

@@ -1,0 +1,168 @@
+"""One cascade answer: thinker -> clauses -> talker, through bounded queues (async chunk).
+
+The Thinker streams text, ``clauses`` cuts it at the first clause boundary, and Piper speaks each
+clause while the Thinker goes on, so the first audio leaves after the first few words rather than
+after the whole answer. With tools offered, what is said before a call is spoken and the calls
+follow it. A production is made either for ``respond`` or ahead of it at a pause (a speculation,
+pipelines/speculation.py), into a bounded buffer nobody reads until the answer is claimed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pipelines.base import AudioChunk, OutputChunk, ResponseRequest, TextDelta, Usage
+from pipelines.cascade.hearing import Round
+from pipelines.cascade.talker import ClausePolicy, Playback, clauses
+from pipelines.cascade.thinker import Generation, StreamedPrompt
+from pipelines.cascade.tools import SpokenLimit, ToolStream, forced_start
+from pipelines.speculation import Production, Speculation
+from pipelines.stages import chain
+
+if TYPE_CHECKING:
+    from pipelines.cascade.pipeline import CascadePipeline
+
+log = logging.getLogger(__name__)
+
+
+class CascadeProduction(Production):
+    """``prompt`` rendered for ``request``; ``offered``: the tools offered in it; ``streamed``: the
+    engine request its prompt's first part went into while the user spoke, if it fits."""
+
+    def __init__(
+        self,
+        pipeline: "CascadePipeline",
+        salt: str,
+        request: ResponseRequest,
+        prompt: list[int],
+        offered: list[Any],
+        times: dict[str, float],
+        streamed: StreamedPrompt | None = None,
+        name: str = "",
+    ) -> None:
+        self.pipeline = pipeline
+        self.salt = salt
+        self.request = request
+        self.prompt = prompt
+        self.offered = offered
+        self.streamed = streamed
+        self.generation = Generation()
+        self.calls: ToolStream | None = None  # the answer's tool calls, when tools are offered
+        super().__init__(self._produce(), pipeline.options.buffer_chunks, f"produce:{name}", times)
+
+    async def _produce(self) -> AsyncIterator[OutputChunk]:
+        try:
+            async with chain(*self._stages()) as stream:
+                async for chunk in stream:
+                    yield chunk
+            if self.calls is not None:  # after what was said before them
+                async for call in self.calls.calls():
+                    self.times.setdefault("first_call", time.perf_counter())
+                    yield call
+                self._count_calls(self.calls)
+        finally:
+            if self.calls is not None:
+                await self.calls.close()
+        g = self.generation
+        yield Usage(input_tokens=g.prompt_tokens, cached_tokens=g.cached_tokens, output_tokens=g.output_tokens, hit_max_tokens=g.hit_max_tokens)
+
+    async def cancel(self) -> None:
+        await super().cancel()
+        if self.streamed is not None:  # never started answering (cancelled before its first step)
+            await self.streamed.close()
+
+    def _count_calls(self, calls: ToolStream) -> None:
+        """Calls whose arguments break their tool's schema are emitted all the same (OpenAI's way
+        without ``strict``: the client judges them); they are counted and logged here."""
+        counts = self.pipeline.counts
+        counts["tool_calls_unknown"] += len(calls.unknown)
+        for call in calls.ended:
+            counts["tool_calls"] += 1
+            errors = calls.errors(call)
+            if errors:
+                counts["tool_calls_off_schema"] += 1
+                log.info("tool call %s(%s) does not fit its schema: %s", call.name, call.arguments, "; ".join(errors))
+
+    def _stages(self) -> list[Any]:
+        """The stage chain: thinker -> (clauses -> talker) or thinker -> text."""
+        pipeline, request, offered, times = self.pipeline, self.request, self.offered, self.times
+        o = pipeline.options
+        thinking = pipeline.thinker.options
+        budget = thinking.tool_max_tokens if offered else thinking.max_tokens
+        if request.max_output_tokens is not None:
+            budget = min(budget, request.max_output_tokens)
+        forced = forced_start(request.tool_choice, offered)
+        if offered:  # the sentences cut counts what is said, not the calls
+            self.generation.limit = SpokenLimit(thinking.max_sentences, request.parallel_tool_calls, forced)
+            self.generation.repetition_penalty = thinking.tool_repetition_penalty
+
+        async def think() -> AsyncIterator[str]:
+            if self.streamed is not None:
+                stream = self.streamed.answer(self.prompt, budget, self.generation)
+            else:
+                stream = pipeline.thinker.stream(self.prompt, self.salt, max_tokens=budget, generation=self.generation)
+            async with contextlib.aclosing(stream):
+                async for delta in stream:
+                    times.setdefault("thinker_first_token", time.perf_counter())
+                    yield delta
+
+        said: AsyncIterator[str] = think()
+        if offered:  # the text before a call is said; the calls follow it (``_produce``)
+            self.calls = ToolStream(said, offered, forced, request.parallel_tool_calls)
+            said = self.calls.speech()
+
+        if "audio" not in request.output_modalities:
+
+            async def type_out(deltas: AsyncIterator[str]) -> AsyncIterator[OutputChunk]:
+                async for delta in deltas:
+                    yield TextDelta(delta)
+
+            return [said, type_out]
+
+        chunk = max(1, o.chunk_ms * pipeline.capabilities.output_rate // 1000)
+        playback = Playback()
+        policy = ClausePolicy(o.first_clause_words, o.first_clause_max_words, o.clause_words, o.hurry_words, o.low_water_ms / 1000)
+
+        async def split(deltas: AsyncIterator[str]) -> AsyncIterator[str]:
+            if o.async_chunk:
+                async for clause in clauses(deltas, policy, playback.ahead):
+                    times.setdefault("first_clause", time.perf_counter())
+                    yield clause
+            else:  # the ablation: the whole answer first
+                text = "".join([d async for d in deltas])
+                times.setdefault("first_clause", time.perf_counter())
+                if text.strip():
+                    yield text
+
+        async def talk(texts: AsyncIterator[str]) -> AsyncIterator[OutputChunk]:
+            first = True
+            async for text in texts:
+                if first:
+                    text, first = text.lstrip(), False
+                pcm = await pipeline.speak(text)
+                times.setdefault("first_audio", time.perf_counter())
+                playback.add(len(pcm) / pipeline.capabilities.output_rate)
+                yield TextDelta(text)  # the transcript of the audio that follows
+                for start in range(0, len(pcm), chunk):
+                    yield AudioChunk(pcm[start : start + chunk])
+
+        return [said, split, talk]
+
+
+@dataclass(eq=False, kw_only=True)
+class CascadeSpeculation(Speculation[CascadeProduction]):
+    """Made at a pause: what the session's hearing heard there, then (``task``) the answer to it."""
+
+    request: ResponseRequest
+    heard: Round  # the pause's hearing: its words are the turn's if the turn is committed
+    background: Callable[[Awaitable[None]], None]  # the session's: closes what the round held
+
+    def void(self) -> None:
+        if self.item_id is not None:
+            self.heard.kept = True  # (the item needs its words)
+        self.heard.void(self.background)

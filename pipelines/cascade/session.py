@@ -1,0 +1,266 @@
+"""A client session of the CPU cascade: the open turn, hearing and answering ahead at its pauses.
+
+**Speculation (incremental prefill).** When the user begins to speak (``listen``) the conversation
+so far is prefilled in a streamed engine request that the turn's words will finish. At every short
+pause (``pause``) the session's ``Hearing`` transcribes the turn so far (and, for semantic_vad, has
+the thinker judge the words), and the answer to (history + those words) is started into a bounded
+buffer nobody reads yet: the thinker, then the talker's first clause. If the user goes on speaking
+(``resume``) that work is aborted; the prompt it sent stays in vLLM's prefix cache, so the next
+attempt (or the final turn) only prefills what is new. If the turn ends instead (``commit``), the
+speculation becomes the answer when ``respond`` asks for exactly the prompt it already used;
+otherwise it is dropped and the answer starts fresh. Nothing speculative reaches the client before
+``respond``. The moves and the adoption rule are ``pipelines/speculation.py``'s, shared with the
+omni pipeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipelines.base import (
+    Heard,
+    Message,
+    OutputChunk,
+    PipelineSession,
+    ResponseRequest,
+    StageTimes,
+    Transcript,
+)
+from pipelines.cascade.hearing import Hearing
+from pipelines.cascade.production import CascadeProduction, CascadeSpeculation
+from pipelines.cascade.prompts import Prompts
+from pipelines.cascade.thinker import StreamedPrompt
+from pipelines.speculation import Ahead, Production
+
+if TYPE_CHECKING:
+    from pipelines.cascade.pipeline import CascadePipeline
+
+log = logging.getLogger(__name__)
+
+
+def _settings(request: ResponseRequest) -> tuple[Any, ...]:
+    return (request.output_modalities, request.voice, request.max_output_tokens, request.tool_choice, request.parallel_tool_calls)
+
+
+class CascadeSession(PipelineSession):
+    MAX_TRANSCRIPTS = 64
+
+    def __init__(self, pipeline: "CascadePipeline", session_id: str) -> None:
+        self.pipeline = pipeline
+        self.options = pipeline.options
+        self.session_id = session_id
+        self.salt = secrets.token_hex(16)  # this session's prefix-cache namespace
+        self.turn: list[np.ndarray] = []  # audio of the open user turn
+        self.clean = False  # noise reduction on the audio the listener hears
+        self.prompts = Prompts(pipeline.thinker, lambda: pipeline.capabilities.tools, self.options.tools_after_output)
+        self.hearing = Hearing(self._transcribe_turn, pipeline.thinker, self.salt, pipeline.counts, self._background, session_id)
+        self.ahead: Ahead[CascadeSpeculation] = Ahead(pipeline.counts)  # the answer started at the last pause
+        self.warmed: list[int] = []  # the prompt prefix last prefilled while the user spoke (listen)
+        self.streamed: StreamedPrompt | None = None  # the open turn's prompt, its first part prefilled (listen)
+        self.listening: ResponseRequest | None = None  # the request listen() was given for the open turn
+        self.transcripts: OrderedDict[str, asyncio.Future[str]] = OrderedDict()
+        self._tasks: set[asyncio.Future[Any]] = set()
+
+    # ------------------------------------------------------------------ the open turn
+
+    def feed(self, pcm: np.ndarray) -> None:
+        self.turn.append(pcm)
+
+    def reduce_noise(self, kind: str | None) -> None:
+        self.clean = kind is not None
+
+    def judge_words(self, on: bool) -> None:
+        self.hearing.judging = on
+
+    def listen(self, request: ResponseRequest | None) -> None:
+        """The user began to speak: while they do, prefill the conversation up to where their words
+        will go (the last answer as delivered, the next turn's header), in a request whose prompt
+        the turn's words finish (``StreamedPrompt``), so that the answer prefills only the words.
+        An engine that cannot (a remote one) gets a plain request for the prefix instead, which
+        leaves its whole blocks in the prefix cache."""
+        if not self.options.speculate or request is None:
+            return
+        self.listening = request
+        prefix = self.prompts.prefix(request)
+        judging = self.hearing.judging
+        streamed = self.streamed
+        if streamed is not None and not streamed.used and streamed.prefix == prefix and (streamed.logprobs is not None) == judging:
+            return
+        self._drop_streamed()
+        self.pipeline.counts["prefix_warmups"] += 1
+        self.streamed = self.pipeline.thinker.open_prompt(prefix, self.salt, judging)
+        if self.streamed is None and prefix != self.warmed:
+            self.warmed = prefix
+            self._background(self._warm(prefix))
+
+    async def _warm(self, prefix: list[int]) -> None:
+        stream = self.pipeline.thinker.stream(prefix, self.salt, max_tokens=1)
+        try:
+            async with contextlib.aclosing(stream):
+                async for _ in stream:
+                    pass
+        except Exception as exc:  # an optimisation only: the answer itself will meet any real failure
+            log.debug("prefix warm-up failed: %s", exc)
+
+    def _drop_streamed(self) -> None:
+        streamed, self.streamed = self.streamed, None
+        if streamed is not None and not streamed.used:
+            self._background(streamed.close())
+
+    def _take_streamed(self, prompt: list[int]) -> StreamedPrompt | None:
+        """The streamed request, if ``prompt`` goes on from its prefix: it is the answer's now."""
+        streamed = self.streamed
+        if streamed is None or not streamed.fits(prompt):
+            return None
+        self.streamed = None
+        return streamed
+
+    def pause(self, request: ResponseRequest | None) -> None:
+        if not self.options.speculate or request is None or not self.turn:
+            return
+        prefix = self.prompts.prefix(request)
+        streamed = None
+        if self.hearing.judging and self.streamed is not None and self.streamed.can_judge(prefix):
+            streamed, self.streamed = self.streamed, None  # the words are judged, then answered, in it
+        heard = self.hearing.pause(np.concatenate(self.turn), prefix, streamed)
+        spec = self.ahead.start(CascadeSpeculation(request=request, heard=heard, background=self._background))
+        spec.task = asyncio.create_task(self._speculate(spec), name=f"speculate:{self.session_id}")
+
+    def resume(self) -> None:
+        self.hearing.drop()
+        self.ahead.drop()  # with it, the streamed prompt it had taken
+        if self.listening is not None and self.streamed is None:
+            self.listen(self.listening)  # for the next pause (the prefix's whole blocks are cached by now)
+
+    async def heard(self, within_s: float) -> Heard | None:
+        return await self.hearing.heard(within_s)
+
+    def commit(self, item_id: str) -> None:
+        self.turn = []
+        spec = self.ahead.bind(item_id)
+        heard = self.hearing.keep()
+        if heard is not None:
+            self._remember(item_id, heard.words)
+            if spec is None or spec.heard is not heard:
+                heard.void(self._background)  # no answer goes on from it: only its words are kept
+
+    def clear(self) -> None:
+        self.turn = []
+        self.listening = None
+        self.hearing.drop()
+        self.ahead.drop()
+        self._drop_streamed()
+
+    def _background(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _speculate(self, spec: CascadeSpeculation) -> None:
+        text = await asyncio.shield(spec.heard.words)
+        spec.heard.times.setdefault("asr", time.perf_counter())
+        prompt = self.prompts.prompt(spec.request, pending=text)
+        streamed = await spec.heard.claim()  # the request the words were judged in, if any
+        times = dict(spec.heard.times)  # asr, and judged when they were
+        try:
+            taken = streamed if streamed is not None and streamed.fits(prompt) else self._take_streamed(prompt)
+            spec.production = self._production(spec.request, prompt, times, taken)
+            if taken is streamed:
+                streamed = None
+        finally:
+            if streamed is not None:
+                self._background(streamed.close())
+
+    def _production(self, request: ResponseRequest, prompt: list[int], times: dict[str, float], streamed: StreamedPrompt | None) -> CascadeProduction:
+        return CascadeProduction(self.pipeline, self.salt, request, prompt, self.prompts.offered(request), times, streamed, self.session_id)
+
+    # ------------------------------------------------------------------ transcripts
+
+    async def _transcribe_turn(self, pcm: np.ndarray) -> str:
+        return await self.pipeline.transcribe(pcm, self.clean)
+
+    def _remember(self, item_id: str, future: asyncio.Future[str]) -> None:
+        self.transcripts[item_id] = future
+        self.transcripts.move_to_end(item_id)
+        while len(self.transcripts) > self.MAX_TRANSCRIPTS:
+            self.transcripts.popitem(last=False)
+
+    async def _transcript(self, item_id: str, pcm: np.ndarray) -> str:
+        future = self.transcripts.get(item_id)
+        if future is None or future.cancelled():
+            future = asyncio.ensure_future(self.pipeline.transcribe(pcm, self.clean))
+            self._remember(item_id, future)
+        return await asyncio.shield(future)
+
+    async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript:
+        text = await self._transcript(item_id, pcm)
+        return Transcript(text, len(pcm) / self.pipeline.capabilities.input_rate)
+
+    async def caption(self, pcm: np.ndarray) -> str | None:
+        if self.hearing.current is not None and self.hearing.current.samples == len(pcm):  # the pause's pass has it
+            return await self.hearing.words_of(len(pcm))
+        if self.pipeline.asr_busy:
+            return None  # never queue a caption ahead of a turn's transcript
+        return await self.pipeline.transcribe(pcm, self.clean)
+
+    # ------------------------------------------------------------------ responding
+
+    async def respond(self, request: ResponseRequest) -> AsyncIterator[OutputChunk]:
+        self.pipeline.counts["responses"] += 1
+        t0 = time.perf_counter()
+        production: Production | None = None
+        speculated = False
+        try:
+            known: dict[str, str] = {}
+            asr_done = None
+            for item in request.items:
+                if isinstance(item, Message) and item.role == "user":
+                    for part in item.parts:
+                        if part.kind == "audio" and part.text is None and part.audio is not None:
+                            known[item.id] = await self._transcript(item.id, part.audio)
+                            asr_done = time.perf_counter()
+            prompt = self.prompts.prompt(request, known=known)
+            production = await self._adopt(request, prompt)
+            speculated = production is not None
+            if production is None:
+                times = {"asr": asr_done} if asr_done else {}
+                production = self._production(request, prompt, times, self._take_streamed(prompt))
+            async for chunk in production.output:
+                yield chunk
+            stages = {name: round((at - t0) * 1000, 1) for name, at in production.times.items()}
+            yield StageTimes(stages, {"speculated": speculated})
+        finally:
+            if production is not None:
+                await production.cancel()
+
+    async def _adopt(self, request: ResponseRequest, prompt: list[int]) -> Production | None:
+        """The speculation's production, if it is working on exactly this answer."""
+        spec = await self.ahead.claim(request)  # the transcript is in hand (we just used it): only the prompt is left
+        if spec is None:
+            return None
+        made = spec.production
+        return self.ahead.settle(spec, made is not None and made.prompt == prompt and _settings(spec.request) == _settings(request))
+
+    async def close(self) -> None:
+        self.pipeline.sessions.discard(self)
+        self.listening = None
+        self.hearing.drop()
+        await self.ahead.close()
+        streamed, self.streamed = self.streamed, None
+        if streamed is not None:
+            await streamed.close()
+        for future in self.transcripts.values():
+            future.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.transcripts.clear()
