@@ -5,13 +5,14 @@ preparing the model file out of its wheel (its Whisper features: tests/dsp)."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
 
 from pipelines import models
-from pipelines.turn_end import judgement
 from pipelines.base import Heard, TurnVerdict
+from pipelines.turn_end import judgement
 from pipelines.turn_end.fusion import Fusion, Weights, logit
 from pipelines.turn_end.text_rule import combine, odds_factor
 from tests.support.audio import speak
@@ -117,6 +118,17 @@ def test_the_fusion_weighs_the_thinkers_judgement_when_there_is_one():
     assert fusion.verdict(0.9, 30.0, None).probability == pytest.approx(0.9) and fusion.verdict(0.9, 30.0, None).logit_per_s == 0.0
     fitted_audio = Fusion(audio_only=Weights(bias=-1.0, audio=2.0, silence_per_s=1.0)).verdict(0.5, 30.0, None)
     assert fitted_audio.probability == pytest.approx(1 / (1 + np.exp(1.0))) and fitted_audio.logit_per_s == 1.0
+
+
+def test_the_text_rule_is_a_setting_whatever_the_weights():
+    """No hidden mode: the transcript's last words shift any audio-only weights (not only the
+    defaults), and ``text_rule: false`` turns that off."""
+    fitted = Weights(bias=-1.0, audio=2.0)
+    with_rule = Fusion(audio_only=fitted).verdict(0.5, 30.0, Heard("I want to go to the"))
+    z = -1.0 + math.log(odds_factor("I want to go to the"))
+    assert with_rule.probability == pytest.approx(1 / (1 + math.exp(-z)))
+    without = Fusion(audio_only=fitted, text_rule=False).verdict(0.5, 30.0, Heard("I want to go to the"))
+    assert without.probability == pytest.approx(1 / (1 + math.exp(1.0)))
 
 
 def test_prepare_copies_the_checked_file_out_of_the_wheel_once(tmp_path, monkeypatch):

@@ -273,6 +273,39 @@ async def test_the_pipelines_transcript_is_weighed_with_the_audio(turn_model, wo
     await close(r)
 
 
+async def test_a_pipeline_that_hears_too_slowly_leaves_the_decision_to_the_sound(turn_model):
+    """The policy waits for the words at most ``hearing_wait_ms``: a hearing that hangs (and
+    ignores the bound it is given) is cut off, and the sound alone (p ~0.9) ends the turn."""
+    r = await run(TurnEndPolicy(TurnEndConfig(hearing_wait_ms=300), turn_model), SEMANTIC)
+
+    async def hangs(within_s: float) -> Heard:
+        await asyncio.sleep(60)
+        return Heard("How far away is the", 0.001)
+
+    r.o.pipe.heard = hangs
+    t0 = asyncio.get_running_loop().time()
+    await r.speak(said(QUESTION, 1000))
+    assert asyncio.get_running_loop().time() - t0 < 30  # not the 60 s the hearing would have taken
+    [(pos, _)] = r.at("input_audio_buffer.committed")
+    assert r.ms(pos - speech_end(QUESTION)) <= 260
+    await close(r)
+
+
+@pytest.mark.parametrize("text_rule, held", [(True, True), (False, False)])
+async def test_the_text_rule_is_the_policys_setting(turn_model, text_rule, held):
+    from pipelines.turn_end.fusion import Fusion
+
+    r = await run(TurnEndPolicy(TurnEndConfig(fusion=Fusion(text_rule=text_rule)), turn_model), SEMANTIC)
+
+    async def heard(within_s: float) -> Heard:
+        return Heard("How far away is the")  # no judgement: the words' last one is "the"
+
+    r.o.pipe.heard = heard
+    await r.speak(said(QUESTION, 1000))
+    assert bool(r.at("input_audio_buffer.committed")) is not held
+    await close(r)
+
+
 # ------------------------------------------------------------------------------ the thinker's judgement
 
 

@@ -1,0 +1,141 @@
+"""The cascade's Hearing on its own: what it gives the turn-end policy within the policy's bound,
+and what it leaves behind when a pause is voided or kept. Whisper and the thinker are stood in for
+by coroutines with set delays (the real ones are exercised through the server in
+test_cpu_pipeline.py and test_turn_judgement.py); what is tested here is the hearing's own
+bookkeeping: bounds, cancellation, and the engine request it owns."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pipelines.base import Heard
+from pipelines.cascade.hearing import Hearing
+
+AUDIO = np.zeros(16000, np.int16)
+PREFIX = [1, 2, 3]
+
+
+class Request:
+    """A streamed engine request as the hearing holds it: it can be closed, once."""
+
+    def __init__(self) -> None:
+        self.closed = 0
+
+    async def close(self) -> None:
+        self.closed += 1
+
+
+class Judge:
+    def __init__(self, ends: float | None, delay_s: float = 0.0, fails: bool = False) -> None:
+        self.ends, self.delay_s, self.fails = ends, delay_s, fails
+        self.asked: list[tuple[list[int], str, Any]] = []
+
+    async def words_end(self, prefix: list[int], text: str, salt: str, streamed: Any = None) -> float | None:
+        self.asked.append((prefix, text, streamed))
+        await asyncio.sleep(self.delay_s)
+        if self.fails:
+            raise RuntimeError("engine gone")
+        return self.ends
+
+
+def hearing(judge: Judge | None, words: str = "What time is it?", asr_s: float = 0.0) -> tuple[Hearing, dict[str, float], list[Any]]:
+    async def transcribe(pcm: np.ndarray) -> str:
+        await asyncio.sleep(asr_s)
+        return words
+
+    counts = {"words_judged": 0, "words_judged_streamed": 0}
+    tasks: list[Any] = []
+    h = Hearing(transcribe, judge, "salt", counts, lambda coro: tasks.append(asyncio.ensure_future(coro)), "s1")
+    h.judging = judge is not None
+    return h, counts, tasks
+
+
+async def test_the_words_and_their_judgement_in_the_streamed_request():
+    judge, request = Judge(0.7), Request()
+    h, counts, _ = hearing(judge)
+    h.pause(AUDIO, PREFIX, request)  # type: ignore[arg-type]
+    assert await h.heard(1.0) == Heard("What time is it?", 0.7)
+    assert judge.asked == [(PREFIX, "What time is it?", request)]
+    assert counts == {"words_judged": 1, "words_judged_streamed": 1}
+    assert await h.current.claim() is request and request.closed == 0  # type: ignore[union-attr]  # the answer's now
+
+
+async def test_a_judgement_later_than_the_bound_leaves_the_words_alone():
+    h, _, _ = hearing(Judge(0.7, delay_s=5.0))
+    h.pause(AUDIO, PREFIX, None)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    assert await h.heard(0.2) == Heard("What time is it?", None)
+    assert loop.time() - t0 < 2.0  # the bound held, not the judgement's 5 s
+    h.drop()
+
+
+async def test_words_later_than_the_bound_are_nothing_heard():
+    h, _, _ = hearing(None, asr_s=5.0)
+    h.pause(AUDIO, None, None)
+    assert await h.heard(0.1) is None
+    h.drop()
+
+
+async def test_without_judging_only_the_words_are_heard_and_a_given_request_is_closed():
+    request = Request()
+    h, counts, tasks = hearing(None)
+    h.pause(AUDIO, PREFIX, request)  # type: ignore[arg-type]
+    assert await h.heard(1.0) == Heard("What time is it?")
+    await asyncio.gather(*tasks)
+    assert request.closed == 1 and counts["words_judged"] == 0
+
+
+async def test_speech_going_on_voids_the_pause_and_closes_its_request_even_before_the_judgement_ran():
+    request = Request()
+    h, _, tasks = hearing(Judge(0.7, delay_s=1.0))
+    heard = h.pause(AUDIO, PREFIX, request)  # type: ignore[arg-type]
+    h.drop()  # at once: the judgement task has not started yet
+    assert heard.judged is not None
+    await asyncio.wait([heard.judged])
+    await asyncio.sleep(0)  # its done callbacks
+    await asyncio.gather(*tasks)
+    assert heard.words.cancelled() and heard.judged.cancelled()
+    assert request.closed == 1
+    assert await h.heard(1.0) is None
+
+
+async def test_a_committed_turn_keeps_its_words_when_its_pause_is_voided():
+    h, _, tasks = hearing(Judge(0.7, delay_s=1.0), asr_s=0.05)
+    h.pause(AUDIO, PREFIX, Request())  # type: ignore[arg-type]
+    heard = h.keep()
+    assert heard is not None and h.current is None
+    heard.void(lambda coro: tasks.append(asyncio.ensure_future(coro)))
+    assert await heard.words == "What time is it?"  # the item's transcript survives
+    await asyncio.gather(*tasks)
+
+
+async def test_a_failed_judgement_gives_the_words_and_drops_the_request_it_was_made_in():
+    request = Request()
+    h, counts, _ = hearing(Judge(None, fails=True))
+    h.pause(AUDIO, PREFIX, request)  # type: ignore[arg-type]
+    assert await h.heard(1.0) == Heard("What time is it?", None)
+    assert request.closed == 1 and counts["words_judged"] == 0
+    assert await h.current.claim() is None  # type: ignore[union-attr]  # not for the answer
+
+
+async def test_a_new_pause_voids_the_last():
+    h, _, tasks = hearing(Judge(0.7, delay_s=1.0))
+    first = h.pause(AUDIO, PREFIX, Request())  # type: ignore[arg-type]
+    second = h.pause(AUDIO, PREFIX, None)
+    await asyncio.sleep(0)
+    assert first.words.cancelled() and h.current is second
+    h.drop()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@pytest.mark.parametrize("samples, expected", [(len(AUDIO), "What time is it?"), (len(AUDIO) - 1, None)])
+async def test_a_caption_of_exactly_the_paused_audio_reuses_its_words(samples, expected):
+    h, _, _ = hearing(None)
+    h.pause(AUDIO, None, None)
+    assert await h.words_of(samples) == expected
+    h.drop()
