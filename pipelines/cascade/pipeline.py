@@ -646,5 +646,5 @@ class CascadeSession(PipelineSession):
         self.transcripts.clear()
 
 
-def create(options: dict) -> CascadePipeline:
-    return CascadePipeline(msgspec.convert(options, CascadeOptions))
+def create(options: CascadeOptions) -> CascadePipeline:
+    return CascadePipeline(options)
