@@ -329,7 +329,8 @@ async def thinker_for(modes: list[str]) -> Any:
     from pipelines.cascade.pipeline import CascadeOptions
     from realtime_omni.config import load
 
-    options = msgspec.convert(load("cpu").pipeline.options, CascadeOptions)
+    options = load("cpu").pipeline.options
+    assert isinstance(options, CascadeOptions)
     from pipelines.cascade.thinker import thinker
 
     t = thinker(options.thinker)

@@ -8,20 +8,35 @@ import functools
 import logging
 import socket
 import sys
+from typing import Any
 
 from realtime_omni import config as config_mod
 
 
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings ``serve``'s flags lay over the config file's (a flag not given: None, no change)."""
+    return {
+        "host": args.host,
+        "port": args.port,
+        "api_key": args.api_key,
+        "ssl_certfile": args.ssl_certfile,
+        "ssl_keyfile": args.ssl_keyfile,
+        "state_url": args.state_url,
+        "sip": {"port": args.sip_port},  # the SIP bridge beside HTTP, on the config's other SIP settings
+    }
+
+
+def config_from(args: argparse.Namespace) -> config_mod.ServerConfig:
+    """``serve``'s config: the file with the flags laid over it, validated once (a ``ConfigError``)."""
+    return config_mod.load(args.config, _flags(args), engine_url=args.engine_url)
+
+
 def _serve(args: argparse.Namespace) -> int:
-    cfg = config_mod.load(
-        args.config, host=args.host, port=args.port, api_key=args.api_key, ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile
-    )
-    if args.sip_port is not None:  # the SIP bridge beside HTTP, on the config's other SIP settings
-        cfg.sip.port = args.sip_port
-    if args.engine_url is not None:  # a remote engine's deployment (omni configs)
-        cfg.pipeline.options.setdefault("remote", {})["url"] = args.engine_url
-    if args.state_url is not None:
-        cfg.state_url = args.state_url
+    try:  # a bad config is one line and status 2
+        cfg = config_from(args)
+    except config_mod.ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     if args.workers < 1:
         print("--workers: at least 1", file=sys.stderr)
         return 2
@@ -89,9 +104,9 @@ def _models(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="realtime-omni", description="Real-time voice agent server (OpenAI Realtime API).")
-    sub = parser.add_subparsers(dest="command", required=True)
+def parser() -> argparse.ArgumentParser:
+    command = argparse.ArgumentParser(prog="realtime-omni", description="Real-time voice agent server (OpenAI Realtime API).")
+    sub = command.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the server")
     serve.add_argument("--config", default=config_mod.DEFAULT_CONFIG, help="config name (configs/<name>.yaml) or path")
@@ -99,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=None, help="port (default from config: 8000)")
     serve.add_argument("--api-key", default=None, help="require this key (also REALTIME_OMNI_API_KEY)")
     serve.add_argument("--sip-port", type=int, default=None, help="also answer SIP calls on this UDP port (default from config: off)")
-    serve.add_argument("--engine-url", default=None, help="a remote engine's OpenAI base URL, e.g. http://gpu-host:8091/v1 (omni configs)")
+    serve.add_argument("--engine-url", default=None, help="run the model on a remote engine at this OpenAI base URL, e.g. http://gpu-host:8091/v1 (omni: the omni model; cascade: its thinker)")
     serve.add_argument("--ssl-certfile", default=None, help="serve HTTPS and wss:// with this PEM certificate (chain); needs --ssl-keyfile")
     serve.add_argument("--ssl-keyfile", default=None, help="the certificate's PEM private key")
     serve.add_argument("--workers", type=int, default=1, help="server processes sharing the port, one event loop each (>1 needs --state-url)")
@@ -112,8 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     models_cmd.add_argument("names", nargs="*", help="models to prepare (default: all)")
     models_cmd.add_argument("--verify", action="store_true", help="re-check every prepared file's sha256")
     models_cmd.set_defaults(func=_models)
+    return command
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper() if hasattr(args, "log_level") else "INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return args.func(args)
 

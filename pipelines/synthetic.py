@@ -364,5 +364,5 @@ def tone(word: str, ms: int, rate: int) -> np.ndarray:
     return (0.3 * 32767 * fade * np.sin(2 * math.pi * freq * t)).astype(np.int16)
 
 
-def create(options: dict) -> SyntheticPipeline:
-    return SyntheticPipeline(msgspec.convert(options, SyntheticOptions))
+def create(options: SyntheticOptions) -> SyntheticPipeline:
+    return SyntheticPipeline(options)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 import yaml
 
+import pipelines
 from pipelines.turn_end.policy import TurnEndConfig
 
 from .protocol import events as ev
@@ -16,6 +19,35 @@ from .protocol import events as ev
 PACKAGE_CONFIGS = Path(__file__).parent / "configs"  # inside an installed wheel
 SOURCE_CONFIGS = Path(__file__).parent.parent / "configs"  # in a source checkout
 DEFAULT_CONFIG = "cpu"  # the embedded CPU cascade
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used, in one line: the file, the path of the bad key and what is
+    wrong with it (``invalid config configs/cpu.yaml: pipeline.options.thinker.max_tokenz: unknown
+    field``). Every problem of a config file comes out as one: its YAML, an unknown key, a wrong
+    type or value, an unknown pipeline kind, a file that is not there."""
+
+    def __init__(self, source: str, problem: str, key: str = "") -> None:
+        self.source = source  # the file (or what the config was made from)
+        self.key = key  # the bad key's path, dotted (``sip.port``, ``session.tools[0].name``); "": the whole config
+        self.problem = problem
+        super().__init__(f"invalid config {source}: {key + ': ' if key else ''}{problem}")
+
+    @classmethod
+    def from_validation(cls, source: str, exc: msgspec.ValidationError, at: str = "") -> ConfigError:
+        """msgspec's ``Expected `int`, got `str` - at `$.limits.max_items``` as key and problem; ``at``
+        is where the validated value sits in the whole config (``.pipeline.options``)."""
+        found = re.fullmatch(r"(?s)(?P<problem>.*?)(?: - at `\$(?P<path>[^`]*)`)?", str(exc))
+        assert found is not None  # the pattern matches any text
+        problem, key = found["problem"], at + (found["path"] or "")
+        field = re.fullmatch(r"Object (?P<what>contains unknown|missing required) field `(?P<name>[^`]*)`", problem)
+        if field is not None:
+            key += "." + field["name"]
+            problem = "unknown field" if field["what"] == "contains unknown" else "required, not given"
+        else:
+            problem = problem.replace("`", "")
+            problem = problem[:1].lower() + problem[1:]
+        return cls(source, problem, key.lstrip("."))
 
 
 class Limits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -86,6 +118,21 @@ class SipConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class PipelineConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Which pipeline, and its own options: the Struct its kind declares (``pipelines.options_type``:
+    ``CascadeOptions``, ``OmniOptions``, ``SyntheticOptions``), typed when the config is loaded."""
+
+    kind: str
+    options: msgspec.Struct
+
+    def __post_init__(self) -> None:
+        expected = pipelines.options_type(self.kind)
+        if not isinstance(self.options, expected):  # options decoded as a bare Struct: made without from_dict
+            raise TypeError(f"a {self.kind} pipeline's options are a {expected.__name__} (make the config with config.from_dict)")
+
+
+class _PipelineSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The ``pipeline`` section as written, before its options are typed by its kind."""
+
     kind: str
     options: dict[str, Any] = {}
 
@@ -143,34 +190,104 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         return self.ssl_certfile is not None
 
 
-def resolve(name_or_path: str) -> Path:
+def resolve(name_or_path: str | Path) -> Path:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.exists():
-            raise FileNotFoundError(f"config file not found: {path}")
+            raise ConfigError(str(path), "file not found")
         return path
     for folder in (SOURCE_CONFIGS, PACKAGE_CONFIGS, Path.cwd() / "configs"):
         candidate = folder / f"{name_or_path}.yaml"
         if candidate.exists():
             return candidate
-    raise FileNotFoundError(f"no config named {name_or_path!r} (looked in {SOURCE_CONFIGS} and {PACKAGE_CONFIGS})")
+    raise ConfigError(str(name_or_path), f"no config of that name (looked in {SOURCE_CONFIGS} and {PACKAGE_CONFIGS})")
 
 
-def raw(name_or_path: str) -> dict[str, Any]:
+def _shown(path: Path) -> str:
+    """A config file's path as an error shows it: relative to the working directory when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def raw(name_or_path: str | Path) -> dict[str, Any]:
     """A config file as plain data (to adjust before use, as tests and benchmarks do)."""
-    return yaml.safe_load(resolve(name_or_path).read_text()) or {}
+    path = resolve(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(_shown(path), f"not YAML: {problem}{where}") from None
+    except OSError as exc:
+        raise ConfigError(_shown(path), f"unreadable: {exc.strerror or exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(_shown(path), f"expected a mapping of settings, got {type(data).__name__}")
+    return data
 
 
-def load(name_or_path: str = DEFAULT_CONFIG, **overrides: Any) -> ServerConfig:
-    data = raw(name_or_path)
-    data.update({k: v for k, v in overrides.items() if v is not None})
+def merged(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``changes`` laid over it, mappings merged key by key; a change of None is no
+    change (a flag not given). Neither argument is modified."""
+    out = dict(base)
+    for key, value in changes.items():
+        if value is None:
+            continue
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load(name_or_path: str | Path = DEFAULT_CONFIG, overrides: Mapping[str, Any] | None = None, *, engine_url: str | None = None) -> ServerConfig:
+    """The config file ``name_or_path`` with ``overrides`` (settings laid over the file's, as
+    ``merged``) and, given ``engine_url``, its pipeline's model on that remote engine; validated once,
+    every problem a ``ConfigError``."""
+    path = resolve(name_or_path)
+    source = _shown(path)
+    data = merged(raw(path), overrides or {})
+    section = data.get("pipeline")
+    kind = section.get("kind") if isinstance(section, Mapping) else None
+    if engine_url is not None and isinstance(kind, str) and kind in pipelines.KINDS:  # else from_dict says what is wrong
+        try:
+            changes = pipelines.remote_engine(kind, engine_url)
+        except ValueError as exc:
+            raise ConfigError(source, f"engine_url: {exc}") from None
+        data = merged(data, {"pipeline": {"options": changes}})
     if data.get("api_key") is None and os.environ.get("REALTIME_OMNI_API_KEY"):
         data["api_key"] = os.environ["REALTIME_OMNI_API_KEY"]
+    return from_dict(data, source)
+
+
+def from_dict(raw: Mapping[str, Any], source: str = "(from a dict)") -> ServerConfig:
+    """A config from plain data (a config file's, or built by a test), its pipeline's options typed
+    by its kind; every problem a ``ConfigError`` naming ``source`` and the bad key."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(source, f"expected a mapping of settings, got {type(raw).__name__}")
+    data = dict(raw)
+    section = data.get("pipeline")
+    if section is not None and not isinstance(section, PipelineConfig):  # missing: ServerConfig says so
+        data["pipeline"] = _pipeline(section, source)
     try:
         return msgspec.convert(data, ServerConfig)
     except msgspec.ValidationError as exc:
-        raise ValueError(f"invalid config {name_or_path}: {exc}") from None
+        raise ConfigError.from_validation(source, exc) from None
 
 
-def from_dict(raw: dict[str, Any]) -> ServerConfig:
-    return msgspec.convert(raw, ServerConfig)
+def _pipeline(section: Any, source: str) -> PipelineConfig:
+    try:
+        written = msgspec.convert(section, _PipelineSection)
+    except msgspec.ValidationError as exc:
+        raise ConfigError.from_validation(source, exc, ".pipeline") from None
+    try:
+        options_type = pipelines.options_type(written.kind)
+    except pipelines.UnknownKind as exc:
+        raise ConfigError(source, str(exc), "pipeline.kind") from None
+    try:
+        options = msgspec.convert(written.options, options_type)
+    except msgspec.ValidationError as exc:
+        raise ConfigError.from_validation(source, exc, ".pipeline.options") from None
+    return PipelineConfig(kind=written.kind, options=options)

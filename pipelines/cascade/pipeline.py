@@ -188,5 +188,5 @@ class CascadePipeline(Pipeline):
         return await asyncio.get_running_loop().run_in_executor(self.tts_pool, self.talker.speak, text)
 
 
-def create(options: dict) -> CascadePipeline:
-    return CascadePipeline(msgspec.convert(options, CascadeOptions))
+def create(options: CascadeOptions) -> CascadePipeline:
+    return CascadePipeline(options)

@@ -440,5 +440,5 @@ def _audio_seconds(item: Any) -> float:
     return sum(len(p.audio) / INPUT_RATE for p in item.parts if p.kind == "audio" and p.audio is not None)
 
 
-def create(options: dict[str, Any]) -> OmniPipeline:
-    return OmniPipeline(msgspec.convert(options, OmniOptions))
+def create(options: OmniOptions) -> OmniPipeline:
+    return OmniPipeline(options)

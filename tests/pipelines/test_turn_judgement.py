@@ -22,7 +22,9 @@ HISTORY = [Turn("user", "Hi, can you help me with something?"), Turn("assistant"
 
 @pytest.fixture(scope="module")
 async def engine() -> AsyncIterator[VllmThinker]:
-    options = msgspec.convert(load("cpu").pipeline.options, CascadeOptions).thinker
+    cascade = load("cpu").pipeline.options
+    assert isinstance(cascade, CascadeOptions)
+    options = cascade.thinker
     t = thinker(msgspec.structs.replace(options, max_num_seqs=2))
     await t.start(lambda _: None)
     yield t
