@@ -25,7 +25,7 @@ def question() -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def semantic_server(server):
-    assert server.server.turn_model is not None, "the end-of-turn model is not installed (./scripts/install)"
+    assert server.server.turn_end.model is not None, "the end-of-turn model is not installed (./scripts/install)"
     return server
 
 
