@@ -130,11 +130,11 @@ class _Listening(PipelineSession):
     def feed(self, pcm: np.ndarray) -> None:
         self.turn.append(pcm)
 
-    def listen(self, request: ResponseRequest | None) -> None:
+    def listen(self, request: ResponseRequest | None, answer: bool = False) -> None:
         if self.hearing.judging and self.streamed is None:
             self.streamed = self.pipeline.thinker.open_prompt(self.pipeline.prefix, "bench-turns", judging=True)
 
-    def pause(self, request: ResponseRequest | None) -> None:
+    def pause(self, request: ResponseRequest | None, answer: bool) -> None:
         if self.pipeline.listener is not None and self.turn:
             streamed, self.streamed = self.streamed, None
             self.hearing.pause(np.concatenate(self.turn), self.pipeline.prefix, streamed)

@@ -199,15 +199,18 @@ class PipelineSession(abc.ABC):
         """The session's ``audio.input.noise_reduction`` (``near_field``, ``far_field`` or None),
         at open and whenever it changes. A pipeline that can clean its input applies it."""
 
-    def listen(self, request: ResponseRequest | None) -> None:
-        """A turn began (speech started): ``request`` as for ``pause``. A pipeline that can take the
-        turn's audio as it comes may start feeding it to its model now."""
+    def listen(self, request: ResponseRequest | None, answer: bool) -> None:
+        """A turn began (speech started): ``request`` and ``answer`` as for ``pause``. A pipeline that
+        can take the turn's audio as it comes may start feeding it to its model now."""
 
-    def pause(self, request: ResponseRequest | None) -> None:
-        """A short silence: the user may be done. Speculative work may start; none of it may
-        reach the client unless the turn is then committed. ``request`` is the response the
-        session would request if the turn ended now, its ``items`` being the conversation *before*
-        the open turn (the audio fed so far is the turn); None when no response would follow."""
+    def pause(self, request: ResponseRequest | None, answer: bool) -> None:
+        """A short silence: the user may be done. ``request`` is the response the session would
+        request if the turn ended now, its ``items`` being the conversation *before* the open turn
+        (the audio fed so far is the turn): the context the turn is heard in; None when the
+        session cannot say. ``answer``: whether a response follows the turn by itself (turn
+        detection's ``create_response``, no response under way): only then may speculative work
+        on the answer start, and none of it may reach the client unless the turn is then
+        committed. Hearing the turn (``heard``) does not wait for that."""
 
     def resume(self) -> None:
         """Speech resumed after ``pause``: speculative work is void."""

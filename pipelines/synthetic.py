@@ -125,7 +125,7 @@ class SyntheticSession(PipelineSession):
         self.fed_samples += len(pcm)
         self._open_samples += len(pcm)
 
-    def pause(self, request: ResponseRequest | None) -> None:
+    def pause(self, request: ResponseRequest | None, answer: bool) -> None:
         self.pauses += 1
 
     def resume(self) -> None:

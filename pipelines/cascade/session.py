@@ -66,7 +66,7 @@ class CascadeSession(PipelineSession):
         self.ahead: Ahead[CascadeSpeculation] = Ahead(pipeline.counts)  # the answer started at the last pause
         self.warmed: list[int] = []  # the prompt prefix last prefilled while the user spoke (listen)
         self.streamed: StreamedPrompt | None = None  # the open turn's prompt, its first part prefilled (listen)
-        self.listening: ResponseRequest | None = None  # the request listen() was given for the open turn
+        self.listening: tuple[ResponseRequest, bool] | None = None  # what listen() was given for the open turn
         self.transcripts: OrderedDict[str, asyncio.Future[str]] = OrderedDict()
         self._tasks: set[asyncio.Future[Any]] = set()
 
@@ -81,15 +81,15 @@ class CascadeSession(PipelineSession):
     def judge_words(self, on: bool) -> None:
         self.hearing.judging = on
 
-    def listen(self, request: ResponseRequest | None) -> None:
+    def listen(self, request: ResponseRequest | None, answer: bool) -> None:
         """The user began to speak: while they do, prefill the conversation up to where their words
         will go (the last answer as delivered, the next turn's header), in a request whose prompt
-        the turn's words finish (``StreamedPrompt``), so that the answer prefills only the words.
-        An engine that cannot (a remote one) gets a plain request for the prefix instead, which
-        leaves its whole blocks in the prefix cache."""
-        if not self.options.speculate or request is None:
+        the turn's words finish (``StreamedPrompt``), so that the words are judged and answered
+        there with only themselves to prefill. An engine that cannot (a remote one) gets a plain
+        request for the prefix instead, which leaves its whole blocks in the prefix cache."""
+        if request is None or not self._hears(answer):
             return
-        self.listening = request
+        self.listening = (request, answer)
         prefix = self.prompts.prefix(request)
         judging = self.hearing.judging
         streamed = self.streamed
@@ -124,22 +124,29 @@ class CascadeSession(PipelineSession):
         self.streamed = None
         return streamed
 
-    def pause(self, request: ResponseRequest | None) -> None:
-        if not self.options.speculate or request is None or not self.turn:
+    def _hears(self, answer: bool) -> bool:
+        """Whether the open turn is heard at its pauses: for semantic_vad's judgement, or for an
+        answer made ahead."""
+        return self.hearing.judging or (answer and self.options.speculate)
+
+    def pause(self, request: ResponseRequest | None, answer: bool) -> None:
+        if request is None or not self.turn or not self._hears(answer):
             return
         prefix = self.prompts.prefix(request)
         streamed = None
         if self.hearing.judging and self.streamed is not None and self.streamed.can_judge(prefix):
-            streamed, self.streamed = self.streamed, None  # the words are judged, then answered, in it
+            streamed, self.streamed = self.streamed, None  # the words are judged (then answered) in it
         heard = self.hearing.pause(np.concatenate(self.turn), prefix, streamed)
-        spec = self.ahead.start(CascadeSpeculation(request=request, heard=heard, background=self._background))
-        spec.task = asyncio.create_task(self._speculate(spec), name=f"speculate:{self.session_id}")
+        self.ahead.drop()
+        if answer and self.options.speculate:
+            spec = self.ahead.start(CascadeSpeculation(request=request, heard=heard, background=self._background))
+            spec.task = asyncio.create_task(self._speculate(spec), name=f"speculate:{self.session_id}")
 
     def resume(self) -> None:
         self.hearing.drop()
         self.ahead.drop()  # with it, the streamed prompt it had taken
         if self.listening is not None and self.streamed is None:
-            self.listen(self.listening)  # for the next pause (the prefix's whole blocks are cached by now)
+            self.listen(*self.listening)  # for the next pause (the prefix's whole blocks are cached by now)
 
     async def heard(self, within_s: float) -> Heard | None:
         return await self.hearing.heard(within_s)

@@ -220,14 +220,14 @@ class OmniSession(PipelineSession):
             if not self.ended_at_pause and sum(map(len, self.unsent)) >= self.segment_samples:
                 self._push(spec)  # (not the silence after a pause: it may be the end of the turn)
 
-    def listen(self, request: ResponseRequest | None) -> None:
-        if self.streams and self.options.speculate and request is not None:
+    def listen(self, request: ResponseRequest | None, answer: bool) -> None:
+        if self.streams and self.options.speculate and request is not None and answer:
             self._open_streamed(request)
 
-    def pause(self, request: ResponseRequest | None) -> None:
+    def pause(self, request: ResponseRequest | None, answer: bool) -> None:
         self.ended_at_pause = True
-        if not self.options.speculate or request is None or not self.turn:
-            return
+        if not self.options.speculate or request is None or not answer or not self.turn:
+            return  # (it hears nothing apart from its answer: no words for the turn-end policy)
         spec = self.ahead.current
         if self.streams:
             if spec is not None and spec.streamed is not None and spec.item_id is None:

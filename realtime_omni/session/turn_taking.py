@@ -174,7 +174,7 @@ class TurnTaking:
                 await self._speech_started(event)
             elif isinstance(event, Paused):
                 user.feed_to(event.at)
-                ctx.pipe.pause(self._speculative_request())
+                ctx.pipe.pause(*self._turn_context())
                 self._caption(event.at)
             elif isinstance(event, Resumed):
                 if user.turn is not None:
@@ -258,7 +258,7 @@ class TurnTaking:
             await self.answering.report_cut(cut)
         if barge_in is not None:
             await barge_in.cancel("turn_detected")
-        self.ctx.pipe.listen(self._speculative_request())
+        self.ctx.pipe.listen(*self._turn_context())
 
     async def _speech_stopped(self, end: int) -> None:
         ctx, user = self.ctx, self.user
@@ -326,17 +326,20 @@ class TurnTaking:
             )
         return wait
 
-    def _speculative_request(self) -> ResponseRequest | None:
+    def _turn_context(self) -> tuple[ResponseRequest | None, bool]:
         """The request a response would get if the open turn ended now (its items: the conversation
-        before the turn), or None when none would follow automatically."""
+        before the turn; None when the session cannot say), and whether one follows by itself. The
+        pipeline hears the turn in that context either way (semantic_vad needs the words even when
+        the client makes its own responses), and answers ahead only when one follows."""
         cfg = self.ctx.config
         vad = cfg.vad
-        if vad is None or not vad.create_response or self.runs.active is not None or not self.ctx.open or not cfg.responds:
-            return None
+        if vad is None or not self.ctx.open:
+            return None, False
+        answer = vad.create_response and self.runs.active is None and cfg.responds
         try:
-            return self.answering.build_request(ev.ResponseParams())[0]
+            return self.answering.build_request(ev.ResponseParams())[0], answer
         except RealtimeError:
-            return None  # the response itself will report it
+            return None, False  # a response itself will report it
 
     async def _end_turn_now(self) -> None:
         """A turn longer than the input buffer: it ends where the buffer is full, and a fresh

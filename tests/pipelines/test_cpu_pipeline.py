@@ -270,3 +270,26 @@ async def test_live_captions_arrive_before_a_long_turn_ends(cpu_server):
     else:  # it does not: no delta rewrites what was shown, none follows it
         assert joined == captions
     assert {"weather", "paris"} <= words(completed.transcript), completed.transcript
+
+
+async def test_semantic_vad_hears_a_fresh_question_when_the_client_makes_its_own_responses(cpu_server):
+    """A framework that answers by itself (``create_response: false``) still gets its turn ended by
+    the words: the cascade hears the turn at its pauses (no answer is made ahead), the thinker
+    judges the question complete in a fresh session's context, and the turn is committed at the
+    first check rather than after the eagerness's longest wait."""
+    before = cpu_server.stats()
+    async with connect(cpu_server.ws_base) as c:
+        await c.expect("session.created")
+        td = {"type": "semantic_vad", "create_response": False}
+        await c.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": td}}}})
+        await c.expect("session.updated")
+        question = spoken("What time is it in Tokyo right now?")
+        await c.speak(np.concatenate([silence(500), question, silence(2500)]))
+        stopped = await c.first("input_audio_buffer.speech_stopped", timeout=RESPONSE_TIMEOUT)
+        await c.first("input_audio_buffer.committed", timeout=RESPONSE_TIMEOUT)
+    after = cpu_server.stats()
+    assert "response.created" not in [e.type for e in c.events]
+    assert after["words_judged"] > before["words_judged"]
+    assert after["speculations_started"] == before["speculations_started"]  # heard, not answered ahead
+    speech_ms = len(question) * 1000 // 24000
+    assert stopped.audio_end_ms - 500 <= speech_ms + 300, (stopped.audio_end_ms, speech_ms)  # at a check, not after 4 s

@@ -46,8 +46,8 @@ class FakeSession(PipelineSession):
     def reduce_noise(self, kind: str | None) -> None:
         self.noise_reduction.append(kind)
 
-    def pause(self, request: ResponseRequest | None) -> None:
-        self.calls.append(("pause", request))
+    def pause(self, request: ResponseRequest | None, answer: bool) -> None:
+        self.calls.append(("pause", request if answer else None))
 
     def judge_words(self, on: bool) -> None:
         self.calls.append(("judge_words", on))
