@@ -23,7 +23,7 @@ HOP = 160
 N_MELS = 80
 
 
-def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
+def _hz_to_mel(hz: np.ndarray | float) -> np.ndarray:
     """Slaney's mel scale: linear (200/3 Hz a mel) below 1 kHz, logarithmic above."""
     hz = np.asarray(hz, np.float64)
     linear = hz / (200.0 / 3)

@@ -248,4 +248,4 @@ def http_protocol(limits: Limits, parser: str | None = None) -> type[asyncio.Pro
         "max_raw_head": limits.max_header_bytes + FRAMING_PER_LINE * (limits.max_headers + 1),
         "header_timeout_s": limits.header_timeout_s,
     }
-    return type(base.__name__, (base,), values)  # type: ignore[return-value]
+    return type(base.__name__, (base,), values)

@@ -185,7 +185,7 @@ class RedisState:
     # ------------------------------------------------------------------ sessions
 
     async def reserve_session(self, limit: int) -> bool:
-        args = [self.replica, limit, self.prefix + "replica:"]
+        args: list[str | int] = [self.replica, limit, self.prefix + "replica:"]
         return bool(await self._call(self._reserve(keys=[self.prefix + "sessions"], args=args)))
 
     async def release_session(self) -> None:

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
@@ -137,7 +137,7 @@ class RemoteEngine:
             return None
         return {self.options.affinity_header: hashlib.sha256(salt.encode()).hexdigest()[:32]}
 
-    async def stream(self, body: dict[str, Any], path: str = "/chat/completions") -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, body: dict[str, Any], path: str = "/chat/completions") -> AsyncGenerator[dict[str, Any], None]:
         """Post ``body`` (``stream: true``) and yield each parsed chunk until ``[DONE]``."""
         assert self._client is not None, "the engine is not started"
         o = self.options

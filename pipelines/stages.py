@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterable, AsyncIterator, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
 
@@ -29,11 +29,17 @@ class _Failed:
         self.exc = exc
 
 
+@runtime_checkable
+class _Closable(Protocol):
+    def aclose(self) -> Awaitable[object]: ...
+
+
 async def _pump(source: AsyncIterable[Any], queue: asyncio.Queue[Any]) -> None:
     try:
-        closing = contextlib.aclosing(source) if hasattr(source, "aclose") else contextlib.nullcontext(source)
-        async with closing as items:
-            async for item in items:
+        async with contextlib.AsyncExitStack() as closing:
+            if isinstance(source, _Closable):
+                closing.push_async_callback(source.aclose)
+            async for item in source:
                 await queue.put(item)
     except asyncio.CancelledError:
         raise

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,13 +69,13 @@ class Metrics:
         )
         self._in = {t: self.events_in.labels(t) for t in CLIENT_EVENT_TYPES}
         self._in_unknown = self.events_in.labels("invalid")
-        self._out: dict[str, object] = {}
+        self._out: dict[str, Counter] = {}
 
     def watch_pipeline(self, stats: Callable[[], dict[str, float]]) -> None:
         """Publish the pipeline's own accounting (``Pipeline.stats``) as ``realtime_pipeline_<name>``."""
 
         class PipelineCollector:
-            def collect(self):  # type: ignore[no-untyped-def]
+            def collect(self) -> Iterator[GaugeMetricFamily]:
                 for name, value in stats().items():
                     yield GaugeMetricFamily(f"realtime_pipeline_{name}", f"Pipeline statistic {name}", value=value)
 
@@ -92,7 +92,7 @@ class Metrics:
         counter = self._out.get(kind)
         if counter is None:
             counter = self._out[kind] = self.events_out.labels(kind)
-        counter.inc()  # type: ignore[attr-defined]
+        counter.inc()
 
     def response_timings(self, record: dict[str, Any]) -> None:
         """One finished response's timings: per-stage histograms, and a JSON line in the timings

@@ -101,8 +101,8 @@ class EventPump:
                 encoded: dict[bool, str | None] = {}
                 for sink in self.sinks[:]:
                     if sink.beta not in encoded:
-                        data = encode_server_event(event, beta_names=sink.beta)
-                        encoded[sink.beta] = data.decode() if data is not None else None
+                        raw = encode_server_event(event, beta_names=sink.beta)
+                        encoded[sink.beta] = raw.decode() if raw is not None else None
                     data = encoded[sink.beta]
                     if data is None:
                         continue  # no such event in the beta protocol

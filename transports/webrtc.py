@@ -293,6 +293,8 @@ class WebRTCCall(Call):
                 frame = await track.recv()
             except MediaStreamError:
                 return
+            if not isinstance(frame, av.AudioFrame):  # (an audio track's frames all are)
+                continue
             self.media.arrived()
             await self.media.push(_mono(frame), frame.sample_rate)
 
@@ -317,7 +319,7 @@ class WebRTCCall(Call):
             except MediaStreamError:
                 return
             now = time.monotonic()
-            if not session.caps.images or now < next_sample:
+            if not session.caps.images or now < next_sample or not isinstance(frame, av.VideoFrame):
                 continue
             next_sample = now + interval
             session.camera_frame(await asyncio.to_thread(_jpeg_data_url, frame))

@@ -223,7 +223,7 @@ class VllmThinker:
         from pipelines.cascade.tools import chat_messages
 
         tok = self.tokenizer
-        examples = [Turn(role, text) for user, answer in self.options.examples for role, text in (("user", user), ("assistant", answer))]
+        examples = [turn for user, answer in self.options.examples for turn in (Turn("user", user), Turn("assistant", answer))]
         turns = examples + turns
         if self.options.prompt_format == "chat":
             messages = [{"role": "system", "content": instructions}] if instructions else []

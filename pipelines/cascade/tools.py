@@ -289,8 +289,8 @@ class CallParser:
         if self._name is None:
             m = _HEAD.match(self._buffer)
             if m is None or m.end() == len(self._buffer):  # the head, and a character after it, not yet written
-                close = self._closing()
-                return self._whole(*close) if close is not None else []
+                span = self._closing()
+                return self._whole(*span) if span is not None else []
             self._name = json.loads(f'"{m.group(1)}"')
             self._buffer = self._buffer[m.end() :]
             self._json = _Json()

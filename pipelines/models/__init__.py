@@ -151,7 +151,7 @@ SOURCES: dict[str, Callable[[], list[Path]]] = {
 }
 IN_PLACE = {"whisper-tiny.en", "piper-joe"}
 # made from another prepared model (which is prepared first), not from packages of their own
-DERIVED = {"qwen2.5-coder-0.5b-instruct-w8": "qwen2.5-coder-0.5b-instruct"}
+DERIVED: dict[str, str] = {"qwen2.5-coder-0.5b-instruct-w8": "qwen2.5-coder-0.5b-instruct"}
 
 MODELS: dict[str, Model] = {
     m.name: m
@@ -191,13 +191,16 @@ def _convert_gguf(gguf: Path, out: Path, add_bos: bool) -> None:
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     if add_bos:
-        tokenizer.add_bos_token = True  # Gemma degenerates without its BOS
+        # Gemma degenerates without its BOS (the property has a setter, which mypy misses: transformers
+        # defines it apart from its getter)
+        tokenizer.add_bos_token = True  # type: ignore[misc]
     # transformers tags a GGUF-loaded model as quantized and refuses to save it; its weights are
-    # already plain fp32 tensors.
-    model.hf_quantizer = None
+    # already plain fp32 tensors. (torch types what a Module's attributes are set to as tensors
+    # or modules, hence the ignores.)
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model.is_quantized = False
+    model.is_quantized = False  # type: ignore[assignment]
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
 
@@ -297,7 +300,9 @@ def _outputs_intact(name: str, record: dict, verify: bool) -> bool:
 def _hub_copy(name: str, verify: bool = False) -> bool:
     """Whether an in-place model has an intact copy from its official repository in the cache."""
     record = _record(name)
-    return bool(record) and str(record.get("origin", "")).startswith("hub:") and _outputs_intact(name, record, verify)
+    if not record:
+        return False
+    return str(record.get("origin", "")).startswith("hub:") and _outputs_intact(name, record, verify)
 
 
 def is_ready(name: str, verify: bool = False) -> bool:

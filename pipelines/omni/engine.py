@@ -31,7 +31,7 @@ import time
 import uuid
 import wave
 from collections import namedtuple
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -108,7 +108,7 @@ class RemoteOmni:
     def stats(self) -> dict[str, float]:
         return self.engine.stats()
 
-    async def stream(self, body: dict[str, Any]) -> AsyncIterator[EngineOutput]:
+    async def stream(self, body: dict[str, Any]) -> AsyncGenerator[EngineOutput, None]:
         usage = Usage()
         calls: dict[int, dict[str, str]] = {}  # tool calls as their deltas build them, by index
         chunks = self.engine.stream(body)
@@ -298,7 +298,7 @@ class LocalOmni:
     def open_turn(self, body: dict[str, Any], history: list[dict[str, Any]]) -> StreamedTurn:
         return StreamedTurn(self, body, history)
 
-    async def stream(self, body: dict[str, Any], turn: StreamedTurn | None = None) -> AsyncIterator[EngineOutput]:
+    async def stream(self, body: dict[str, Any], turn: StreamedTurn | None = None) -> AsyncGenerator[EngineOutput, None]:
         """``turn``: answer a streamed turn (its input, then its answer once ``finish``ed)."""
         if self.engine is None:
             raise EngineError("the in-process engine is not running")

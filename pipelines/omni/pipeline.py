@@ -335,7 +335,7 @@ class OmniSession(PipelineSession):
         if clips is None:
             sent = self._sent_as.pop(item_id, None)
             said = np.concatenate([c.pcm for c in sent]) if sent and index == 0 else None
-            if said is not None and len(said) <= len(pcm) and np.array_equal(pcm[: len(said)], said):
+            if sent and said is not None and len(said) <= len(pcm) and np.array_equal(pcm[: len(said)], said):
                 clips = sent  # as the model heard it; what follows is the end-of-turn silence
             else:
                 clips = [Clip(pcm, INPUT_RATE)]

@@ -69,6 +69,7 @@ def _validation_error(data: bytes | str, text: str) -> RealtimeError:
     path = m.group(1).replace("[...]", "") if m else ""  # msgspec's "[...]": a value in a map
     message = text[: m.start()] if m else text
     field = _FIELD.search(message)
+    param: str | None
     if message.startswith("Object missing required field"):
         param = _join(path, field.group(1) if field else "")
         code = "missing_required_parameter"

@@ -16,7 +16,7 @@ needs a value still refuses ``null``, naming it in ``param``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -438,7 +438,7 @@ AnyClientEvent = Union[
     ResponseCancel,
 ]
 
-CLIENT_EVENT_TYPES = frozenset(t.__struct_config__.tag for t in AnyClientEvent.__args__)
+CLIENT_EVENT_TYPES = frozenset(t.__struct_config__.tag for t in get_args(AnyClientEvent))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator
 
 import numpy as np
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from dsp.resample import resample
 from pipelines.base import (
@@ -183,10 +183,11 @@ def from_wire(
     item: ev.Item, caps: Capabilities, input_format: WireFormat, output_format: WireFormat, param: str = "item"
 ) -> ContextItem:
     """A client-supplied item (``conversation.item.create`` / ``response.create`` input)."""
-    item_id = item.id if item.id is not UNSET else new_id("item")
-    status = item.status if item.status is not UNSET else "completed"
+    # (these fields read null as UNSET when decoded: a str, or not given)
+    item_id = item.id if isinstance(item.id, str) else new_id("item")
+    status = item.status if isinstance(item.status, str) else "completed"
     if isinstance(item, ev.FunctionCallItem):
-        call_id = item.call_id if item.call_id is not UNSET else new_id("call")
+        call_id = item.call_id if isinstance(item.call_id, str) else new_id("call")
         return FunctionCall(item_id, call_id, item.name, item.arguments, status)
     if isinstance(item, ev.FunctionCallOutputItem):
         return FunctionResult(item_id, item.call_id, item.output, status)
@@ -210,8 +211,8 @@ def from_wire(
             raise RealtimeError(f"Invalid '{cp}': the '{caps.name}' pipeline does not take {kind} input.", code="unsupported_value", param=cp)
         if isinstance(c, ev.InputImage):
             parts.append(Part("image", image_url=c.image_url))
-        elif kind == "text":
-            parts.append(Part("text", text=c.text))  # type: ignore[union-attr]
+        elif isinstance(c, (ev.InputText, ev.OutputText, ev.BetaText)):
+            parts.append(Part("text", text=c.text))
         else:
             transcript = c.transcript if isinstance(c.transcript, str) else None
             audio = None
@@ -245,10 +246,10 @@ def to_wire(
         elif part.kind == "image":
             content.append(ev.InputImage(image_url=part.image_url or ""))
         else:
-            audio: str | None | object = UNSET
+            audio: str | UnsetType = UNSET
             if audio_formats is not None and part.audio is not None:
                 fmt = audio_formats[1] if assistant else audio_formats[0]
                 audio = encode_audio(part.audio, caps.output_rate if assistant else caps.input_rate, fmt)
             cls = ev.OutputAudio if assistant else ev.InputAudio
-            content.append(cls(audio=audio, transcript=part.text))  # type: ignore[arg-type]
+            content.append(cls(audio=audio, transcript=part.text))
     return ev.MessageItem(id=item.id, object="realtime.item", status=item.status, role=item.role, content=content)

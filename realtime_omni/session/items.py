@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipelines.base import FunctionCall, Message
+from pipelines.base import ContextItem, FunctionCall, Message
 
 from ..errors import RealtimeError, invalid_value
 from ..protocol import events as ev
@@ -28,7 +28,7 @@ class Items:
         self.transcriber = transcriber
         self.runs = runs
 
-    def add(self, item: Message | FunctionCall, alignment: Alignment | None = None, previous_item_id: str | None = None) -> str | None:
+    def add(self, item: ContextItem, alignment: Alignment | None = None, previous_item_id: str | None = None) -> str | None:
         """Add an item; the id of the item before it. Items evicted to stay within the
         conversation's bounds are announced as deleted."""
         previous, evicted = self.conversation.add(item, previous_item_id)

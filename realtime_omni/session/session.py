@@ -159,7 +159,7 @@ class Session:
             ctx.metrics.event_in(None)
             await ctx.report(err)
             return
-        ctx.metrics.event_in(event.__struct_config__.tag)
+        ctx.metrics.event_in(str(event.__struct_config__.tag))  # (a client event's tag is its type, a str)
         part, method = self._HANDLERS[type(event)]
         try:
             await getattr(self if part is None else getattr(self, part), method)(event)
