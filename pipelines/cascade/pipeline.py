@@ -14,9 +14,8 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
-import msgspec
 import numpy as np
 
 from dsp.denoise import denoise
@@ -25,9 +24,9 @@ from pipelines.base import (
     Pipeline,
 )
 from pipelines.cascade.session import CascadeSession
+from pipelines.cascade.shared import CascadeOptions
 from pipelines.cascade.talker import PiperTalker
 from pipelines.cascade.thinker import (
-    ThinkerOptions,
     thinker,
 )
 from pipelines.cascade.tools import template_takes_tools
@@ -37,30 +36,6 @@ log = logging.getLogger(__name__)
 
 # a typical spoken answer, for measuring the talker and how many thinker tokens a second of speech holds
 SPEED_SENTENCE = "The capital of France is Paris, a city famous for its museums, its cafes and its long history."
-
-
-class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    asr_model: str = "whisper-tiny.en"  # or whisper-base
-    asr_threads: int = 2
-    asr_beam_size: int = 1
-    asr_window: Literal["fit", "full"] = "fit"  # fit: encode the clip + 1 s, not Whisper's whole 30 s window
-    thinker: ThinkerOptions = msgspec.field(default_factory=ThinkerOptions)
-    voice: str = "piper-joe"
-    tts_threads: int = 1
-    denoise_keep: float = 0.5  # noise_reduction: RNNoise, with this share of the original mixed back (bench/noise.py)
-    speculate: bool = True  # incremental prefill: work ahead at pauses (off: only after the turn ends)
-    # offer the tools again in the answer to a tool's output (tool_choice "auto"): keeps the whole prompt
-    # cached across the call, for a thinker that then answers in words; Qwen2.5-Coder-0.5B calls again
-    # instead (bench/tools.py), so by default that answer's prompt has no tools (docs/tools.md)
-    tools_after_output: bool = False
-    async_chunk: bool = True  # speak clause by clause (off: the whole answer, then audio)
-    first_clause_words: int = 1  # the first clause may be one word ("Sure,"): it sets the first audio
-    first_clause_max_words: int = 2  # failing punctuation, the first clause ends here
-    clause_words: int = 5  # later clauses end at punctuation after this many words ...
-    hurry_words: int = 2  # ... or after this many once the audio made is less than low_water_ms ahead of playback
-    low_water_ms: int = 800
-    chunk_ms: int = 100  # audio per chunk sent on
-    buffer_chunks: int = 256  # output buffered ahead of the consumer, per response
 
 
 class CascadePipeline(Pipeline):

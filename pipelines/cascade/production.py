@@ -14,18 +14,16 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pipelines.base import AudioChunk, OutputChunk, ResponseRequest, TextDelta, Usage
 from pipelines.cascade.hearing import Round
+from pipelines.cascade.shared import Models
 from pipelines.cascade.talker import ClausePolicy, Playback, clauses
 from pipelines.cascade.thinker import Generation, StreamedPrompt
 from pipelines.cascade.tools import SpokenLimit, ToolStream, forced_start
 from pipelines.speculation import Production, Speculation
 from pipelines.stages import chain
-
-if TYPE_CHECKING:
-    from pipelines.cascade.pipeline import CascadePipeline
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +34,7 @@ class CascadeProduction(Production):
 
     def __init__(
         self,
-        pipeline: "CascadePipeline",
+        pipeline: Models,
         salt: str,
         request: ResponseRequest,
         prompt: list[int],

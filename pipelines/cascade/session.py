@@ -22,7 +22,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -38,11 +38,9 @@ from pipelines.base import (
 from pipelines.cascade.hearing import Hearing
 from pipelines.cascade.production import CascadeProduction, CascadeSpeculation
 from pipelines.cascade.prompts import Prompts
+from pipelines.cascade.shared import Models
 from pipelines.cascade.thinker import StreamedPrompt
 from pipelines.speculation import Ahead, Production
-
-if TYPE_CHECKING:
-    from pipelines.cascade.pipeline import CascadePipeline
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +52,7 @@ def _settings(request: ResponseRequest) -> tuple[Any, ...]:
 class CascadeSession(PipelineSession):
     MAX_TRANSCRIPTS = 64
 
-    def __init__(self, pipeline: "CascadePipeline", session_id: str) -> None:
+    def __init__(self, pipeline: Models, session_id: str) -> None:
         self.pipeline = pipeline
         self.options = pipeline.options
         self.session_id = session_id

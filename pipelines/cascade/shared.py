@@ -1,0 +1,56 @@
+"""What the cascade's pipeline shares with its sessions and their answers: the options, and the
+``Models`` port (the models it holds, its worker threads and its accounting). The sessions see the
+pipeline through this port only, so they never import the module that opens them."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol
+
+import msgspec
+import numpy as np
+
+from pipelines.base import Capabilities
+from pipelines.cascade.thinker import ThinkerOptions
+
+
+class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    asr_model: str = "whisper-tiny.en"  # or whisper-base
+    asr_threads: int = 2
+    asr_beam_size: int = 1
+    asr_window: Literal["fit", "full"] = "fit"  # fit: encode the clip + 1 s, not Whisper's whole 30 s window
+    thinker: ThinkerOptions = msgspec.field(default_factory=ThinkerOptions)
+    voice: str = "piper-joe"
+    tts_threads: int = 1
+    denoise_keep: float = 0.5  # noise_reduction: RNNoise, with this share of the original mixed back (bench/noise.py)
+    speculate: bool = True  # incremental prefill: work ahead at pauses (off: only after the turn ends)
+    # offer the tools again in the answer to a tool's output (tool_choice "auto"): keeps the whole prompt
+    # cached across the call, for a thinker that then answers in words; Qwen2.5-Coder-0.5B calls again
+    # instead (bench/tools.py), so by default that answer's prompt has no tools (docs/tools.md)
+    tools_after_output: bool = False
+    async_chunk: bool = True  # speak clause by clause (off: the whole answer, then audio)
+    first_clause_words: int = 1  # the first clause may be one word ("Sure,"): it sets the first audio
+    first_clause_max_words: int = 2  # failing punctuation, the first clause ends here
+    clause_words: int = 5  # later clauses end at punctuation after this many words ...
+    hurry_words: int = 2  # ... or after this many once the audio made is less than low_water_ms ahead of playback
+    low_water_ms: int = 800
+    chunk_ms: int = 100  # audio per chunk sent on
+    buffer_chunks: int = 256  # output buffered ahead of the consumer, per response
+
+
+class Models(Protocol):
+    """A ``CascadePipeline`` as its sessions use it."""
+
+    options: CascadeOptions
+    capabilities: Capabilities
+    thinker: Any  # VllmThinker | RemoteThinker (pipelines/cascade/thinker.py)
+    counts: dict[str, float]  # the pipeline's accounting (``stats``)
+    sessions: set[Any]  # its open sessions
+    asr_busy: int  # Whisper calls queued or running
+
+    async def transcribe(self, pcm: np.ndarray, clean: bool = False) -> str:
+        """Whisper on its worker thread; ``clean``: noise reduction first."""
+        ...
+
+    async def speak(self, text: str) -> np.ndarray:
+        """Piper on its worker thread."""
+        ...
