@@ -34,7 +34,7 @@ SYNTHETIC: dict[str, Any] = {"pipeline": {"kind": "synthetic", "options": {}}, "
 
 
 def replay(url: str, transport: str, turns: int, conversations: int, out: Path) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "host", "bench", "replay", "--url", url, "--turns", str(turns),
+    cmd = [sys.executable, "-m", "bench", "replay", "--url", url, "--turns", str(turns),
            "--conversations", str(conversations), "--transport", transport, "--out", str(out)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return json.loads((out / "summary.json").read_text())
