@@ -249,6 +249,50 @@ def test_the_checkpoint_writer_quantizes_the_linear_layers_and_the_head_only(tmp
     assert (out / "tokenizer.json").exists()
 
 
+def test_the_vllm_plugin_entry_point_imports_without_vllm():
+    import subprocess
+    import sys
+
+    code = "import sys, pipelines.int8.vllm_method as m; assert m.NAME and 'vllm' not in sys.modules, 'vllm imported'"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_register_is_idempotent_and_the_config_gives_each_layer_its_method():
+    from vllm.model_executor.layers.linear import WEIGHT_LOADER_V2_SUPPORTED, ReplicatedLinear
+    from vllm.model_executor.layers.quantization import get_quantization_config
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    from pipelines.int8 import vllm_method, vllm_quant
+
+    vllm_method.register()
+    vllm_method.register()
+    assert get_quantization_config(vllm_method.NAME) is vllm_quant.RealtimeOmniW8Config
+    assert WEIGHT_LOADER_V2_SUPPORTED.count("RealtimeOmniW8LinearMethod") == 1
+    config = vllm_quant.RealtimeOmniW8Config.from_config({"quant_method": vllm_method.NAME})
+    assert config.get_name() == vllm_method.NAME
+    # the layers' classes as vLLM builds them; isinstance is all the config asks of them
+    assert type(config.get_quant_method(ParallelLMHead.__new__(ParallelLMHead), "lm_head")) is vllm_quant.RealtimeOmniW8HeadMethod
+    assert type(config.get_quant_method(ReplicatedLinear.__new__(ReplicatedLinear), "q_proj")) is vllm_quant.RealtimeOmniW8LinearMethod
+    assert config.get_quant_method(torch.nn.Embedding(3, 4), "embed_tokens") is None
+
+
+def test_the_head_method_loads_packs_and_applies_the_int8_product():
+    from pipelines.int8 import vllm_quant
+
+    g = torch.Generator().manual_seed(5)
+    q, scale = w8.quantize(torch.randn(13, 40, generator=g))
+    layer, method = torch.nn.Module(), vllm_quant.RealtimeOmniW8HeadMethod()
+    method.create_weights(layer, 40, [13], 40, 13, torch.float32, weight_loader=lambda param, loaded: param.data.copy_(loaded))
+    layer.weight.weight_loader(layer.weight, q)
+    layer.weight_scale.weight_loader(layer.weight_scale, scale[:, None])
+    method.process_weights_after_loading(layer)
+    assert torch.equal(layer.weight, w8.pack(q)) and layer.weight_scale.shape == (13,)
+    x = torch.randn(3, 40, generator=g)
+    ref = _reference(x, q, scale, None)
+    assert torch.allclose(method.apply(layer, x).double(), ref, rtol=1e-5, atol=1e-4 * float(ref.abs().max()))
+
+
 TEXT = (
     "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is the capital of "
     "France, and what is it famous for?<|im_end|>\n<|im_start|>assistant\nThe capital of France is Paris. It is "
