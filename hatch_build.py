@@ -67,6 +67,7 @@ class KernelBuildHook(BuildHookInterface):
     """Compiles the kernel for the wheel target, standard or editable."""
 
     PLUGIN_NAME = "custom"
+    _scratch: str | None = None  # the standard wheel's library is built here
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         root = Path(self.root)

@@ -23,8 +23,9 @@ class _Int8Product:
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         """The kernel's layout (``w8.pack``) and float32 scales [N]."""
-        layer.weight = torch.nn.Parameter(w8.pack(layer.weight.data), requires_grad=False)
-        layer.weight_scale = torch.nn.Parameter(layer.weight_scale.data.reshape(-1).float().contiguous(), requires_grad=False)
+        weight, scale = layer.get_parameter("weight"), layer.get_parameter("weight_scale")
+        layer.weight = torch.nn.Parameter(w8.pack(weight.data), requires_grad=False)
+        layer.weight_scale = torch.nn.Parameter(scale.data.reshape(-1).float().contiguous(), requires_grad=False)
 
     def apply(self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         return w8.linear(x, layer.weight, layer.weight_scale, bias)
@@ -46,7 +47,7 @@ class RealtimeOmniW8LinearMethod(_Int8Product, LinearMethodBase):
     ) -> None:
         loader = extra.pop("weight_loader")
         n = sum(output_partition_sizes)
-        layer.logical_widths = output_partition_sizes
+        setattr(layer, "logical_widths", output_partition_sizes)  # as vLLM's own linear methods set it
         weight = ModelWeightParameter(
             data=torch.empty(n, input_size_per_partition, dtype=torch.int8), input_dim=1, output_dim=0, weight_loader=loader
         )
