@@ -1,4 +1,4 @@
-"""Where the project keeps what it makes on this machine: prepared models, built kernels.
+"""Where the project keeps what it makes on this machine: prepared models.
 
 ``REALTIME_OMNI_HOME``, else ``~/.cache/realtime-omni``.
 """

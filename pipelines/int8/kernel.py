@@ -1,11 +1,14 @@
 """int8 weights with float activations (W8A32) for the CPU thinker: the kernel, and quantizing to it.
 
 ``linear(x, pack(weight), scale, bias)`` is ``x @ (weight * scale[:, None]).T + bias`` for an int8
-``weight`` [N, K] with one float scale per output channel. It runs ``kernels/w8_linear.c`` (AVX2 +
-FMA; see there why), compiled once with the machine's C compiler into the cache
-(``$REALTIME_OMNI_HOME/kernels``) and loaded with ctypes. Where it cannot run (no compiler, no
-AVX2/FMA), the same product is computed with torch, correct and slow, and ``kernel_problem()``
-says why.
+``weight`` [N, K] with one float scale per output channel. It runs ``w8_linear.c`` (AVX2 + FMA; see
+there why), compiled when the project is installed (``hatch_build.py``) into ``_w8_linear.so``
+beside this file and loaded with ctypes; nothing is compiled at run time. Where it cannot run (the
+library was not built, or was built from another version of the source; no AVX2/FMA here), the same
+product is computed with torch, correct and slow, and ``kernel_problem()`` says why.
+
+Every tensor is checked before a pointer reaches C: a wrong dtype is a TypeError, a wrong shape, a
+non-contiguous weight or a tensor off the CPU a ValueError.
 
 ``quantize(w)``: symmetric per-channel int8 (scale = max |w| / 127 of each output channel).
 """
@@ -15,10 +18,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
-import os
-import shutil
-import subprocess
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).parent / "w8_linear.c"
-FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
+LIBRARY = Path(__file__).parent / "_w8_linear.so"
+REBUILD = "reinstall the project where a C compiler is (gcc; scripts/install adds it), or run `python3 hatch_build.py` in a checkout"
 
 _lock = threading.Lock()
 _kernel: Any = None
@@ -43,26 +43,26 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
-def build(cache: Path | None = None) -> Path:
-    """The compiled kernel (built once per source and flags; the file name carries their hash)."""
-    from pipelines.paths import home
+def source_tag() -> str:
+    """The hash of ``w8_linear.c`` a library built from it carries (``hatch_build.source_tag``)."""
+    return hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
 
-    source = SOURCE.read_bytes()
-    tag = hashlib.sha256(source + " ".join(FLAGS).encode()).hexdigest()[:16]
-    out = (cache or home() / "kernels") / f"w8_linear-{tag}.so"
-    if out.exists():
-        return out
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise RuntimeError("no C compiler (cc or gcc) to build the int8 kernel; install gcc")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        part = Path(tmp) / out.name
-        done = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", str(part)], capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"building the int8 kernel failed: {done.stderr.strip()[-2000:]}")
-        os.replace(part, out)  # atomic: a concurrent builder's file is as good as ours
-    return out
+
+def _open(library: Path) -> Any:
+    """The library's ``w8_linear`` function; RuntimeError when it is missing or stale."""
+    if not library.exists():
+        raise RuntimeError(f"the int8 kernel was not built when the project was installed (no C compiler then?): {REBUILD}")
+    lib = ctypes.CDLL(str(library))
+    try:
+        tag = (ctypes.c_char * 17).in_dll(lib, "w8_linear_tag").value.decode()
+    except ValueError:
+        tag = ""
+    if tag != source_tag():
+        raise RuntimeError(f"the int8 kernel {library.name} was built from another version of w8_linear.c: {REBUILD}")
+    fn = lib.w8_linear
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3
+    return fn
 
 
 def _load() -> Any:
@@ -77,10 +77,7 @@ def _load() -> Any:
                 try:
                     import torch  # noqa: F401  (its libgomp first: the kernel shares torch's OpenMP runtime)
 
-                    fn = ctypes.CDLL(str(build())).w8_linear
-                    fn.restype = ctypes.c_int
-                    fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3
-                    _kernel = fn
+                    _kernel = _open(LIBRARY)
                 except (OSError, RuntimeError) as exc:
                     _problem = str(exc)
             if _problem:
@@ -94,11 +91,26 @@ def kernel_problem() -> str | None:
     return _problem
 
 
+def _check(name: str, t: Any, dtype: Any, dims: int | None = None) -> None:
+    """``t`` a CPU tensor of ``dtype`` (a TypeError if not), with ``dims`` dimensions (a ValueError)."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
+    if t.dtype != dtype:
+        raise TypeError(f"{name} must be {dtype}, not {t.dtype}")
+    if t.device.type != "cpu":
+        raise ValueError(f"{name} must be on the CPU, not {t.device}")
+    if dims is not None and t.dim() != dims:
+        raise ValueError(f"{name} must have {dims} dimensions, not shape {tuple(t.shape)}")
+
+
 def pack(q: Any) -> Any:
     """int8 [N, K] -> the kernel's layout: [ceil(N/4), 4 * K8] (K8: K rounded up to 8), zero padded.
     Block b holds channels 4b..4b+3; for every 8 inputs, their 4 runs of 8 weights in turn."""
     import torch
 
+    _check("the weight", q, torch.int8, 2)
     n, k = q.shape
     n4, k8 = -(-n // 4) * 4, -(-k // 8) * 8
     padded = torch.zeros(n4, k8, dtype=torch.int8)
@@ -106,25 +118,58 @@ def pack(q: Any) -> Any:
     return padded.view(n4 // 4, 4, k8 // 8, 8).permute(0, 2, 1, 3).reshape(n4 // 4, 4 * k8).contiguous()
 
 
+def _check_packed(packed: Any) -> tuple[int, int]:
+    """``packed`` as ``pack`` returns it: (its blocks of 4 channels, K8)."""
+    import torch
+
+    _check("packed", packed, torch.int8, 2)
+    if not packed.is_contiguous():
+        raise ValueError("packed must be contiguous, as pack() returns it")
+    blocks, width = packed.shape
+    if width % 32:
+        raise ValueError(f"packed's rows must be 4 channels x K8 inputs, K8 a multiple of 8 (pack()'s layout), not {width} bytes")
+    return blocks, width // 4
+
+
 def unpack(packed: Any, n: int, k: int) -> Any:
     """The inverse of ``pack``: int8 [n, k]."""
-    blocks, width = packed.shape
-    k8 = width // 4
+    blocks, k8 = _check_packed(packed)
+    if not (0 <= n <= 4 * blocks and 0 <= k <= k8):
+        raise ValueError(f"[{n}, {k}] does not fit packed's {4 * blocks} channels x {k8} inputs")
     return packed.view(blocks, k8 // 8, 4, 8).permute(0, 2, 1, 3).reshape(blocks * 4, k8)[:n, :k]
 
 
 def linear(x: Any, packed: Any, scale: Any, bias: Any = None) -> Any:
-    """``x`` [..., K] float, ``packed`` from ``pack`` (int8), ``scale`` [N] float32, ``bias`` [N] or None."""
+    """``x`` [..., K] float (any float dtype: computed in float32, returned in x's), ``packed`` from
+    ``pack`` (int8 [ceil(N/4), 4 * K8]), ``scale`` [N] float32, ``bias`` [N] float or None.
+    Each is checked before the kernel gets its pointer; ``x``, ``scale`` and ``bias`` are made
+    contiguous where they are not (the weight, the large one, must be)."""
     import torch
 
+    blocks, k8 = _check_packed(packed)
+    _check("scale", scale, torch.float32, 1)
+    n = scale.shape[0]
+    if -(-n // 4) != blocks:
+        raise ValueError(f"scale has {n} channels, packed holds {blocks} blocks of 4")
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise TypeError(f"x must be a floating point torch.Tensor, not {getattr(x, 'dtype', type(x).__name__)}")
+    if x.device.type != "cpu":
+        raise ValueError(f"x must be on the CPU, not {x.device}")
     shape = x.shape
-    k, k8, n = shape[-1], packed.shape[1] // 4, scale.shape[0]
+    k = shape[-1] if shape else -1
+    if not k8 - 8 < k <= k8:
+        raise ValueError(f"x has {k} inputs; packed's weights take {k8} (K rounded up to 8): K = {max(k8 - 7, 0)}..{k8}")
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
+            raise TypeError(f"bias must be a floating point torch.Tensor, not {getattr(bias, 'dtype', type(bias).__name__)}")
+        if bias.device.type != "cpu" or tuple(bias.shape) != (n,):
+            raise ValueError(f"bias must be a CPU tensor of shape ({n},), not {tuple(bias.shape)} on {bias.device}")
+        bias = bias.to(torch.float32).contiguous()
+    scale = scale.contiguous()
     x2 = x.reshape(-1, k).to(torch.float32)
     if k8 != k:
         x2 = torch.nn.functional.pad(x2, (0, k8 - k))
     x2 = x2.contiguous()
-    if bias is not None:
-        bias = bias.to(torch.float32).contiguous()
     fn = _load()
     if fn is None:
         y = torch.nn.functional.linear(x2, unpack(packed, n, k8).to(torch.float32) * scale[:, None], bias)
@@ -139,6 +184,10 @@ def quantize(w: Any) -> tuple[Any, Any]:
     """[N, K] float -> (int8 [N, K], float32 scales [N])."""
     import torch
 
+    if not isinstance(w, torch.Tensor) or not w.is_floating_point():
+        raise TypeError(f"the weight to quantize must be a floating point torch.Tensor, not {getattr(w, 'dtype', type(w).__name__)}")
+    if w.dim() != 2:
+        raise ValueError(f"the weight to quantize must be [N, K], not shape {tuple(w.shape)}")
     w = w.to(torch.float32)
     scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
     q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)

@@ -5,7 +5,7 @@
  * fp32's four) make decoding up to four times faster, if the kernel turns bytes into products as
  * fast as memory delivers them. This one does, with AVX2 + FMA alone (no AVX-512, no VNNI).
  *
- * Layout (``pipelines/w8.py``'s ``pack``): output channels in blocks of 4; within a block, for every 8 inputs, the 4
+ * Layout (``pipelines/int8/kernel.py``'s ``pack``): output channels in blocks of 4; within a block, for every 8 inputs, the 4
  * channels' 8 weights one after another (32 bytes). A block is one contiguous run of 4*K bytes
  * read front to back, so the hardware prefetcher streams it (four rows read side by side from the
  * plain [N][K] layout ran at half the bandwidth). K is a multiple of 8 and N of 4 (padded by the
@@ -23,6 +23,13 @@
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+/* The hash of this file, given by the build (hatch_build.py): the loader refuses a library built
+ * from another version of it (whose packed layout may differ). */
+#ifndef W8_LINEAR_TAG
+#define W8_LINEAR_TAG ""
+#endif
+const char w8_linear_tag[] = W8_LINEAR_TAG;
 
 static inline float hsum(__m256 v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);

@@ -1,10 +1,15 @@
 """The int8 thinker weights: the AVX2 kernel against float64 arithmetic, the packed layout, the slow
-path, the checkpoint writer, and vLLM running the int8 checkpoint as faithfully as fp32."""
+path, the checks at the kernel's boundary, its build at install (hatch_build.py, for a wheel and an
+editable install), the checkpoint writer, and vLLM running the int8 checkpoint as faithfully as fp32."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
+import shutil
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +17,7 @@ import torch
 
 from pipelines.int8 import kernel as w8
 
+ROOT = Path(__file__).resolve().parents[2]
 SHAPES = [(m, k, n) for m, k, n in itertools.product([1, 2, 3, 4, 7, 25], [8, 9, 64, 900], [1, 3, 4, 5, 13, 64])]
 
 
@@ -61,6 +67,148 @@ def test_the_slow_path_gives_the_same_product(monkeypatch):
     assert torch.allclose(fast, slow, rtol=1e-5, atol=1e-4)
 
 
+def _never_the_kernel():
+    pytest.fail("a bad input reached the kernel")
+
+
+def _bad_inputs():
+    q, scale = w8.quantize(torch.randn(13, 40))
+    packed, x = w8.pack(q), torch.randn(3, 40)
+    wide = torch.zeros(packed.shape[0], 2 * packed.shape[1], dtype=torch.int8)
+    wide[:, : packed.shape[1]] = packed
+    return [
+        ("x of ints", TypeError, "x must be a floating", (x.to(torch.int32), packed, scale)),
+        ("x a list", TypeError, "x must be a floating", (x.tolist(), packed, scale)),
+        ("x off the CPU", ValueError, "x must be on the CPU", (x.to("meta"), packed, scale)),
+        ("x with more inputs", ValueError, "x has 48 inputs", (torch.randn(3, 48), packed, scale)),
+        ("x with fewer inputs", ValueError, "x has 32 inputs", (torch.randn(3, 32), packed, scale)),
+        ("a 0-d x", ValueError, "x has -1 inputs", (torch.tensor(1.0), packed, scale)),
+        ("weights not packed (float)", TypeError, "packed must be torch.int8", (x, packed.float(), scale)),
+        ("weights unpacked [N, K]", ValueError, "4 channels x K8 inputs", (x, q, scale)),
+        ("weights not contiguous", ValueError, "packed must be contiguous", (x, wide[:, : packed.shape[1]], scale)),
+        ("weights 1-d", ValueError, "packed must have 2 dimensions", (x, packed.reshape(-1), scale)),
+        ("scale float64", TypeError, "scale must be torch.float32", (x, packed, scale.double())),
+        ("scale [N, 1] (as loaded)", ValueError, "scale must have 1 dimensions", (x, packed, scale[:, None])),
+        ("scale for other channels", ValueError, "scale has 17 channels", (x, packed, torch.ones(17))),
+        ("bias of ints", TypeError, "bias must be a floating", (x, packed, scale, torch.ones(13, dtype=torch.int64))),
+        ("bias of another length", ValueError, "bias must be a CPU tensor of shape (13,)", (x, packed, scale, torch.ones(12))),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_bad_inputs())), ids=[c[0] for c in _bad_inputs()])
+def test_linear_refuses_bad_inputs_before_the_kernel(case, monkeypatch):
+    _, error, message, args = _bad_inputs()[case]
+    monkeypatch.setattr(w8, "_load", _never_the_kernel)
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        w8.linear(*args)
+
+
+def test_pack_unpack_and_quantize_refuse_bad_inputs():
+    q, _ = w8.quantize(torch.randn(5, 12))
+    with pytest.raises(TypeError, match="torch.int8"):
+        w8.pack(q.float())
+    with pytest.raises(ValueError, match="2 dimensions"):
+        w8.pack(q.reshape(-1))
+    with pytest.raises(ValueError, match="does not fit"):
+        w8.unpack(w8.pack(q), 9, 12)  # 2 blocks hold 8 channels
+    with pytest.raises(ValueError, match="does not fit"):
+        w8.unpack(w8.pack(q), 5, 17)  # 12 inputs pad to 16
+    with pytest.raises(TypeError, match="floating point"):
+        w8.quantize(q)
+    with pytest.raises(ValueError, match=r"\[N, K\]"):
+        w8.quantize(torch.randn(2, 3, 4))
+
+
+def test_non_contiguous_activations_scales_and_weights_to_pack_are_made_contiguous():
+    g = torch.Generator().manual_seed(7)
+    q, scale = w8.quantize(torch.randn(13, 40, generator=g))
+    x = torch.randn(40, 3, generator=g).t()  # [3, 40], not contiguous
+    spread = torch.stack([scale, scale], dim=1)[:, 0]  # every other float of a [13, 2]
+    bias = torch.randn(13, 2, generator=g)[:, 1]
+    q_t = q.t().contiguous().t()  # [13, 40] in column order
+    assert not any(t.is_contiguous() for t in (x, spread, bias, q_t))
+    ref = _reference(x, q, scale, bias)
+    got = w8.linear(x, w8.pack(q_t), spread, bias)
+    assert torch.allclose(got.double(), ref, rtol=1e-5, atol=1e-4 * float(ref.abs().max()))
+
+
+def _hatch_build():
+    spec = importlib.util.spec_from_file_location("hatch_build", ROOT / "hatch_build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _hook(hb, root: Path, directory: Path):
+    return hb.KernelBuildHook(str(root), {}, None, None, str(directory), "wheel")
+
+
+def _use_library(monkeypatch, library: Path) -> None:
+    """The kernel loaded afresh from ``library``."""
+    monkeypatch.setattr(w8, "LIBRARY", library)
+    monkeypatch.setattr(w8, "_kernel", None)
+    monkeypatch.setattr(w8, "_problem", None)
+
+
+def _agrees_with_the_reference() -> bool:
+    g = torch.Generator().manual_seed(3)
+    q, scale = w8.quantize(torch.randn(13, 40, generator=g))
+    x, bias = torch.randn(5, 40, generator=g), torch.randn(13, generator=g)
+    ref = _reference(x, q, scale, bias)
+    return torch.allclose(w8.linear(x, w8.pack(q), scale, bias).double(), ref, rtol=1e-5, atol=1e-4 * float(ref.abs().max()))
+
+
+def test_the_wheel_carries_the_kernel_built_at_install_and_it_loads(tmp_path, monkeypatch):
+    from hatchling.builders.wheel import WheelBuilder
+
+    wheel = Path(next(WheelBuilder(str(ROOT)).build(directory=str(tmp_path), versions=["standard"])))
+    assert wheel.name.endswith("linux_x86_64.whl"), wheel.name  # a compiled library: not py3-none-any
+    with zipfile.ZipFile(wheel) as zf:
+        assert "Root-Is-Purelib: false" in zf.read("realtime_omni-0.1.0.dist-info/WHEEL").decode()
+        zf.extract("pipelines/int8/_w8_linear.so", tmp_path / "unzipped")
+    _use_library(monkeypatch, tmp_path / "unzipped/pipelines/int8/_w8_linear.so")
+    assert w8.kernel_problem() is None
+    assert w8._kernel is not None and _agrees_with_the_reference()
+
+
+def test_an_editable_install_builds_the_kernel_beside_its_source(tmp_path):
+    hb = _hatch_build()
+    root = tmp_path / "checkout"
+    (root / "pipelines/int8").mkdir(parents=True)
+    shutil.copy(ROOT / hb.SOURCE, root / hb.SOURCE)
+    build_data = {"force_include": {}, "pure_python": True, "infer_tag": False}
+    _hook(hb, root, tmp_path / "dist").initialize("editable", build_data)
+    assert (root / hb.LIBRARY).is_file()  # where the editable install imports pipelines from
+    assert build_data == {"force_include": {}, "pure_python": True, "infer_tag": False}
+
+
+def test_without_a_compiler_the_install_goes_on_and_the_slow_path_says_how_to_get_the_kernel(tmp_path, monkeypatch):
+    hb = _hatch_build()
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert "no C compiler" in hb.compile_kernel(ROOT / hb.SOURCE, tmp_path / "lib.so")
+    build_data = {"force_include": {}, "pure_python": True, "infer_tag": False}
+    _hook(hb, ROOT, tmp_path / "dist").initialize("standard", build_data)
+    assert build_data == {"force_include": {}, "pure_python": True, "infer_tag": False}  # a pure wheel, no library
+    monkeypatch.undo()
+
+    _use_library(monkeypatch, tmp_path / "never-built.so")
+    problem = w8.kernel_problem()
+    assert problem and "not built" in problem and "C compiler" in problem and "reinstall" in problem
+    assert w8._kernel is None and _agrees_with_the_reference()  # torch's path, the same product
+
+
+def test_a_library_built_from_another_source_is_refused(tmp_path, monkeypatch):
+    hb = _hatch_build()
+    other = tmp_path / "w8_linear.c"
+    other.write_text((ROOT / hb.SOURCE).read_text() + "\n/* another version */\n")
+    assert hb.compile_kernel(other, tmp_path / "old.so") is None
+    _use_library(monkeypatch, tmp_path / "old.so")
+    problem = w8.kernel_problem()
+    assert problem and "another version of w8_linear.c" in problem
+    assert w8._kernel is None and _agrees_with_the_reference()
+
+
 def test_quantize_is_per_channel_symmetric_and_bounded():
     w = torch.tensor([[1.0, -0.5, 0.25], [0.0, 0.0, 0.0], [-3.0, 3.0, 1.5]])
     q, scale = w8.quantize(w)
@@ -99,6 +247,50 @@ def test_the_checkpoint_writer_quantizes_the_linear_layers_and_the_head_only(tmp
         assert torch.equal(got[name], tensors[name])
     assert json.loads((out / "config.json").read_text())["quantization_config"] == {"quant_method": NAME}
     assert (out / "tokenizer.json").exists()
+
+
+def test_the_vllm_plugin_entry_point_imports_without_vllm():
+    import subprocess
+    import sys
+
+    code = "import sys, pipelines.int8.vllm_method as m; assert m.NAME and 'vllm' not in sys.modules, 'vllm imported'"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_register_is_idempotent_and_the_config_gives_each_layer_its_method():
+    from vllm.model_executor.layers.linear import WEIGHT_LOADER_V2_SUPPORTED, ReplicatedLinear
+    from vllm.model_executor.layers.quantization import get_quantization_config
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    from pipelines.int8 import vllm_method, vllm_quant
+
+    vllm_method.register()
+    vllm_method.register()
+    assert get_quantization_config(vllm_method.NAME) is vllm_quant.RealtimeOmniW8Config
+    assert WEIGHT_LOADER_V2_SUPPORTED.count("RealtimeOmniW8LinearMethod") == 1
+    config = vllm_quant.RealtimeOmniW8Config.from_config({"quant_method": vllm_method.NAME})
+    assert config.get_name() == vllm_method.NAME
+    # the layers' classes as vLLM builds them; isinstance is all the config asks of them
+    assert type(config.get_quant_method(ParallelLMHead.__new__(ParallelLMHead), "lm_head")) is vllm_quant.RealtimeOmniW8HeadMethod
+    assert type(config.get_quant_method(ReplicatedLinear.__new__(ReplicatedLinear), "q_proj")) is vllm_quant.RealtimeOmniW8LinearMethod
+    assert config.get_quant_method(torch.nn.Embedding(3, 4), "embed_tokens") is None
+
+
+def test_the_head_method_loads_packs_and_applies_the_int8_product():
+    from pipelines.int8 import vllm_quant
+
+    g = torch.Generator().manual_seed(5)
+    q, scale = w8.quantize(torch.randn(13, 40, generator=g))
+    layer, method = torch.nn.Module(), vllm_quant.RealtimeOmniW8HeadMethod()
+    method.create_weights(layer, 40, [13], 40, 13, torch.float32, weight_loader=lambda param, loaded: param.data.copy_(loaded))
+    layer.weight.weight_loader(layer.weight, q)
+    layer.weight_scale.weight_loader(layer.weight_scale, scale[:, None])
+    method.process_weights_after_loading(layer)
+    assert torch.equal(layer.weight, w8.pack(q)) and layer.weight_scale.shape == (13,)
+    x = torch.randn(3, 40, generator=g)
+    ref = _reference(x, q, scale, None)
+    assert torch.allclose(method.apply(layer, x).double(), ref, rtol=1e-5, atol=1e-4 * float(ref.abs().max()))
 
 
 TEXT = (
