@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from realtime_omni.errors import RealtimeError
 from realtime_omni.server import Server
-from realtime_omni.state import LocalState
+from realtime_omni.store import LocalStore
 from transports import sip, webrtc, websocket
 from transports.http import error_response, require_api_key
 
@@ -27,7 +27,7 @@ async def healthz(request: Request) -> Response:
         status = "failed"
     elif server.draining:
         status = "draining"
-    elif server.state.error is not None:
+    elif server.store.error is not None:
         status = "state_unavailable"  # the shared state (Redis) is unreachable: no new sessions
     elif server.ready:
         status = "unhealthy"  # the pipeline reports a failure (e.g. its engine died)
@@ -40,8 +40,8 @@ async def healthz(request: Request) -> Response:
         "max_sessions": server.config.limits.max_sessions,
         "replica": server.replica,
     }
-    if server.state.error is not None:
-        body["state_error"] = server.state.error
+    if server.store.error is not None:
+        body["state_error"] = server.store.error
     speed = server.pipeline.self_check() if server.ready else None
     if speed is not None:
         body["speed"] = speed  # can this machine keep up? (still 200: it serves, slowly, and says so)
@@ -62,11 +62,11 @@ def create_app(server: Server, *, ready_before_serving: bool = False) -> Starlet
     """The app. ``ready_before_serving`` (a ``--workers`` worker): load the pipeline before taking
     connections, so a worker that is starting (or restarting) takes none from the shared port,
     where its ready siblings answer; a lone server answers ``/healthz`` ("starting") meanwhile."""
-    if server.config.state_url is not None and isinstance(server.state, LocalState):
-        from .redis_state import RedisState  # keys, session count and calls shared with the other replicas
+    if server.config.state_url is not None and isinstance(server.store, LocalStore):
+        from .redis_store import RedisStore  # keys, session count and calls shared with the other replicas
 
         limits = server.config.limits
-        server.state = RedisState(server.config.state_url, mint_rate=limits.key_mints_per_s, mint_burst=limits.key_mint_burst)
+        server.store = RedisStore(server.config.state_url, mint_rate=limits.key_mints_per_s, mint_burst=limits.key_mint_burst)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

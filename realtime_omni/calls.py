@@ -66,11 +66,11 @@ class Call:
         self.server.calls[self.id] = self
 
     async def publish(self) -> None:
-        """Tell the replicas sharing the state that this one holds the call: call control and
+        """Tell the replicas sharing the store that this one holds the call: call control and
         sidebands that reach another replica are forwarded here. Unreachable state: the call
         works, reached through this replica only."""
         try:
-            await self.server.state.add_call(self.id)
+            await self.server.store.add_call(self.id)
         except RealtimeError as err:
             log.warning("call %s: other replicas will not find it: %s", self.id, err.message)
 
@@ -159,9 +159,9 @@ class Call:
             self.pump.sinks.clear()
         self.server.calls.pop(self.id, None)
         try:
-            await self.server.state.remove_call(self.id)
+            await self.server.store.remove_call(self.id)
         except RealtimeError as err:
-            log.warning("call %s: its entry in the shared state stays until it expires: %s", self.id, err.message)
+            log.warning("call %s: its entry in the shared store stays until it expires: %s", self.id, err.message)
         log.info("call %s ended (%s)", self.id, reason)
 
     async def _teardown(self) -> None:

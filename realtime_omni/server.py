@@ -22,7 +22,7 @@ from .metrics import Metrics
 from .protocol import events as ev
 from .session import Media, Session
 from .session.config import SessionConfig
-from .state import LocalState, State, unavailable
+from .store import LocalStore, Store, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def _unknown_ephemeral_key() -> RealtimeError:
 
 
 class Server:
-    def __init__(self, config: ServerConfig, pipeline: Pipeline | None = None, turn_model: TurnModel | None = None, state: State | None = None) -> None:
+    def __init__(self, config: ServerConfig, pipeline: Pipeline | None = None, turn_model: TurnModel | None = None, store: Store | None = None) -> None:
         self.config = config
         self.metrics = Metrics(config.timings_log)
         self.pipeline = pipeline or pipelines.create(config.pipeline.kind, config.pipeline.options)
@@ -69,8 +69,8 @@ class Server:
         self.sessions: set[Session] = set()
         self.calls: dict[str, LiveCall] = {}  # live WebRTC / SIP calls (calls.Call) by call_id
         # keys, the session count and who holds which call: in this process, or shared by replicas
-        self.state: State = state or LocalState(mint_rate=config.limits.key_mints_per_s, mint_burst=config.limits.key_mint_burst)
-        self.replica = new_id("replica")  # this process, among the replicas sharing the state
+        self.store: Store = store or LocalStore(mint_rate=config.limits.key_mints_per_s, mint_burst=config.limits.key_mint_burst)
+        self.replica = new_id("replica")  # this process, among the replicas sharing the store
         self.url = config.advertise_url  # where the other replicas reach this one (host/ fills it in from the bound port)
         self.defaults: SessionConfig | None = None
         self.ready = False
@@ -87,7 +87,7 @@ class Server:
 
     @property
     def healthy(self) -> bool:
-        return self.ready and not self.draining and self.pipeline.healthy and self.state.error is None
+        return self.ready and not self.draining and self.pipeline.healthy and self.store.error is None
 
     async def start(self) -> None:
         caps = self.pipeline.capabilities
@@ -97,7 +97,7 @@ class Server:
         except RealtimeError as err:
             raise ValueError(f"invalid 'session' in the server config: {err.message}") from None
         await self._load_turn_model()
-        await self.state.start(self.replica, self.url, lambda: len(self.sessions))
+        await self.store.start(self.replica, self.url, lambda: len(self.sessions))
         self.loop_watch.start()
         await self.pipeline.start()
         self.ready = True
@@ -163,7 +163,7 @@ class Server:
                 await asyncio.gather(task, return_exceptions=True)
         await self.drain()
         self.ready = False
-        await self.state.stop()
+        await self.store.stop()
         await self.loop_watch.stop()
         await self.pipeline.stop()
         if self.turn_model is not None:
@@ -189,9 +189,9 @@ class Server:
         (spent only when ``open_session`` opens the session). Raises ``RealtimeError`` (code
         ``invalid_api_key``) for anything else."""
         if is_ephemeral(key):
-            if self.state.error is not None:
-                raise unavailable(self.state.error)
-            grant = await self.state.peek_key(key)  # type: ignore[arg-type]
+            if self.store.error is not None:
+                raise unavailable(self.store.error)
+            grant = await self.store.peek_key(key)  # type: ignore[arg-type]
             if grant is None:
                 raise _unknown_ephemeral_key()
             return Admission(key, grant.session)
@@ -206,9 +206,9 @@ class Server:
         if not self.ready or self.draining or self.defaults is None:
             self.metrics.sessions_rejected.labels("unavailable").inc()
             raise RealtimeError("The server is not accepting sessions right now.", code="server_unavailable", type="server_error")
-        if self.state.error is not None:
+        if self.store.error is not None:
             self.metrics.sessions_rejected.labels("unavailable").inc()
-            raise unavailable(self.state.error)
+            raise unavailable(self.store.error)
         if len(self.sessions) + pending >= limits.max_sessions:
             self.metrics.sessions_rejected.labels("max_sessions").inc()
             raise RealtimeError(
@@ -238,7 +238,7 @@ class Server:
         for update in (admission.session, *updates):
             if update is not None:
                 defaults = defaults.updated(update, self.pipeline.capabilities)
-        if not await self.state.reserve_session(self.config.limits.max_sessions):  # every replica's sessions together
+        if not await self.store.reserve_session(self.config.limits.max_sessions):  # every replica's sessions together
             self.metrics.sessions_rejected.labels("max_sessions").inc()
             raise RealtimeError(
                 f"The deployment is at its limit of {self.config.limits.max_sessions} concurrent sessions; try again later.",
@@ -246,7 +246,7 @@ class Server:
                 type="rate_limit_error",
             )
         try:
-            if admission.ephemeral_key is not None and await self.state.redeem_key(admission.ephemeral_key) is None:
+            if admission.ephemeral_key is not None and await self.store.redeem_key(admission.ephemeral_key) is None:
                 raise _unknown_ephemeral_key()  # expired, or another connection spent it meanwhile
         except RealtimeError:
             await self._release_slot()
@@ -276,7 +276,7 @@ class Server:
 
     async def _release_slot(self) -> None:
         try:
-            await self.state.release_session()
+            await self.store.release_session()
         except RealtimeError as err:  # unreachable: the shared count is mended from ours once it is back
             log.warning("could not release a session slot: %s", err.message)
 
