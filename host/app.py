@@ -21,18 +21,7 @@ from . import control, demo
 
 async def healthz(request: Request) -> Response:
     server: Server = request.app.state.server
-    if server.healthy:
-        status = "ok"
-    elif server.startup_error:
-        status = "failed"
-    elif server.draining:
-        status = "draining"
-    elif server.store.error is not None:
-        status = "state_unavailable"  # the shared state (Redis) is unreachable: no new sessions
-    elif server.ready:
-        status = "unhealthy"  # the pipeline reports a failure (e.g. its engine died)
-    else:
-        status = "starting"
+    status = server.status  # one value, derived by the server from its lifecycle, pipeline and store
     body = {
         "status": status,
         "pipeline": server.pipeline.capabilities.name,
@@ -42,10 +31,10 @@ async def healthz(request: Request) -> Response:
     }
     if server.store.error is not None:
         body["state_error"] = server.store.error
-    speed = server.pipeline.self_check() if server.ready else None
+    speed = server.pipeline.self_check() if status not in ("starting", "failed") else None
     if speed is not None:
         body["speed"] = speed  # can this machine keep up? (still 200: it serves, slowly, and says so)
-    return JSONResponse(body, status_code=200 if server.healthy else 503)
+    return JSONResponse(body, status_code=200 if status == "ok" else 503)
 
 
 async def metrics(request: Request) -> Response:

@@ -6,9 +6,9 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import pipelines
 from pipelines.base import Pipeline, TurnModel
@@ -17,6 +17,7 @@ from .config import ServerConfig
 from .errors import RealtimeError
 from .ids import new_id
 from .keys import is_ephemeral
+from .lifecycle import PIPELINE_FAILED, STARTUP_FAILED, Lifecycle, ServerState, health_status
 from .loopwatch import LoopWatch
 from .metrics import Metrics
 from .protocol import events as ev
@@ -28,7 +29,12 @@ log = logging.getLogger(__name__)
 
 
 class LiveCall(Protocol):
-    """What the server asks of a live call (``calls.Call``) when it shuts down."""
+    """What the server asks of a live call (``calls.Call``): to report its end, and to end when
+    the server shuts down."""
+
+    id: str
+
+    def on_end(self, listener: Callable[[Any], Awaitable[None]]) -> None: ...
 
     async def events_sent(self, timeout: float) -> None: ...
 
@@ -67,27 +73,41 @@ class Server:
         self.metrics.watch_pipeline(self.pipeline.stats)
         self.loop_watch = LoopWatch(self.metrics.registry)
         self.sessions: set[Session] = set()
-        self.calls: dict[str, LiveCall] = {}  # live WebRTC / SIP calls (calls.Call) by call_id
+        self.calls: dict[str, LiveCall] = {}  # live WebRTC / SIP calls (calls.Call) by call_id: see add_call
         # keys, the session count and who holds which call: in this process, or shared by replicas
         self.store: Store = store or LocalStore(mint_rate=config.limits.key_mints_per_s, mint_burst=config.limits.key_mint_burst)
         self.replica = new_id("replica")  # this process, among the replicas sharing the store
         self.url = config.advertise_url  # where the other replicas reach this one (host/ fills it in from the bound port)
         self.defaults: SessionConfig | None = None
-        self.ready = False
-        self.draining = False  # no new sessions (/healthz 503); set at once by SIGTERM, before drain() runs
-        self._drained = False
+        self.lifecycle = Lifecycle()  # moved by this class only (see lifecycle.py)
         self.started_at = time.time()
-        self.startup_error: str | None = None
         self.on_fatal: Callable[[], None] | None = None  # set by the runner: stop serving
-        self.exit_code = 0  # what the process should exit with (3: the pipeline failed for good)
+        self._drain: asyncio.Task[None] | None = None
         self._failure_watch: asyncio.Task[None] | None = None
         self._trimmer: asyncio.Task[None] | None = None
         self._closed_since_trim = 0
         self._starting: asyncio.Task[None] | None = None
 
     @property
+    def status(self) -> str:
+        """``/healthz``'s status (``ok``, or why not), derived from the lifecycle, the pipeline's
+        health and the shared store's."""
+        return health_status(self.lifecycle, pipeline_healthy=self.pipeline.healthy, store_error=self.store.error)
+
+    @property
     def healthy(self) -> bool:
-        return self.ready and not self.draining and self.pipeline.healthy and self.store.error is None
+        return self.status == "ok"
+
+    @property
+    def ready(self) -> bool:
+        """Serving: started, not draining."""
+        return self.lifecycle.state is ServerState.READY
+
+    def stop_admitting(self) -> None:
+        """Refuse new sessions from now on (``/healthz`` 503 "draining"), before the drain runs:
+        SIGTERM, for the balancer's next check."""
+        if self.lifecycle.state in (ServerState.STARTING, ServerState.READY):
+            self.lifecycle = self.lifecycle.to(ServerState.DRAINING)
 
     async def start(self) -> None:
         caps = self.pipeline.capabilities
@@ -100,7 +120,8 @@ class Server:
         await self.store.start(self.replica, self.url, lambda: len(self.sessions))
         self.loop_watch.start()
         await self.pipeline.start()
-        self.ready = True
+        if self.lifecycle.state is ServerState.STARTING:  # (a SIGTERM meanwhile: it drains)
+            self.lifecycle = self.lifecycle.to(ServerState.READY)
         self._failure_watch = asyncio.create_task(self._watch_for_failure(), name="pipeline-failure-watch")
         self._trimmer = asyncio.create_task(self._trim_memory(), name="memory-trim")
         log.info("ready: pipeline %s", caps.name)
@@ -132,7 +153,8 @@ class Server:
             return
         log.error("the pipeline failed (%s); draining and exiting with status 3 for a supervisor to restart the server", reason)
         await asyncio.sleep(grace_s)
-        self.exit_code = 3
+        state = ServerState.DRAINING if self.lifecycle.state is ServerState.READY else self.lifecycle.state
+        self.lifecycle = self.lifecycle.to(state, failure=f"the pipeline failed: {reason}", exit_code=PIPELINE_FAILED)
         if self.on_fatal is not None:
             self.on_fatal()
 
@@ -147,7 +169,7 @@ class Server:
                 raise
             except BaseException as exc:
                 log.exception("startup failed")
-                self.startup_error = f"{type(exc).__name__}: {exc}"
+                self.lifecycle = self.lifecycle.to(ServerState.FAILED, failure=f"{type(exc).__name__}: {exc}", exit_code=STARTUP_FAILED)
                 if self.on_fatal is not None:
                     self.on_fatal()
 
@@ -162,7 +184,6 @@ class Server:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         await self.drain()
-        self.ready = False
         await self.store.stop()
         await self.loop_watch.stop()
         await self.pipeline.stop()
@@ -203,7 +224,7 @@ class Server:
         """Raise the ``RealtimeError`` a new session would get now (not ready, draining, or full
         counting ``pending`` sessions promised but not yet opened, e.g. ringing phone calls)."""
         limits = self.config.limits
-        if not self.ready or self.draining or self.defaults is None:
+        if not self.lifecycle.admitting or self.defaults is None:
             self.metrics.sessions_rejected.labels("unavailable").inc()
             raise RealtimeError("The server is not accepting sessions right now.", code="server_unavailable", type="server_error")
         if self.store.error is not None:
@@ -274,6 +295,29 @@ class Server:
         self.metrics.sessions_active.set(len(self.sessions))
         self._closed_since_trim += 1
 
+    def add_call(self, call: LiveCall) -> None:
+        """Hold ``call`` under its id (call control and sidebands find it there) until it
+        reports its end."""
+        self.calls[call.id] = call
+        call.on_end(self._call_ended)
+
+    async def publish_call(self, call: LiveCall) -> None:
+        """Tell the replicas sharing the store that this one holds ``call``: call control and
+        sidebands that reach another replica are forwarded here. An unreachable store: the call
+        works, reached through this replica only."""
+        try:
+            await self.store.add_call(call.id)
+        except RealtimeError as err:
+            log.warning("call %s: other replicas will not find it: %s", call.id, err.message)
+
+    async def _call_ended(self, call: LiveCall) -> None:
+        if self.calls.get(call.id) is call:
+            del self.calls[call.id]
+        try:
+            await self.store.remove_call(call.id)
+        except RealtimeError as err:
+            log.warning("call %s: its entry in the shared store stays until it expires: %s", call.id, err.message)
+
     async def _release_slot(self) -> None:
         try:
             await self.store.release_session()
@@ -296,9 +340,12 @@ class Server:
         their own), then tell each one left the server is going away (its client reconnects,
         landing on another replica) and wait, up to the grace period, for their transports to
         hang up."""
-        if self._drained:
-            return
-        self._drained = self.draining = True
+        if self._drain is None:  # the first call drains; any other waits for it
+            self.stop_admitting()
+            self._drain = asyncio.create_task(self._end_sessions(let_run_s), name="server-drain")
+        await asyncio.shield(self._drain)
+
+    async def _end_sessions(self, let_run_s: float) -> None:
         deadline = time.monotonic() + let_run_s
         while self.sessions and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -312,3 +359,5 @@ class Server:
             await asyncio.sleep(0.02)
         for session in list(self.sessions):
             await self.close_session(session)
+        if self.lifecycle.state is ServerState.DRAINING:
+            self.lifecycle = self.lifecycle.to(ServerState.DRAINED)
