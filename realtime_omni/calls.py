@@ -11,7 +11,7 @@ Incoming audio takes one path for every media transport (``MediaInput``: resampl
 to the pipeline's rate, pushed into the session, refusals reported as ``error`` events), and one
 watchdog (``watch_media``) hangs up a call whose media never starts or stops arriving.
 
-A call is held by the server (``Server.add_call``: by its id, and in the shared store for the
+A call is held by the server (``Server.calls.add``: by its id, and in the shared store for the
 other replicas); the call reports its end to whoever listens (``on_end``) and writes no owner's
 table itself. Transports subclass ``Call`` and implement ``_teardown`` (close the media connection) and, for
 SIP, the call-control verbs ``accept``/``reject``/``refer``.

@@ -41,6 +41,36 @@ class LiveCall(Protocol):
     async def hangup(self, reason: str = "hangup") -> None: ...
 
 
+class LiveCalls(dict[str, LiveCall]):
+    """The server's live calls by id (call control and sidebands find them here), each held from
+    ``add`` until it reports its end, and published in the shared store for the other replicas."""
+
+    def __init__(self, store: Callable[[], Store]) -> None:
+        super().__init__()
+        self._store = store  # the server's store (host/ may swap it for Redis before the start)
+
+    def add(self, call: LiveCall) -> None:
+        self[call.id] = call
+        call.on_end(self._ended)
+
+    async def publish(self, call: LiveCall) -> None:
+        """Tell the replicas sharing the store that this one holds ``call``: call control and
+        sidebands that reach another replica are forwarded here. An unreachable store: the call
+        works, reached through this replica only."""
+        try:
+            await self._store().add_call(call.id)
+        except RealtimeError as err:
+            log.warning("call %s: other replicas will not find it: %s", call.id, err.message)
+
+    async def _ended(self, call: LiveCall) -> None:
+        if self.get(call.id) is call:
+            del self[call.id]
+        try:
+            await self._store().remove_call(call.id)
+        except RealtimeError as err:
+            log.warning("call %s: its entry in the shared store stays until it expires: %s", call.id, err.message)
+
+
 @dataclass(frozen=True)
 class Admission:
     """A client's credentials, checked: an ephemeral key still to spend, and the session
@@ -73,7 +103,7 @@ class Server:
         self.metrics.watch_pipeline(self.pipeline.stats)
         self.loop_watch = LoopWatch(self.metrics.registry)
         self.sessions: set[Session] = set()
-        self.calls: dict[str, LiveCall] = {}  # live WebRTC / SIP calls (calls.Call) by call_id: see add_call
+        self.calls = LiveCalls(lambda: self.store)  # live WebRTC / SIP calls (calls.Call) by call_id
         # keys, the session count and who holds which call: in this process, or shared by replicas
         self.store: Store = store or LocalStore(mint_rate=config.limits.key_mints_per_s, mint_burst=config.limits.key_mint_burst)
         self.replica = new_id("replica")  # this process, among the replicas sharing the store
@@ -294,29 +324,6 @@ class Server:
             await self._release_slot()
         self.metrics.sessions_active.set(len(self.sessions))
         self._closed_since_trim += 1
-
-    def add_call(self, call: LiveCall) -> None:
-        """Hold ``call`` under its id (call control and sidebands find it there) until it
-        reports its end."""
-        self.calls[call.id] = call
-        call.on_end(self._call_ended)
-
-    async def publish_call(self, call: LiveCall) -> None:
-        """Tell the replicas sharing the store that this one holds ``call``: call control and
-        sidebands that reach another replica are forwarded here. An unreachable store: the call
-        works, reached through this replica only."""
-        try:
-            await self.store.add_call(call.id)
-        except RealtimeError as err:
-            log.warning("call %s: other replicas will not find it: %s", call.id, err.message)
-
-    async def _call_ended(self, call: LiveCall) -> None:
-        if self.calls.get(call.id) is call:
-            del self.calls[call.id]
-        try:
-            await self.store.remove_call(call.id)
-        except RealtimeError as err:
-            log.warning("call %s: its entry in the shared store stays until it expires: %s", call.id, err.message)
 
     async def _release_slot(self) -> None:
         try:

@@ -258,8 +258,8 @@ class SipBridge(asyncio.DatagramProtocol):
             return
         tx.call = call
         self.calls[msg.call_id] = call
-        self.server.add_call(call)
-        self.spawn(self.server.publish_call(call), f"sip-publish:{call.id}")
+        self.server.calls.add(call)
+        self.spawn(self.server.calls.publish(call), f"sip-publish:{call.id}")
         call.begin()
 
     def call_moved(self, call: SipCall) -> None:
