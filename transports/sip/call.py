@@ -184,7 +184,7 @@ class SipCall(Call):
         server = bridge.server
         if (invite.get("Content-Type") or "").split(";")[0].strip().lower() != "application/sdp" or not invite.body:
             bridge.respond(tx, response(invite, 488, reason="Not Acceptable Here (an SDP offer is required)"))
-            return
+            return None
         try:
             offer = sdp.parse_offer(invite.body.decode("utf-8", "replace"))
         except sdp.SdpError as exc:
