@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from realtime_omni.errors import RealtimeError
 from realtime_omni.server import Server
-from realtime_omni.state import LocalState
+from realtime_omni.store import LocalStore
 from transports import sip, webrtc, websocket
 from transports.http import error_response, require_api_key
 
@@ -21,18 +21,7 @@ from . import control, demo
 
 async def healthz(request: Request) -> Response:
     server: Server = request.app.state.server
-    if server.healthy:
-        status = "ok"
-    elif server.startup_error:
-        status = "failed"
-    elif server.draining:
-        status = "draining"
-    elif server.state.error is not None:
-        status = "state_unavailable"  # the shared state (Redis) is unreachable: no new sessions
-    elif server.ready:
-        status = "unhealthy"  # the pipeline reports a failure (e.g. its engine died)
-    else:
-        status = "starting"
+    status = server.status  # one value, derived by the server from its lifecycle, pipeline and store
     body = {
         "status": status,
         "pipeline": server.pipeline.capabilities.name,
@@ -40,12 +29,12 @@ async def healthz(request: Request) -> Response:
         "max_sessions": server.config.limits.max_sessions,
         "replica": server.replica,
     }
-    if server.state.error is not None:
-        body["state_error"] = server.state.error
-    speed = server.pipeline.self_check() if server.ready else None
+    if server.store.error is not None:
+        body["state_error"] = server.store.error
+    speed = server.pipeline.self_check() if status not in ("starting", "failed") else None
     if speed is not None:
         body["speed"] = speed  # can this machine keep up? (still 200: it serves, slowly, and says so)
-    return JSONResponse(body, status_code=200 if server.healthy else 503)
+    return JSONResponse(body, status_code=200 if status == "ok" else 503)
 
 
 async def metrics(request: Request) -> Response:
@@ -62,11 +51,11 @@ def create_app(server: Server, *, ready_before_serving: bool = False) -> Starlet
     """The app. ``ready_before_serving`` (a ``--workers`` worker): load the pipeline before taking
     connections, so a worker that is starting (or restarting) takes none from the shared port,
     where its ready siblings answer; a lone server answers ``/healthz`` ("starting") meanwhile."""
-    if server.config.state_url is not None and isinstance(server.state, LocalState):
-        from .redis_state import RedisState  # keys, session count and calls shared with the other replicas
+    if server.config.state_url is not None and isinstance(server.store, LocalStore):
+        from .redis_store import RedisStore  # keys, session count and calls shared with the other replicas
 
         limits = server.config.limits
-        server.state = RedisState(server.config.state_url, mint_rate=limits.key_mints_per_s, mint_burst=limits.key_mint_burst)
+        server.store = RedisStore(server.config.state_url, mint_rate=limits.key_mints_per_s, mint_burst=limits.key_mint_burst)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -75,7 +75,7 @@ def _run(cfg: config_mod.ServerConfig, log_level: str, shared: socket.socket | N
         RealtimeUvicorn(uvicorn_config(app, server, log_level), server).run(sockets=sockets)
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it caught once it has shut down cleanly
         return 130  # the shell's convention for "ended by SIGINT", without a traceback
-    return 1 if server.startup_error else server.exit_code
+    return server.lifecycle.exit_code  # 1: the start failed; 3: the pipeline failed for good
 
 
 def _worker(cfg: config_mod.ServerConfig, log_level: str, shared: socket.socket, index: int) -> None:

@@ -71,7 +71,7 @@ async def mint_key(server: Server, ttl: int, session: ev.SessionObject | None) -
     if session is not None:
         effective = effective.updated(session, server.pipeline.capabilities)
     try:
-        key = await server.state.issue_key(ttl, session)
+        key = await server.store.issue_key(ttl, session)
     except keys.MintRefused as refused:
         raise Throttled(str(refused), refused.retry_after_s) from None
     server.metrics.keys_minted.inc()

@@ -32,7 +32,7 @@ class RealtimeUvicorn(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig == signal.SIGTERM and not self.should_exit:
-            self.realtime.draining = True  # unhealthy now; the balancer's next check sees it
+            self.realtime.stop_admitting()  # unhealthy now; the balancer's next check sees it
             self.let_run_s = self.realtime.config.shutdown_grace_s
         super().handle_exit(sig, frame)
 

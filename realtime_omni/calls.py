@@ -11,7 +11,9 @@ Incoming audio takes one path for every media transport (``MediaInput``: resampl
 to the pipeline's rate, pushed into the session, refusals reported as ``error`` events), and one
 watchdog (``watch_media``) hangs up a call whose media never starts or stops arriving.
 
-Transports subclass ``Call`` and implement ``_teardown`` (close the media connection) and, for
+A call is held by the server (``Server.calls.add``: by its id, and in the shared store for the
+other replicas); the call reports its end to whoever listens (``on_end``) and writes no owner's
+table itself. Transports subclass ``Call`` and implement ``_teardown`` (close the media connection) and, for
 SIP, the call-control verbs ``accept``/``reject``/``refer``.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -59,20 +62,11 @@ class Call:
         self.end_reason: str | None = None
         self._pump: asyncio.Task[None] | None = None
         self._hangup: asyncio.Task[None] | None = None
+        self._end_listeners: list[Callable[[Call], Awaitable[None]]] = []  # the owners holding it
 
-    # ------------------------------------------------------------------ registry
-
-    def register(self) -> None:
-        self.server.calls[self.id] = self
-
-    async def publish(self) -> None:
-        """Tell the replicas sharing the state that this one holds the call: call control and
-        sidebands that reach another replica are forwarded here. Unreachable state: the call
-        works, reached through this replica only."""
-        try:
-            await self.server.state.add_call(self.id)
-        except RealtimeError as err:
-            log.warning("call %s: other replicas will not find it: %s", self.id, err.message)
+    def on_end(self, listener: Callable[[Call], Awaitable[None]]) -> None:
+        """Have ``listener`` awaited once the call has ended (its media, session and sinks closed)."""
+        self._end_listeners.append(listener)
 
     def start_events(self, *, wait_for_sink: float | None = None) -> None:
         """Start pumping the session's events (see ``EventPump.run`` for ``wait_for_sink``)."""
@@ -157,11 +151,8 @@ class Call:
             for sink in self.pump.sinks:
                 sink.close()
             self.pump.sinks.clear()
-        self.server.calls.pop(self.id, None)
-        try:
-            await self.server.state.remove_call(self.id)
-        except RealtimeError as err:
-            log.warning("call %s: its entry in the shared state stays until it expires: %s", self.id, err.message)
+        for listener in self._end_listeners:
+            await listener(self)
         log.info("call %s ended (%s)", self.id, reason)
 
     async def _teardown(self) -> None:

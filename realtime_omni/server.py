@@ -6,9 +6,9 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import pipelines
 from pipelines.base import Pipeline, TurnModel
@@ -18,22 +18,58 @@ from .config import ServerConfig
 from .errors import RealtimeError
 from .ids import new_id
 from .keys import is_ephemeral
+from .lifecycle import PIPELINE_FAILED, STARTUP_FAILED, Lifecycle, ServerState, health_status
 from .loopwatch import LoopWatch
 from .metrics import Metrics
 from .protocol import events as ev
 from .session import Media, Session
 from .session.config import SessionConfig
-from .state import LocalState, State, unavailable
+from .store import LocalStore, Store, unavailable
 
 log = logging.getLogger(__name__)
 
 
 class LiveCall(Protocol):
-    """What the server asks of a live call (``calls.Call``) when it shuts down."""
+    """What the server asks of a live call (``calls.Call``): to report its end, and to end when
+    the server shuts down."""
+
+    id: str
+
+    def on_end(self, listener: Callable[[Any], Awaitable[None]]) -> None: ...
 
     async def events_sent(self, timeout: float) -> None: ...
 
     async def hangup(self, reason: str = "hangup") -> None: ...
+
+
+class LiveCalls(dict[str, LiveCall]):
+    """The server's live calls by id (call control and sidebands find them here), each held from
+    ``add`` until it reports its end, and published in the shared store for the other replicas."""
+
+    def __init__(self, store: Callable[[], Store]) -> None:
+        super().__init__()
+        self._store = store  # the server's store (host/ may swap it for Redis before the start)
+
+    def add(self, call: LiveCall) -> None:
+        self[call.id] = call
+        call.on_end(self._ended)
+
+    async def publish(self, call: LiveCall) -> None:
+        """Tell the replicas sharing the store that this one holds ``call``: call control and
+        sidebands that reach another replica are forwarded here. An unreachable store: the call
+        works, reached through this replica only."""
+        try:
+            await self._store().add_call(call.id)
+        except RealtimeError as err:
+            log.warning("call %s: other replicas will not find it: %s", call.id, err.message)
+
+    async def _ended(self, call: LiveCall) -> None:
+        if self.get(call.id) is call:
+            del self[call.id]
+        try:
+            await self._store().remove_call(call.id)
+        except RealtimeError as err:
+            log.warning("call %s: its entry in the shared store stays until it expires: %s", call.id, err.message)
 
 
 @dataclass(frozen=True)
@@ -60,7 +96,7 @@ def _unknown_ephemeral_key() -> RealtimeError:
 
 
 class Server:
-    def __init__(self, config: ServerConfig, pipeline: Pipeline | None = None, turn_model: TurnModel | None = None, state: State | None = None) -> None:
+    def __init__(self, config: ServerConfig, pipeline: Pipeline | None = None, turn_model: TurnModel | None = None, store: Store | None = None) -> None:
         self.config = config
         self.metrics = Metrics(config.timings_log)
         self.pipeline = pipeline or pipelines.create(config.pipeline.kind, config.pipeline.options)
@@ -69,27 +105,41 @@ class Server:
         self.metrics.watch_pipeline(self.pipeline.stats)
         self.loop_watch = LoopWatch(self.metrics.registry)
         self.sessions: set[Session] = set()
-        self.calls: dict[str, LiveCall] = {}  # live WebRTC / SIP calls (calls.Call) by call_id
+        self.calls = LiveCalls(lambda: self.store)  # live WebRTC / SIP calls (calls.Call) by call_id
         # keys, the session count and who holds which call: in this process, or shared by replicas
-        self.state: State = state or LocalState(mint_rate=config.limits.key_mints_per_s, mint_burst=config.limits.key_mint_burst)
-        self.replica = new_id("replica")  # this process, among the replicas sharing the state
+        self.store: Store = store or LocalStore(mint_rate=config.limits.key_mints_per_s, mint_burst=config.limits.key_mint_burst)
+        self.replica = new_id("replica")  # this process, among the replicas sharing the store
         self.url = config.advertise_url  # where the other replicas reach this one (host/ fills it in from the bound port)
         self.defaults: SessionConfig | None = None
-        self.ready = False
-        self.draining = False  # no new sessions (/healthz 503); set at once by SIGTERM, before drain() runs
-        self._drained = False
+        self.lifecycle = Lifecycle()  # moved by this class only (see lifecycle.py)
         self.started_at = time.time()
-        self.startup_error: str | None = None
         self.on_fatal: Callable[[], None] | None = None  # set by the runner: stop serving
-        self.exit_code = 0  # what the process should exit with (3: the pipeline failed for good)
+        self._drain: asyncio.Task[None] | None = None
         self._failure_watch: asyncio.Task[None] | None = None
         self._trimmer: asyncio.Task[None] | None = None
         self._closed_since_trim = 0
         self._starting: asyncio.Task[None] | None = None
 
     @property
+    def status(self) -> str:
+        """``/healthz``'s status (``ok``, or why not), derived from the lifecycle, the pipeline's
+        health and the shared store's."""
+        return health_status(self.lifecycle, pipeline_healthy=self.pipeline.healthy, store_error=self.store.error)
+
+    @property
     def healthy(self) -> bool:
-        return self.ready and not self.draining and self.pipeline.healthy and self.state.error is None
+        return self.status == "ok"
+
+    @property
+    def ready(self) -> bool:
+        """Serving: started, not draining."""
+        return self.lifecycle.state is ServerState.READY
+
+    def stop_admitting(self) -> None:
+        """Refuse new sessions from now on (``/healthz`` 503 "draining"), before the drain runs:
+        SIGTERM, for the balancer's next check."""
+        if self.lifecycle.state in (ServerState.STARTING, ServerState.READY):
+            self.lifecycle = self.lifecycle.to(ServerState.DRAINING)
 
     async def start(self) -> None:
         caps = self.pipeline.capabilities
@@ -99,10 +149,11 @@ class Server:
         except RealtimeError as err:
             raise ValueError(f"invalid 'session' in the server config: {err.message}") from None
         await self._load_turn_end()
-        await self.state.start(self.replica, self.url, lambda: len(self.sessions))
+        await self.store.start(self.replica, self.url, lambda: len(self.sessions))
         self.loop_watch.start()
         await self.pipeline.start()
-        self.ready = True
+        if self.lifecycle.state is ServerState.STARTING:  # (a SIGTERM meanwhile: it drains)
+            self.lifecycle = self.lifecycle.to(ServerState.READY)
         self._failure_watch = asyncio.create_task(self._watch_for_failure(), name="pipeline-failure-watch")
         self._trimmer = asyncio.create_task(self._trim_memory(), name="memory-trim")
         log.info("ready: pipeline %s", caps.name)
@@ -135,7 +186,8 @@ class Server:
             return
         log.error("the pipeline failed (%s); draining and exiting with status 3 for a supervisor to restart the server", reason)
         await asyncio.sleep(grace_s)
-        self.exit_code = 3
+        state = ServerState.DRAINING if self.lifecycle.state is ServerState.READY else self.lifecycle.state
+        self.lifecycle = self.lifecycle.to(state, failure=f"the pipeline failed: {reason}", exit_code=PIPELINE_FAILED)
         if self.on_fatal is not None:
             self.on_fatal()
 
@@ -150,7 +202,7 @@ class Server:
                 raise
             except BaseException as exc:
                 log.exception("startup failed")
-                self.startup_error = f"{type(exc).__name__}: {exc}"
+                self.lifecycle = self.lifecycle.to(ServerState.FAILED, failure=f"{type(exc).__name__}: {exc}", exit_code=STARTUP_FAILED)
                 if self.on_fatal is not None:
                     self.on_fatal()
 
@@ -165,8 +217,7 @@ class Server:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         await self.drain()
-        self.ready = False
-        await self.state.stop()
+        await self.store.stop()
         await self.loop_watch.stop()
         await self.pipeline.stop()
         self.turn_end.close()
@@ -191,9 +242,9 @@ class Server:
         (spent only when ``open_session`` opens the session). Raises ``RealtimeError`` (code
         ``invalid_api_key``) for anything else."""
         if is_ephemeral(key):
-            if self.state.error is not None:
-                raise unavailable(self.state.error)
-            grant = await self.state.peek_key(key)  # type: ignore[arg-type]
+            if self.store.error is not None:
+                raise unavailable(self.store.error)
+            grant = await self.store.peek_key(key)  # type: ignore[arg-type]
             if grant is None:
                 raise _unknown_ephemeral_key()
             return Admission(key, grant.session)
@@ -205,12 +256,12 @@ class Server:
         """Raise the ``RealtimeError`` a new session would get now (not ready, draining, or full
         counting ``pending`` sessions promised but not yet opened, e.g. ringing phone calls)."""
         limits = self.config.limits
-        if not self.ready or self.draining or self.defaults is None:
+        if not self.lifecycle.admitting or self.defaults is None:
             self.metrics.sessions_rejected.labels("unavailable").inc()
             raise RealtimeError("The server is not accepting sessions right now.", code="server_unavailable", type="server_error")
-        if self.state.error is not None:
+        if self.store.error is not None:
             self.metrics.sessions_rejected.labels("unavailable").inc()
-            raise unavailable(self.state.error)
+            raise unavailable(self.store.error)
         if len(self.sessions) + pending >= limits.max_sessions:
             self.metrics.sessions_rejected.labels("max_sessions").inc()
             raise RealtimeError(
@@ -240,7 +291,7 @@ class Server:
         for update in (admission.session, *updates):
             if update is not None:
                 defaults = defaults.updated(update, self.pipeline.capabilities)
-        if not await self.state.reserve_session(self.config.limits.max_sessions):  # every replica's sessions together
+        if not await self.store.reserve_session(self.config.limits.max_sessions):  # every replica's sessions together
             self.metrics.sessions_rejected.labels("max_sessions").inc()
             raise RealtimeError(
                 f"The deployment is at its limit of {self.config.limits.max_sessions} concurrent sessions; try again later.",
@@ -248,7 +299,7 @@ class Server:
                 type="rate_limit_error",
             )
         try:
-            if admission.ephemeral_key is not None and await self.state.redeem_key(admission.ephemeral_key) is None:
+            if admission.ephemeral_key is not None and await self.store.redeem_key(admission.ephemeral_key) is None:
                 raise _unknown_ephemeral_key()  # expired, or another connection spent it meanwhile
         except RealtimeError:
             await self._release_slot()
@@ -278,7 +329,7 @@ class Server:
 
     async def _release_slot(self) -> None:
         try:
-            await self.state.release_session()
+            await self.store.release_session()
         except RealtimeError as err:  # unreachable: the shared count is mended from ours once it is back
             log.warning("could not release a session slot: %s", err.message)
 
@@ -298,9 +349,12 @@ class Server:
         their own), then tell each one left the server is going away (its client reconnects,
         landing on another replica) and wait, up to the grace period, for their transports to
         hang up."""
-        if self._drained:
-            return
-        self._drained = self.draining = True
+        if self._drain is None:  # the first call drains; any other waits for it
+            self.stop_admitting()
+            self._drain = asyncio.create_task(self._end_sessions(let_run_s), name="server-drain")
+        await asyncio.shield(self._drain)
+
+    async def _end_sessions(self, let_run_s: float) -> None:
         deadline = time.monotonic() + let_run_s
         while self.sessions and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -314,3 +368,5 @@ class Server:
             await asyncio.sleep(0.02)
         for session in list(self.sessions):
             await self.close_session(session)
+        if self.lifecycle.state is ServerState.DRAINING:
+            self.lifecycle = self.lifecycle.to(ServerState.DRAINED)

@@ -1,6 +1,6 @@
 """Requests for a call another replica holds, passed on to it.
 
-Replicas behind one balancer share who holds which call (``State.call_owner``: the URL of the
+Replicas behind one balancer share who holds which call (``Store.call_owner``: the URL of the
 replica holding it). Call control (``POST /v1/realtime/calls/{id}/...``, ``DELETE``) and
 sidebands (``GET /v1/realtime?call_id=``) that land on a replica without the call go to that URL:
 an HTTP request is re-sent and its answer returned as it came; a sideband is proxied, frame by
@@ -39,7 +39,7 @@ async def owner_elsewhere(server: Server, call_id: str, headers: object) -> str 
     forwarded here already (None: answer it here)."""
     if call_id in server.calls or forwarded(headers):
         return None
-    owner = await server.state.call_owner(call_id)
+    owner = await server.store.call_owner(call_id)
     return owner if owner and owner != server.url else None
 
 

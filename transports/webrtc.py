@@ -201,8 +201,8 @@ class WebRTCCall(Call):
         except BaseException:
             await call._abandon()
             raise
-        call.register()
-        await call.publish()  # before the answer: a sideband may follow it to any replica
+        server.calls.add(call)
+        await server.calls.publish(call)  # before the answer: a sideband may follow it to any replica
         await session.start()
         # the first events wait for the data channel the offer announces (none: nothing to wait for)
         call.start_events(wait_for_sink=config.connect_timeout_s if "m=application" in sdp else None)

@@ -7,7 +7,8 @@
     response.output_item.done, conversation.item.done
     response.done
 
-A run sees its session only through a narrow ``Port`` (send events, add items, drop its own queued
+Its items (their added/done events, and the function calls it writes) are ``OutputItems``'s
+(output_items.py). A run sees its session only through a narrow ``Port`` (send events, add items, drop its own queued
 deltas) and hands its audio to an ``AudioOut`` of one of two kinds, chosen when the session
 opened (audio_out.py: ``EventAudio`` for WebSocket, ``PacedAudio`` for a media transport's
 playout). ``run()`` returns an ``Outcome`` (status, usage, timings); it calls nothing back.
@@ -59,8 +60,9 @@ from ..protocol import events as ev
 from ..protocol.audio import WireFormat
 from ..states import move
 from .config import format_struct
-from .conversation import Alignment, Conversation, to_wire
+from .conversation import Alignment, Conversation
 from .draft import MessageDraft, Weight
+from .output_items import OutputItems
 from .playout import Cut
 
 log = logging.getLogger(__name__)
@@ -167,7 +169,8 @@ class ResponseRun:
         self.voice = voice
         self.max_output_tokens = max_output_tokens
         self.metadata = metadata
-        self.output: list[Message | FunctionCall] = []
+        self.items = OutputItems(port, self.id, in_band=in_band)
+        self.output = self.items.items
         self.status: str = "in_progress"  # the wire status response.done reports
         self.state = RunState.CREATED
         self.cancel_reason: CancelReason | None = None
@@ -180,7 +183,6 @@ class ResponseRun:
         self._rate = port.caps.output_rate
         self._announced = False  # response.created is queued
         self._draft: MessageDraft | None = None  # the assistant message open now
-        self._call: tuple[FunctionCall, int] | None = None  # the call being written now, and its output index
 
     def _move(self, to: RunState) -> None:
         self.state = move(self.state, to, RUN_MOVES, f"response {self.id}")
@@ -266,7 +268,7 @@ class ResponseRun:
         if not self._announced:  # cancelled while the outbox was full: say it began before it ended
             await port.emit(ev.ResponseCreated(response=self._wire()))
         await self._close_message()
-        await self._close_call()
+        await self.items.close_call()
         if error is not None:
             await port.emit(
                 ev.Error(
@@ -296,9 +298,11 @@ class ResponseRun:
                 elif isinstance(chunk, TextDelta):
                     await self._on_text(chunk.text)
                 elif isinstance(chunk, ToolCallDelta):
-                    await self._on_tool_call_delta(chunk)
+                    if not self.muted:
+                        await self.items.call_delta(chunk, self._close_message)
                 elif isinstance(chunk, ToolCall):
-                    await self._on_tool_call(chunk)
+                    if not self.muted:
+                        await self.items.call(chunk, self._close_message)
                 elif isinstance(chunk, Usage):
                     self.outcome.usage = chunk
                 elif isinstance(chunk, StageTimes):
@@ -313,11 +317,7 @@ class ResponseRun:
         part = Part("audio" if self.audio else "text", text="")
         msg = Message(new_id("item"), "assistant", [part], status="in_progress")
         draft = self._draft = MessageDraft(msg, len(self.output), self._rate, audio=self.audio)
-        self.output.append(msg)
-        await port.emit(ev.ResponseOutputItemAdded(response_id=self.id, output_index=draft.index, item=self._item_wire(msg)))
-        if self.in_band:
-            previous = port.add_item(msg, draft.alignment)
-            await port.emit(ev.ConversationItemAdded(previous_item_id=previous, item=self._item_wire(msg)))
+        await self.items.open(msg, draft.alignment)
         wire_part = ev.ContentPart(type="audio", transcript="") if self.audio else ev.ContentPart(type="text", text="")
         await port.emit(
             ev.ResponseContentPartAdded(response_id=self.id, item_id=msg.id, output_index=draft.index, content_index=0, part=wire_part)
@@ -347,48 +347,6 @@ class ResponseRun:
             if not self.outcome.first_audio_at:
                 self.outcome.first_audio_at = time.perf_counter()
 
-    async def _open_call(self, call_id: str, name: str) -> tuple[FunctionCall, int]:
-        await self._close_message()
-        port = self.port
-        item = FunctionCall(new_id("item"), call_id or new_id("call"), name, "", status="in_progress")
-        index = len(self.output)
-        self.output.append(item)
-        await port.emit(ev.ResponseOutputItemAdded(response_id=self.id, output_index=index, item=self._item_wire(item)))
-        if self.in_band:
-            previous = port.add_item(item)
-            await port.emit(ev.ConversationItemAdded(previous_item_id=previous, item=self._item_wire(item)))
-        return item, index
-
-    def _ids(self, item: FunctionCall, index: int) -> dict[str, Any]:
-        return dict(response_id=self.id, item_id=item.id, output_index=index, call_id=item.call_id)
-
-    async def _on_tool_call_delta(self, chunk: ToolCallDelta) -> None:
-        """A call being written: its item opens with the first chunk, its arguments stream."""
-        if self.muted:
-            return
-        open_call = self._call
-        if open_call is None or open_call[0].call_id != chunk.call_id:
-            open_call = self._call = await self._open_call(chunk.call_id, chunk.name)
-        item, index = open_call
-        if chunk.delta:
-            item.arguments += chunk.delta
-            await self.port.emit(ev.ResponseFunctionCallArgumentsDelta(**self._ids(item, index), delta=chunk.delta))
-
-    async def _on_tool_call(self, call: ToolCall) -> None:
-        """A call complete: the one its deltas opened, or one that comes whole."""
-        if self.muted:
-            return
-        port = self.port
-        open_call, self._call = self._call, None
-        if open_call is not None and call.call_id and open_call[0].call_id == call.call_id:
-            item, index = open_call
-        else:
-            item, index = await self._open_call(call.call_id, call.name)
-            await port.emit(ev.ResponseFunctionCallArgumentsDelta(**self._ids(item, index), delta=call.arguments))
-        item.arguments, item.status = call.arguments, "completed"
-        await port.emit(ev.ResponseFunctionCallArgumentsDone(**self._ids(item, index), name=item.name, arguments=call.arguments))
-        await self._item_done(item, index)
-
     # ------------------------------------------------------------------ endings
 
     def _trim_to_delivered(self) -> None:
@@ -417,27 +375,9 @@ class ResponseRun:
         msg.status = "completed" if self.status in ("completed", "in_progress") else "incomplete"
         if self.in_band:
             port.conversation.trim_audio()
-        await self._item_done(msg, draft.index)
-
-    async def _close_call(self) -> None:
-        """A call cut off while it was being written (cancel, barge-in, failure): incomplete, as written."""
-        open_call, self._call = self._call, None
-        if open_call is not None:
-            open_call[0].status = "incomplete"
-            await self._item_done(*open_call)
-
-    async def _item_done(self, item: Message | FunctionCall, index: int) -> None:
-        port = self.port
-        wire = self._item_wire(item)
-        await port.emit(ev.ResponseOutputItemDone(response_id=self.id, output_index=index, item=wire))
-        conversation = port.conversation
-        if self.in_band and conversation.get(item.id) is item:
-            await port.emit(ev.ConversationItemDone(previous_item_id=conversation.previous_id(item), item=wire))
+        await self.items.done(msg, draft.index)
 
     # ------------------------------------------------------------------ wire forms
-
-    def _item_wire(self, item: Message | FunctionCall) -> ev.Item:
-        return to_wire(item, self.port.caps)
 
     def _wire(self, error: BaseException | None = None) -> ev.Response:
         details = None
@@ -458,7 +398,7 @@ class ResponseRun:
             id=self.id,
             status=self.status,  # type: ignore[arg-type]
             status_details=details,
-            output=[self._item_wire(i) for i in self.output],
+            output=[self.items.wire(i) for i in self.output],
             conversation_id=self.port.conversation.id if self.in_band else None,
             output_modalities=["audio"] if self.audio else ["text"],
             max_output_tokens=self.max_output_tokens,

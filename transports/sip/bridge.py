@@ -17,9 +17,9 @@ finds the dialog an in-dialog request belongs to (``dialog``), and says what eac
   cannot parse 400 (505 for another SIP version) when it says where an answer would go.
 
 A 2xx to an INVITE that is never ACKed within 64·T1 hangs the call up: the caller never confirmed
-it. Finished transactions are remembered until their last timer (64·T1 at most) to absorb late
-retransmissions, in a table with a fixed size. Our own requests (BYE, REFER) are client
-transactions, resent until answered.
+it. The transactions in flight and their timers are ``inflight.Transactions``'s; our own requests
+(BYE, REFER) are client transactions there, resent until answered. The bridge registers its calls
+(by Call-ID) and paces the answered ones; a call reports its moves (``call_moved``).
 
 It also owns the one 20 ms clock that paces every answered call's outgoing RTP (``_run_clock``).
 """
@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections import OrderedDict
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -39,20 +38,11 @@ from realtime_omni.tasks import TaskSet
 
 from . import message as sipmsg
 from . import rtp
-from .call import SipCall
+from .call import CallState, SipCall
 from .dialog import Dialog
+from .inflight import Transactions
 from .message import Addr, SipMessage, param, response
-from .transaction import (
-    T2,
-    T4,
-    Answered,
-    ClientTransaction,
-    Output,
-    Send,
-    ServerTransaction,
-    TimedOut,
-    transaction_key,
-)
+from .transaction import ServerTransaction, transaction_key
 
 if TYPE_CHECKING:
     from realtime_omni.server import Server
@@ -60,32 +50,27 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ALLOW = "INVITE, ACK, CANCEL, BYE, OPTIONS, REGISTER, NOTIFY, REFER"
-MAX_TRANSACTIONS = 4096  # remembered server transactions (64·T1 each): a bound whatever the peers send
-MAX_CLIENT_TRANSACTIONS = 1024
-
-Transaction = ServerTransaction | ClientTransaction
 
 
 class SipBridge(asyncio.DatagramProtocol):
     def __init__(self, server: Server, config: SipConfig) -> None:
         self.server = server
         self.config = config
-        self.t1 = config.t1_ms / 1000
-        self.t2 = T2
-        self.t4 = T4
         self.transport: asyncio.DatagramTransport | None = None
         self.address: Addr = (config.host, config.port or 0)
-        self.transactions: OrderedDict[tuple[str, ...], ServerTransaction] = OrderedDict()
-        self.client: dict[str, tuple[ClientTransaction, asyncio.Future[SipMessage | None]]] = {}  # by branch
+        self.transactions = Transactions(self.send, config.t1_ms / 1000, self._unacknowledged)
         self.calls: dict[str, SipCall] = {}  # by SIP Call-ID
         self.streaming: set[SipCall] = set()  # answered calls: one packet each per clock tick
         self.clock = Ticker(rtp.FRAME_SAMPLES / rtp.RATE)
-        # one per transaction with a deadline: (the deadline, its handle). The deadline is kept here:
-        # uvloop's call_at gives a plain Handle, without when(), for a time already past
-        self._timers: dict[Transaction, tuple[float, asyncio.Handle]] = {}
         self.tasks = TaskSet("sip")
         self._clock: asyncio.Task[None] | None = None
-        self.stats = {"received": 0, "malformed": 0, "retransmissions": 0, "responses_sent": 0}
+        self.received = 0
+        self.malformed = 0
+
+    @property
+    def stats(self) -> dict[str, int]:
+        tx = self.transactions
+        return {"received": self.received, "malformed": self.malformed, "retransmissions": tx.retransmissions, "responses_sent": tx.responses_sent}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -100,9 +85,7 @@ class SipBridge(asyncio.DatagramProtocol):
     async def stop(self) -> None:
         for call in list(self.calls.values()):
             await call.hangup("server_shutting_down")
-        for _, timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
+        self.transactions.close()
         if self._clock is not None:
             self._clock.cancel()
         await self.tasks.cancel()
@@ -135,7 +118,7 @@ class SipBridge(asyncio.DatagramProtocol):
             self.transport.sendto(msg if isinstance(msg, bytes) else msg.encode(), addr)
 
     def datagram_received(self, data: bytes, addr: Addr) -> None:  # type: ignore[override]
-        self.stats["received"] += 1
+        self.received += 1
         if not data.strip():
             return  # keep-alive (RFC 5626 CRLF)
         try:
@@ -144,7 +127,7 @@ class SipBridge(asyncio.DatagramProtocol):
             self._reject_raw(data, addr, 505)
             return
         except sipmsg.SipParseError as exc:
-            self.stats["malformed"] += 1
+            self.malformed += 1
             log.debug("malformed SIP from %s: %s", addr, exc)
             self._reject_raw(data, addr, 400, str(exc))
             return
@@ -152,7 +135,7 @@ class SipBridge(asyncio.DatagramProtocol):
             if msg.is_request:
                 self._on_request(msg, addr)
             else:
-                self._on_response(msg)
+                self.transactions.response_received(msg)
         except Exception:  # one bad message must never take the bridge down
             log.exception("SIP: failed on %s from %s", msg.method or msg.status, addr)
             if msg.is_request and msg.method != "ACK":
@@ -182,54 +165,19 @@ class SipBridge(asyncio.DatagramProtocol):
         except Exception:
             log.debug("could not answer a malformed message", exc_info=True)
 
-    # ------------------------------------------------------------------ transaction timers
-
-    @staticmethod
-    def _now() -> float:
-        return asyncio.get_running_loop().time()
-
-    def _apply(self, tx: Transaction, outputs: list[Output], addr: Addr, *, timer: bool = False) -> None:
-        """Carry out what a transaction asked for, then set its timer to its new deadline."""
-        for out in outputs:
-            if isinstance(out, Send):
-                if timer:
-                    self.stats["retransmissions"] += 1
-                self.send(out.data, addr)
-            elif isinstance(out, Answered):
-                self._settle(tx, out.response)
-            elif isinstance(out, TimedOut):
-                self._timed_out(tx, out.status)
-        old = self._timers.get(tx)
-        if old is not None and old[0] == tx.deadline:
-            return
-        if old is not None:
-            del self._timers[tx]
-            old[1].cancel()
-        if tx.deadline is not None:
-            self._timers[tx] = (tx.deadline, asyncio.get_running_loop().call_at(tx.deadline, self._fire, tx))
-        elif tx.terminated and isinstance(tx, ServerTransaction) and self.transactions.get(tx.key) is tx:
-            del self.transactions[tx.key]
-
-    def _fire(self, tx: Transaction) -> None:
-        self._timers.pop(tx, None)
-        self._apply(tx, tx.on_timer(self._now()), tx.addr, timer=True)
-
-    def _timed_out(self, tx: Transaction, status: int) -> None:
-        if isinstance(tx, ClientTransaction):
-            self._settle(tx, None)
-        elif 200 <= status < 300 and tx.call is not None:
-            log.warning("call %s: no ACK for the 200 OK; hanging up", tx.call.id)
-            self.spawn(tx.call.hangup("no_ack"), "sip-no-ack")
-
     # ------------------------------------------------------------------ server transactions
 
     def respond(self, tx: ServerTransaction, msg: SipMessage) -> None:
-        self.stats["responses_sent"] += 1
-        self._apply(tx, tx.respond(msg, self._now()), tx.addr)
+        self.transactions.respond(tx, msg)
 
     def acknowledged(self, tx: ServerTransaction) -> None:
         """The ACK for ``tx``'s final response came (for a 2xx, in the call's dialog)."""
-        self._apply(tx, tx.on_ack(self._now()), tx.addr)
+        self.transactions.acknowledged(tx)
+
+    def _unacknowledged(self, tx: ServerTransaction) -> None:
+        if tx.call is not None:
+            log.warning("call %s: no ACK for the 200 OK; hanging up", tx.call.id)
+            self.spawn(tx.call.hangup("no_ack"), "sip-no-ack")
 
     async def _run_clock(self) -> None:
         """The one 20 ms clock of every call's outgoing RTP. One timer for all calls instead of one
@@ -251,15 +199,11 @@ class SipBridge(asyncio.DatagramProtocol):
             self._on_ack(msg)
             return
         key = transaction_key(msg)
-        tx = self.transactions.get(key)
+        tx = self.transactions.server.get(key)
         if tx is not None:  # a retransmission: answer as before, do nothing twice
-            self.stats["retransmissions"] += 1
-            self._apply(tx, tx.on_request(self._now()), addr)
+            self.transactions.retransmitted(tx, addr)
             return
-        tx = ServerTransaction(key, addr, msg.method or "", t1=self.t1, t2=self.t2, t4=self.t4)
-        self.transactions[key] = tx
-        while len(self.transactions) > MAX_TRANSACTIONS:
-            self.transactions.popitem(last=False)  # its timers run on: a 2xx still wants its ACK
+        tx = self.transactions.open(key, addr, msg.method or "")
         max_forwards = msg.get("Max-Forwards")
         if max_forwards is not None and max_forwards.strip() == "0":
             self.respond(tx, response(msg, 483))
@@ -289,7 +233,7 @@ class SipBridge(asyncio.DatagramProtocol):
         return call
 
     def _on_ack(self, msg: SipMessage) -> None:
-        tx = self.transactions.get(transaction_key(msg))
+        tx = self.transactions.server.get(transaction_key(msg))
         if tx is not None and tx.invite and not 200 <= tx.final < 300:  # ACK for a non-2xx final response (same transaction)
             self.acknowledged(tx)
             return
@@ -303,16 +247,32 @@ class SipBridge(asyncio.DatagramProtocol):
             call = self._dialog_call(msg)
             if call is None:
                 self.respond(tx, response(msg, 481))
-            else:
-                call.on_reinvite(msg, tx)
+            elif call.on_reinvite(msg, tx):
+                tx.call = call
             return
         if msg.call_id in self.calls:  # same Call-ID, new branch, no To tag: a forked or looped copy
             self.respond(tx, response(msg, 482, reason="Loop Detected"))
             return
-        SipCall.incoming(self, msg, tx)
+        call = SipCall.incoming(self, msg, tx, ringing=sum(1 for c in self.calls.values() if c.session is None))
+        if call is None:
+            return
+        tx.call = call
+        self.calls[msg.call_id] = call
+        self.server.calls.add(call)
+        self.spawn(self.server.calls.publish(call), f"sip-publish:{call.id}")
+        call.begin()
+
+    def call_moved(self, call: SipCall) -> None:
+        """A call reports its move: answered, its RTP is paced by the clock; ended, it is forgotten."""
+        if call.state is CallState.ANSWERED:
+            self.streaming.add(call)
+        elif call.state is CallState.ENDED:
+            self.streaming.discard(call)
+            if self.calls.get(call.dialog.call_id) is call:
+                del self.calls[call.dialog.call_id]
 
     def _on_cancel(self, msg: SipMessage, tx: ServerTransaction) -> None:
-        invite = self.transactions.get(transaction_key(SipMessage(method="INVITE", headers=msg.headers)))
+        invite = self.transactions.server.get(transaction_key(SipMessage(method="INVITE", headers=msg.headers)))
         if invite is None or invite.call is None:
             self.respond(tx, response(msg, 481))
             return
@@ -354,33 +314,8 @@ class SipBridge(asyncio.DatagramProtocol):
         return dialog.request(method, self.advertised(dialog.addr), self.address[1], extra, body)
 
     async def transact(self, msg: SipMessage, addr: Addr) -> SipMessage | None:
-        """Send a request and wait for its final response (a client transaction: resent at T1
-        doubling to T2, given up after 64·T1). None when nothing final came back."""
-        if len(self.client) >= MAX_CLIENT_TRANSACTIONS:
-            return None
-        tx = ClientTransaction(msg, addr, t1=self.t1, t2=self.t2, t4=self.t4)
-        future: asyncio.Future[SipMessage | None] = asyncio.get_running_loop().create_future()
-        self.client[tx.branch] = (tx, future)
-        try:
-            self._apply(tx, tx.start(self._now()), addr)
-            return await future
-        finally:
-            # a response retransmitted after this is dropped unmatched: the same as Timer K absorbing it
-            self.client.pop(tx.branch, None)
-            timer = self._timers.pop(tx, None)
-            if timer is not None:
-                timer[1].cancel()
-
-    def _settle(self, tx: Transaction, reply: SipMessage | None) -> None:
-        entry = self.client.get(tx.branch) if isinstance(tx, ClientTransaction) else None
-        if entry is not None and entry[0] is tx and not entry[1].done():
-            entry[1].set_result(reply)
-
-    def _on_response(self, msg: SipMessage) -> None:
-        entry = self.client.get(msg.branch or "")
-        if entry is not None:
-            tx = entry[0]
-            self._apply(tx, tx.on_response(msg, self._now()), tx.addr)
+        """Send a request and wait for its final response (None: nothing final came back)."""
+        return await self.transactions.transact(msg, addr)
 
 
 async def start_bridge(server: Server) -> SipBridge | None:

@@ -16,6 +16,9 @@ A call's state is a ``CallState``, changed only through one setter that refuses 
     ringing | accepting -> cancelled -> ended     (CANCEL before the answer)
     ringing | accepting -> ended                  (hung up before the answer: 603)
 
+The call reports every move to its bridge (``Signalling.call_moved``), which owns the tables a call
+sits in (by Call-ID, the answered calls its clock paces, the transactions): a call writes none.
+
 Symmetric RTP (RFC 4961): we send to the address in the caller's SDP, unless its packets come
 from another host (a NAT rewrote the address): then we answer where they come from. Once the
 first packet has fixed the caller's source, packets from anywhere else are dropped, so a third
@@ -87,8 +90,9 @@ class Signalling(Protocol):
     server: Server
     config: SipConfig
     address: Addr
-    calls: dict[str, SipCall]  # by SIP Call-ID
-    streaming: set[SipCall]  # answered calls, paced by the bridge's 20 ms clock
+
+    def call_moved(self, call: SipCall) -> None:
+        """``call`` has moved to ``call.state`` (answered: pace its RTP; ended: forget it)."""
 
     def advertised(self, peer: Addr) -> str: ...
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]: ...
@@ -173,38 +177,42 @@ class SipCall(Call):
     # ------------------------------------------------------------------ arrival
 
     @classmethod
-    def incoming(cls, bridge: Signalling, invite: SipMessage, tx: ServerTransaction) -> None:
+    def incoming(cls, bridge: Signalling, invite: SipMessage, tx: ServerTransaction, *, ringing: int) -> SipCall | None:
+        """A call for a new INVITE, or None once it is answered with a refusal: no usable SDP offer,
+        the server not serving, or full (counting the ``ringing`` calls, each of which will want a
+        session when answered). The bridge registers the call, then ``begin``s it."""
         server = bridge.server
         if (invite.get("Content-Type") or "").split(";")[0].strip().lower() != "application/sdp" or not invite.body:
             bridge.respond(tx, response(invite, 488, reason="Not Acceptable Here (an SDP offer is required)"))
-            return
+            return None
         try:
             offer = sdp.parse_offer(invite.body.decode("utf-8", "replace"))
         except sdp.SdpError as exc:
             bridge.respond(tx, response(invite, exc.status, reason=f"{sipmsg.REASONS[exc.status]} ({exc})"))
-            return
+            return None
         if not server.healthy:
             bridge.respond(tx, response(invite, 503, extra=[("Retry-After", "5")]))
-            return
-        try:  # ringing calls count: each will want a session when answered
-            server.check_capacity(pending=sum(1 for c in bridge.calls.values() if c.session is None))
+            return None
+        try:
+            server.check_capacity(pending=ringing)
         except RealtimeError as err:
             bridge.respond(tx, response(invite, 486) if err.code == "max_sessions_reached" else response(invite, 503, extra=[("Retry-After", "5")]))
-            return
+            return None
         call = cls(bridge, invite, tx, offer)
-        tx.call = call
         call.endpoint = RtpEndpoint(call)  # its socket is bound when the call is accepted
-        bridge.calls[invite.call_id] = call
-        call.register()
-        bridge.spawn(call.publish(), f"sip-publish:{call.id}")
-        bridge.respond(tx, response(invite, 100))
-        if call.config.webhook_url:
-            bridge.respond(tx, response(invite, 180, to_tag=call.dialog.local_tag))
-            call._ring_timer = asyncio.get_running_loop().call_later(call.config.ring_timeout_s, lambda: bridge.spawn(call.reject(480), "sip-ring-timeout"))
-            bridge.spawn(call._announce(), f"sip-webhook:{call.id}")
+        return call
+
+    def begin(self) -> None:
+        """100 Trying, then ring (180) for the webhook's application to accept, or accept at once."""
+        bridge, invite = self.bridge, self.invite
+        bridge.respond(self.tx, response(invite, 100))
+        if self.config.webhook_url:
+            bridge.respond(self.tx, response(invite, 180, to_tag=self.dialog.local_tag))
+            self._ring_timer = asyncio.get_running_loop().call_later(self.config.ring_timeout_s, lambda: bridge.spawn(self.reject(480), "sip-ring-timeout"))
+            bridge.spawn(self._announce(), f"sip-webhook:{self.id}")
         else:
-            bridge.spawn(call._accept_default(), f"sip-accept:{call.id}")
-        log.info("call %s: INVITE from %s (%s)", call.id, invite.get("From"), sdp.G711[offer.codec])
+            bridge.spawn(self._accept_default(), f"sip-accept:{self.id}")
+        log.info("call %s: INVITE from %s (%s)", self.id, invite.get("From"), sdp.G711[self.offer.codec])
 
     async def _accept_default(self) -> None:
         try:
@@ -223,6 +231,7 @@ class SipCall(Call):
 
     def _move(self, to: CallState) -> None:
         self.state = move(self.state, to, CALL_MOVES, f"call {self.id}")
+        self.bridge.call_moved(self)
 
     # ------------------------------------------------------------------ call control (HTTP)
 
@@ -266,7 +275,6 @@ class SipCall(Call):
         media.arrived()  # the caller has rtp_timeout_s from the answer to send audio
         self.tasks.spawn(self._receive(session, media), "sip-rtp-in")
         self.tasks.spawn(self.watch_media(media, timeout=self.config.rtp_timeout_s, reason="rtp_timeout"), "sip-rtp-watch")
-        self.bridge.streaming.add(self)
         self.bridge.respond(self.tx, self._ok(self.invite))
         log.info("call %s: answered (session %s)", self.id, session.id)
 
@@ -310,12 +318,9 @@ class SipCall(Call):
             self.bridge.respond(self.tx, response(self.invite, 603, to_tag=self.dialog.local_tag))
         elif self.state is CallState.ANSWERED and self.end_reason not in ("caller_hangup",):
             self.bridge.spawn(self.bridge.transact(self.bridge.request(self.dialog, "BYE"), self.dialog.addr), f"sip-bye-out:{self.id}")
-        self._move(CallState.ENDED)
-        self.bridge.streaming.discard(self)
+        self._move(CallState.ENDED)  # (the bridge stops pacing and forgets it)
         await self.tasks.cancel()
         self._close_media()
-        if self.bridge.calls.get(self.dialog.call_id) is self:
-            del self.bridge.calls[self.dialog.call_id]
 
     def _close_media(self) -> None:
         if self.endpoint is not None and self.endpoint.transport is not None:
@@ -327,20 +332,21 @@ class SipCall(Call):
         self.dialog.confirmed = True
         self.bridge.acknowledged(self.tx)
 
-    def on_reinvite(self, msg: SipMessage, tx: ServerTransaction) -> None:
-        """A re-INVITE (hold, media move, session refresh): take the new address, keep our answer."""
+    def on_reinvite(self, msg: SipMessage, tx: ServerTransaction) -> bool:
+        """A re-INVITE (hold, media move, session refresh): take the new address, keep our answer.
+        True when answered 200: ``tx`` is then the call's INVITE transaction (its ACK is awaited)."""
         if self.state is not CallState.ANSWERED:
             self.bridge.respond(tx, response(msg, 491))
-            return
+            return False
         if msg.body:
             try:
                 offer = sdp.parse_offer(msg.body.decode("utf-8", "replace"))
             except sdp.SdpError as exc:
                 self.bridge.respond(tx, response(msg, exc.status))
-                return
+                return False
             if offer.codec != self.offer.codec:  # keep the codec this call started with
                 self.bridge.respond(tx, response(msg, 488, reason="Not Acceptable Here (codec change)"))
-                return
+                return False
             self.remote = (offer.address, offer.port)
             if self.endpoint is not None:
                 self.endpoint.source = None  # latch anew on the moved stream
@@ -348,8 +354,8 @@ class SipCall(Call):
         host, port = self.bridge.advertised(self.dialog.addr), self.endpoint.transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
         self.answer_sdp = sdp.answer(self.offer, host, port, session_id=self._sdp_id).encode()
         self.tx = tx
-        tx.call = self
         self.bridge.respond(tx, self._ok(msg))
+        return True
 
     def on_notify(self, msg: SipMessage) -> None:
         """Progress of a transfer we asked for (RFC 3515): a 2xx sipfrag means the caller is now

@@ -1,4 +1,4 @@
-"""What ties a client's requests together, wherever they land: the ``State`` port.
+"""The shared store: what ties a client's requests together, wherever they land (the ``Store`` port).
 
 A client's requests need not reach the same server process: a key minted on one replica is
 redeemed on another, a sideband for a WebRTC call lands on a replica that does not hold the call,
@@ -9,11 +9,11 @@ behind this port:
 * the session count ``max_sessions`` is checked against (a slot reserved per open session);
 * call id -> the replica that holds the call (its URL), for forwarding call control and sidebands.
 
-``LocalState`` is the default: one process, everything in memory (``keys.EphemeralKeys``).
+``LocalStore`` is the default: one process, everything in memory (``keys.EphemeralKeys``).
 A deployment of several replicas shares one Redis (``state_url``); that implementation does I/O
-and lives in ``host/`` (``host/redis_state.py``).
+and lives in ``host/`` (``host/redis_store.py``).
 
-``error`` says why the state cannot be reached (None while it can): the server then refuses new
+``error`` says why the store cannot be reached (None while it can): the server then refuses new
 sessions with ``state_unavailable`` and ``/healthz`` answers 503, while open sessions carry on.
 """
 
@@ -35,9 +35,9 @@ def unavailable(reason: str) -> RealtimeError:
     )
 
 
-class State(Protocol):
-    """The shared state's port. Every method may raise ``RealtimeError`` (``server_unavailable``)
-    when the state cannot be reached; ``issue_key`` raises ``keys.MintRefused`` over the limits."""
+class Store(Protocol):
+    """The shared store's port. Every method may raise ``RealtimeError`` (``server_unavailable``)
+    when the store cannot be reached; ``issue_key`` raises ``keys.MintRefused`` over the limits."""
 
     @property
     def error(self) -> str | None: ...
@@ -74,7 +74,7 @@ class SessionCount(Protocol):
     def __call__(self) -> int: ...
 
 
-class LocalState:
+class LocalStore:
     """One process: keys in a dict (single use by construction: one ``dict.pop`` on the event
     loop), the session count is the server's own, calls are found in ``Server.calls``."""
 

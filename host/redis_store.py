@@ -1,4 +1,4 @@
-"""The shared state (``realtime_omni.state.State``) in Redis, for replicas behind one balancer.
+"""The shared state (``realtime_omni.store.Store``) in Redis, for replicas behind one balancer.
 
 Each kind of thing is one Redis operation, so replicas racing each other need no lock:
 
@@ -32,7 +32,7 @@ from redis.exceptions import RedisError
 
 from realtime_omni.keys import PREFIX, EphemeralKey, MintRefused
 from realtime_omni.protocol import events as ev
-from realtime_omni.state import SessionCount, unavailable
+from realtime_omni.store import SessionCount, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Grant(msgspec.Struct):
     session: ev.SessionObject | None
 
 
-class RedisState:
+class RedisStore:
     def __init__(self, url: str, *, mint_rate: float, mint_burst: int, prefix: str = "realtime-omni:") -> None:
         self.url = url
         self.mint_rate = mint_rate
