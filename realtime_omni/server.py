@@ -86,7 +86,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
     try:
         import ctypes
 
-        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
+        return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):
         return None
 

@@ -77,7 +77,7 @@ class SipBridge(asyncio.DatagramProtocol):
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         transport, _ = await loop.create_datagram_endpoint(lambda: self, local_addr=(self.config.host, self.config.port or 0))
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport
         self.address = transport.get_extra_info("sockname")[:2]
         self._clock = asyncio.create_task(self._run_clock(), name="sip-rtp-clock")
         log.info("SIP bridge listening on udp %s:%d", *self.address)
@@ -117,7 +117,7 @@ class SipBridge(asyncio.DatagramProtocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.sendto(msg if isinstance(msg, bytes) else msg.encode(), addr)
 
-    def datagram_received(self, data: bytes, addr: Addr) -> None:  # type: ignore[override]
+    def datagram_received(self, data: bytes, addr: Addr) -> None:
         self.received += 1
         if not data.strip():
             return  # keep-alive (RFC 5626 CRLF)

@@ -114,7 +114,7 @@ class RtpEndpoint(asyncio.DatagramProtocol):
         self.dropped = 0
         self.invalid = 0
 
-    def datagram_received(self, data: bytes, addr: Addr) -> None:  # type: ignore[override]
+    def datagram_received(self, data: bytes, addr: Addr) -> None:
         call = self.call
         if self.source is None:
             self.source = addr
@@ -268,7 +268,7 @@ class SipCall(Call):
             self._close_media()  # (the hang-up closed the session; the socket came after it)
             raise RealtimeError(f"Call {self.id!r} ended before it was answered.", code="call_state")
         self.start_events()
-        host, port = self.bridge.advertised(self.dialog.addr), self.endpoint.transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
+        host, port = self.bridge.advertised(self.dialog.addr), self._rtp_port()
         self.answer_sdp = sdp.answer(self.offer, host, port, session_id=self._sdp_id).encode()
         self._move(CallState.ANSWERED)
         self.media = media = MediaInput(session)
@@ -351,7 +351,7 @@ class SipCall(Call):
             if self.endpoint is not None:
                 self.endpoint.source = None  # latch anew on the moved stream
             self.offer = offer
-        host, port = self.bridge.advertised(self.dialog.addr), self.endpoint.transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
+        host, port = self.bridge.advertised(self.dialog.addr), self._rtp_port()
         self.answer_sdp = sdp.answer(self.offer, host, port, session_id=self._sdp_id).encode()
         self.tx = tx
         self.bridge.respond(tx, self._ok(msg))
@@ -366,12 +366,18 @@ class SipCall(Call):
 
     # ------------------------------------------------------------------ media
 
+    def _rtp_port(self) -> int:
+        endpoint = self.endpoint
+        assert endpoint is not None and endpoint.transport is not None, "the call's media is open"
+        return int(endpoint.transport.get_extra_info("sockname")[1])
+
     async def _open_media(self) -> None:
-        assert self.endpoint is not None
+        endpoint = self.endpoint
+        assert endpoint is not None
         sock = _bind_rtp(self.bridge.config.host, self.config.rtp_port_min, self.config.rtp_port_max)
         loop = asyncio.get_running_loop()
-        transport, _ = await loop.create_datagram_endpoint(lambda: self.endpoint, sock=sock)  # type: ignore[arg-type,return-value]
-        self.endpoint.transport = transport  # type: ignore[assignment]
+        transport, _ = await loop.create_datagram_endpoint(lambda: endpoint, sock=sock)
+        endpoint.transport = transport
 
     async def _receive(self, session: Session, media: MediaInput) -> None:
         assert self.endpoint is not None

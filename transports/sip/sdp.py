@@ -90,27 +90,27 @@ def parse_offer(text: str) -> Offer:
     m = media[index]
     if m.proto not in ("RTP/AVP", "RTP/AVPF"):
         raise SdpError(f"unsupported media profile {m.proto} (only plain RTP/AVP)", 488)
-    address = m.address or session_address
-    if address is None:
+    given = m.address or session_address
+    if given is None:
         raise SdpError("the offer has no connection address", 400)
     try:  # an IP literal: a name would be resolved on every 20 ms tick, blocking every call
-        address = str(ipaddress.ip_address(address))
+        ip = str(ipaddress.ip_address(given))
     except ValueError:
-        raise SdpError(f"the connection address {address[:100]!r} is not an IP address", 488) from None
+        raise SdpError(f"the connection address {given[:100]!r} is not an IP address", 488) from None
     codec = None
-    dtmf = None
+    dtmf: int | None = None
     for fmt in m.formats:
         if not fmt.isdigit():
             continue
-        pt = int(fmt)
-        name = m.rtpmap.get(pt, G711.get(pt, "") + "/8000").upper()
+        payload = int(fmt)
+        name = m.rtpmap.get(payload, G711.get(payload, "") + "/8000").upper()
         if codec is None and name in ("PCMU/8000", "PCMA/8000"):
             codec = G711_BY_NAME[name.split("/")[0]]
         elif dtmf is None and name.startswith("TELEPHONE-EVENT/8000"):
-            dtmf = pt
+            dtmf = payload
     if codec is None:
         raise SdpError("no common codec: this server speaks PCMU and PCMA", 488)
-    return Offer(address, m.port, codec, dtmf, 20, media, index)
+    return Offer(ip, m.port, codec, dtmf, 20, media, index)
 
 
 _session_version = int(time.time())
