@@ -14,7 +14,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 import numpy as np
@@ -32,6 +32,9 @@ from pipelines.cascade.thinker import (
 )
 from pipelines.cascade.tools import template_takes_tools
 from pipelines.speed import Speed
+
+if TYPE_CHECKING:
+    from pipelines.cascade.listener import WhisperListener
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +79,7 @@ class CascadePipeline(Pipeline):
             context_tokens=options.thinker.max_model_len,
         )
         self.thinker = thinker(options.thinker)
-        self.listener = None
+        self.listener: WhisperListener | None = None  # (imported at start: it loads faster-whisper)
         self.talker: PiperTalker | None = None
         # one thread each: ASR and TTS never queue behind one another, and never run on the loop
         self.asr_pool = ThreadPoolExecutor(1, thread_name_prefix="asr")
