@@ -102,7 +102,7 @@ class Listening(Pipeline):
         self.thinker = thinker
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="asr")
         self.prefix = [] if thinker is None else thinker.prefix(INSTRUCTIONS, [])
-        self.counts: dict[str, float] = {"words_judged": 0, "words_judged_streamed": 0}
+        self.counts: dict[str, int] = {"words_judged": 0, "words_judged_streamed": 0}
 
     def open(self, session_id: str) -> PipelineSession:
         return _Listening(self, session_id)

@@ -86,7 +86,7 @@ class Hearing:
         transcribe: Callable[[np.ndarray], Awaitable[str]],
         thinker: Judging | None,
         salt: str,
-        counts: dict[str, float],
+        counts: dict[str, int],
         background: Callable[[Awaitable[None]], None],
         name: str = "",
     ) -> None:

@@ -14,23 +14,21 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dsp.denoise import denoise
-from pipelines.base import (
-    Capabilities,
-    Pipeline,
-)
+from pipelines.base import Capabilities, Pipeline
 from pipelines.cascade.session import CascadeSession
 from pipelines.cascade.shared import CascadeOptions
 from pipelines.cascade.talker import PiperTalker
-from pipelines.cascade.thinker import (
-    thinker,
-)
+from pipelines.cascade.thinker import thinker
 from pipelines.cascade.tools import template_takes_tools
 from pipelines.speed import Speed
+
+if TYPE_CHECKING:
+    from pipelines.cascade.listener import WhisperListener
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +49,7 @@ class CascadePipeline(Pipeline):
             context_tokens=options.thinker.max_model_len,
         )
         self.thinker = thinker(options.thinker)
-        self.listener = None
+        self.listener: WhisperListener | None = None  # (imported at start: it loads faster-whisper)
         self.talker: PiperTalker | None = None
         # one thread each: ASR and TTS never queue behind one another, and never run on the loop
         self.asr_pool = ThreadPoolExecutor(1, thread_name_prefix="asr")

@@ -43,7 +43,7 @@ class Models(Protocol):
     options: CascadeOptions
     capabilities: Capabilities
     thinker: Any  # VllmThinker | RemoteThinker (pipelines/cascade/thinker.py)
-    counts: dict[str, float]  # the pipeline's accounting (``stats``)
+    counts: dict[str, int]  # the pipeline's accounting (``stats``)
     sessions: set[Any]  # its open sessions
     asr_busy: int  # Whisper calls queued or running
 

@@ -24,7 +24,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -246,7 +246,7 @@ class VllmThinker:
         *,
         max_tokens: int | None = None,
         generation: Generation | None = None,
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         """Text deltas of the answer to ``prompt_ids``; stops after ``max_sentences`` sentences.
         Closing the iterator aborts the engine request."""
         from vllm.inputs import tokens_input
@@ -447,7 +447,7 @@ class StreamedPrompt:
         assert top, "the engine returned no logprobs"
         return self.thinker._ends(top[-1])
 
-    async def answer(self, prompt: list[int], max_tokens: int | None = None, generation: Generation | None = None) -> AsyncIterator[str]:
+    async def answer(self, prompt: list[int], max_tokens: int | None = None, generation: Generation | None = None) -> AsyncGenerator[str, None]:
         """As ``VllmThinker.stream(prompt)``, ``prompt`` going on from what was sent (``fits``)."""
         from vllm.engine.protocol import StreamingInput
         from vllm.inputs import tokens_input
@@ -570,7 +570,7 @@ class RemoteThinker(VllmThinker):
         *,
         max_tokens: int | None = None,
         generation: Generation | None = None,
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         o = self.options
         g = generation or Generation()
         body: dict[str, Any] = {

@@ -20,12 +20,16 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dsp.logmel import RATE, log_mel
 from dsp.resample import resample
 from pipelines.base import TurnModel, TurnVerdict
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 WINDOW_S = 8  # the model's input: the last 8 s of the turn
 MODEL = "smart-turn-v3.2"
@@ -37,7 +41,7 @@ class SmartTurn(TurnModel):
     def __init__(self, path: Path | None = None, threads: int = 1) -> None:
         self.path = path
         self.threads = threads
-        self._session = None
+        self._session: ort.InferenceSession | None = None
         self._input = "input_features"
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="smart-turn")
         self.decisions = 0

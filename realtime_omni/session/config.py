@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NoReturn, TypeVar
 
 import msgspec
-from msgspec import UNSET, structs
+from msgspec import UNSET, UnsetType, structs
 
 from pipelines.base import Capabilities
 
@@ -25,6 +25,11 @@ from ..errors import RealtimeError, invalid_value
 from ..protocol import beta as beta_names
 from ..protocol import events as ev
 from ..protocol.audio import WireFormat
+
+T = TypeVar("T")
+S = TypeVar("S", bound=msgspec.Struct)
+Modality = Literal["text", "audio"]
+FunctionChoice = Literal["auto", "none", "required"] | ev.ToolChoiceFunction  # the ToolChoice values this server serves
 
 OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar"})
 
@@ -52,21 +57,94 @@ class VadSettings:
     eagerness: str | None = None  # semantic_vad (what it means: pipelines/turn_end/policy.py)
 
 
+# The effective session (``SessionConfig.wire``) has a value in every field that needs one, though
+# the wire type makes every field optional: reading one, narrow it here, once.
+
+
+def missing(name: str) -> NoReturn:
+    """A field the effective session always has is missing: this module's bug, never the client's."""
+    raise RuntimeError(f"internal error: the effective session has no '{name}'")
+
+
+def resolved(value: T | None | UnsetType, name: str) -> T:
+    """A field of the effective session that has a value (never ``UNSET``, never ``null``). For a
+    field of one type: given a union, mypy infers its join (narrow those inline, with ``missing``)."""
+    if value is None or isinstance(value, UnsetType):
+        missing(name)
+    return value
+
+
+def known(value: T | UnsetType, name: str) -> T:
+    """A field of the effective session where ``null`` means something (``turn_detection: null``
+    is manual turns): never ``UNSET``. For a field of one type, as ``resolved``."""
+    if isinstance(value, UnsetType):
+        missing(name)
+    return value
+
+
 class SessionConfig:
-    __slots__ = ("wire", "temperature", "input_format", "output_format", "vad", "voice", "audio_out", "max_output_tokens")
+    """The effective session: ``wire`` as the client sees it (every field the wire type makes
+    optional is set), ``audio_input`` and ``audio_output`` its audio settings, and what is derived
+    from them."""
+
+    __slots__ = (
+        "wire", "audio_input", "audio_output", "temperature", "input_format", "output_format", "vad", "voice", "audio_out",
+        "max_output_tokens",
+    )  # fmt: skip
 
     def __init__(self, wire: ev.SessionObject, caps: Capabilities, temperature: float | None = None) -> None:
         self.wire = wire
         self.temperature = temperature
-        audio = wire.audio
-        self.input_format = wire_format(audio.input.format)
-        self.output_format = wire_format(audio.output.format)
-        self.vad = _vad_settings(audio.input.turn_detection)
-        voice = audio.output.voice
+        audio = resolved(wire.audio, "audio")
+        self.audio_input: ev.AudioInput = resolved(audio.input, "audio.input")
+        self.audio_output: ev.AudioOutput = resolved(audio.output, "audio.output")
+        self.input_format = wire_format(self.input_format_struct)
+        self.output_format = wire_format(self.output_format_struct)
+        self.vad = _vad_settings(self.turn_detection)
+        voice = self.voice_choice
         name = voice.id if isinstance(voice, ev.VoiceId) else voice
         self.voice = name if name in caps.voices else caps.voices[0]
         self.audio_out = wire.output_modalities == ["audio"]
-        self.max_output_tokens = None if wire.max_output_tokens == "inf" else wire.max_output_tokens
+        max_tokens = self.max_tokens_choice
+        self.max_output_tokens = None if max_tokens == "inf" else max_tokens
+
+    # --- the effective session's fields, narrowed (see ``missing``) ---
+
+    @property
+    def input_format_struct(self) -> ev.AudioFormat:
+        fmt = self.audio_input.format
+        if fmt is None or fmt is UNSET:
+            missing("audio.input.format")
+        return fmt
+
+    @property
+    def output_format_struct(self) -> ev.AudioFormat:
+        fmt = self.audio_output.format
+        if fmt is None or fmt is UNSET:
+            missing("audio.output.format")
+        return fmt
+
+    @property
+    def voice_choice(self) -> ev.Voice:
+        """The voice as the client chose it (``voice`` is this server's voice that plays it)."""
+        voice = self.audio_output.voice
+        if voice is None or voice is UNSET:
+            missing("audio.output.voice")
+        return voice
+
+    @property
+    def turn_detection(self) -> ev.TurnDetection | None:
+        td = self.audio_input.turn_detection
+        if td is UNSET:
+            missing("audio.input.turn_detection")
+        return td
+
+    @property
+    def max_tokens_choice(self) -> int | Literal["inf"]:
+        limit = self.wire.max_output_tokens
+        if limit is None or limit is UNSET:
+            missing("max_output_tokens")
+        return limit
 
     @property
     def responds(self) -> bool:
@@ -79,17 +157,39 @@ class SessionConfig:
         its input audio settings and ``include``."""
         if self.responds:
             return self.wire
-        w = self.wire
-        return ev.SessionObject(type="transcription", audio=ev.SessionAudio(input=w.audio.input), include=w.include)
+        return ev.SessionObject(type="transcription", audio=ev.SessionAudio(input=self.audio_input), include=self.wire.include)
+
+    @property
+    def instructions(self) -> str:
+        return resolved(self.wire.instructions, "instructions")
+
+    @property
+    def speed(self) -> float:
+        return resolved(self.audio_output.speed, "audio.output.speed")
 
     @property
     def transcription(self) -> ev.Transcription | None:
-        return self.wire.audio.input.transcription
+        return known(self.audio_input.transcription, "audio.input.transcription")
 
     @property
     def noise_reduction(self) -> str | None:
-        nr = self.wire.audio.input.noise_reduction
-        return None if nr is None or isinstance(nr.type, msgspec.UnsetType) else nr.type
+        nr = known(self.audio_input.noise_reduction, "audio.input.noise_reduction")
+        return None if nr is None or isinstance(nr.type, UnsetType) else nr.type
+
+    @property
+    def tools(self) -> list[ev.FunctionTool]:
+        tools = resolved(self.wire.tools, "tools")
+        functions = [t for t in tools if isinstance(t, ev.FunctionTool)]
+        if len(functions) != len(tools):
+            missing("tools (functions only)")
+        return functions
+
+    @property
+    def tool_choice(self) -> FunctionChoice:
+        choice = self.wire.tool_choice
+        if choice is None or choice is UNSET or isinstance(choice, ev.ToolChoiceMcp):
+            missing("tool_choice (a function's or auto|none|required)")
+        return choice
 
     @classmethod
     def default(cls, caps: Capabilities, model: str) -> "SessionConfig":
@@ -121,7 +221,10 @@ class SessionConfig:
 
 
 def wire_format(fmt: ev.AudioFormat) -> WireFormat:
-    return WireFormat.from_mime(fmt.__struct_config__.tag)  # type: ignore[arg-type]
+    tag = fmt.__struct_config__.tag  # a str for every audio format (msgspec types a tag str | int)
+    if not isinstance(tag, str):
+        raise RuntimeError(f"internal error: audio format {fmt!r} has no MIME type tag")
+    return WireFormat.from_mime(tag)
 
 
 def format_struct(fmt: WireFormat) -> ev.AudioFormat:
@@ -133,14 +236,21 @@ def format_struct(fmt: WireFormat) -> ev.AudioFormat:
 def _vad_settings(td: ev.TurnDetection | None) -> VadSettings | None:
     if td is None:
         return None
+    p = "audio.input.turn_detection"
+    create, interrupt = resolved(td.create_response, f"{p}.create_response"), resolved(td.interrupt_response, f"{p}.interrupt_response")
     if isinstance(td, ev.ServerVad):
         return VadSettings(
-            td.threshold, td.prefix_padding_ms, td.silence_duration_ms, td.create_response, td.interrupt_response, td.idle_timeout_ms
+            resolved(td.threshold, f"{p}.threshold"),
+            resolved(td.prefix_padding_ms, f"{p}.prefix_padding_ms"),
+            resolved(td.silence_duration_ms, f"{p}.silence_duration_ms"),
+            create,
+            interrupt,
+            known(td.idle_timeout_ms, f"{p}.idle_timeout_ms"),
         )
-    return VadSettings(0.5, 300, None, td.create_response, td.interrupt_response, None, td.eagerness)
+    return VadSettings(0.5, 300, None, create, interrupt, None, resolved(td.eagerness, f"{p}.eagerness"))
 
 
-def merge(current: msgspec.Struct, update: msgspec.Struct) -> msgspec.Struct:
+def merge(current: S, update: S) -> S:
     """Fields set in ``update`` replace those of ``current`` (same Struct type)."""
     changes = {f: v for f in update.__struct_fields__ if (v := getattr(update, f)) is not UNSET}
     return structs.replace(current, **changes)
@@ -158,10 +268,10 @@ def beta_format(name: str) -> ev.AudioFormat:
     return format_struct(WireFormat.from_mime(beta_names.BETA_FORMATS[name]))
 
 
-def output_modalities(value: list[str], caps: Capabilities, param: str) -> list[str]:
+def output_modalities(value: list[Modality], caps: Capabilities, param: str) -> list[Modality]:
     if not value:
         raise invalid_value(param, f"Invalid '{param}': at least one of 'text' or 'audio' is required.")
-    wanted = "audio" if "audio" in value else "text"
+    wanted: Modality = "audio" if "audio" in value else "text"
     if wanted not in caps.output_modalities:
         raise invalid_value(param, f"Invalid '{param}': the '{caps.name}' pipeline cannot produce {wanted} output.")
     return [wanted]
@@ -179,9 +289,11 @@ def check_tools(tools: list[ev.Tool], caps: Capabilities, param: str) -> list[ev
     if tools and not caps.tools:
         raise RealtimeError(f"Invalid '{param}': the '{caps.name}' pipeline cannot call tools.", code="unsupported_value", param=param)
     seen: set[str] = set()
+    functions: list[ev.FunctionTool] = []
     for i, tool in enumerate(tools):
         if isinstance(tool, ev.McpTool):
             raise RealtimeError(f"Invalid '{param}[{i}].type': MCP tools are not supported by this server.", code="unsupported_value", param=f"{param}[{i}].type")
+        functions.append(tool)
         if tool.name in seen:
             raise invalid_value(f"{param}[{i}].name", f"Invalid '{param}[{i}].name': duplicate tool name {tool.name!r}.")
         seen.add(tool.name)
@@ -189,10 +301,10 @@ def check_tools(tools: list[ev.Tool], caps: Capabilities, param: str) -> list[ev
         if kind != "object":  # OpenAI's rule: a function's arguments are a JSON object
             message = f"Invalid schema for function {tool.name!r}: schema must be a JSON Schema of 'type: \"object\"', got 'type: {json.dumps(kind)}'."
             raise RealtimeError(message, code="invalid_function_parameters", param=f"{param}[{i}].parameters")
-    return list(tools)  # type: ignore[arg-type]
+    return functions
 
 
-def check_tool_choice(choice: ev.ToolChoice, tools: list[ev.FunctionTool], param: str) -> ev.ToolChoice:
+def check_tool_choice(choice: ev.ToolChoice, tools: list[ev.FunctionTool], param: str) -> FunctionChoice:
     if isinstance(choice, ev.ToolChoiceMcp):
         raise RealtimeError(f"Invalid '{param}': MCP tools are not supported by this server.", code="unsupported_value", param=param)
     if isinstance(choice, ev.ToolChoiceFunction) and choice.name not in {t.name for t in tools}:
@@ -207,43 +319,52 @@ class OutputChoice:
     ``max_output_tokens``; beta: ``modalities``, ``voice``, ``output_audio_format``,
     ``max_response_output_tokens``)."""
 
-    modalities: list[str]
+    modalities: list[Modality]
     voice: ev.Voice
     format: ev.AudioFormat
     tools: list[ev.FunctionTool]
-    tool_choice: ev.ToolChoice
+    tool_choice: FunctionChoice
     max_output_tokens: int | Literal["inf"]
 
     @classmethod
-    def of(cls, wire: ev.SessionObject) -> "OutputChoice":
-        out = wire.audio.output
-        return cls(wire.output_modalities, out.voice, out.format, wire.tools, wire.tool_choice, wire.max_output_tokens)  # type: ignore[arg-type]
+    def of(cls, config: SessionConfig) -> "OutputChoice":
+        return cls(
+            resolved(config.wire.output_modalities, "output_modalities"),
+            config.voice_choice,
+            config.output_format_struct,
+            config.tools,
+            config.tool_choice,
+            config.max_tokens_choice,
+        )
 
 
 def fold_output(u: ev.SessionObject | ev.ResponseParams, current: OutputChoice, caps: Capabilities, p: str) -> OutputChoice:
     """``current`` with what ``u`` sets, checked (beta spellings first, GA ones win)."""
     modalities, voice, fmt = current.modalities, current.voice, current.format
-    if u.modalities is not UNSET:
+    # Every field read here reads null as not given (``_absent_if_null`` decodes it to UNSET): the
+    # ``is not None`` tests never fail at run time, they tell mypy so.
+    if u.modalities is not UNSET and u.modalities is not None:
         modalities = output_modalities(u.modalities, caps, f"{p}.modalities")
-    if u.output_modalities is not UNSET:
+    if u.output_modalities is not UNSET and u.output_modalities is not None:
         modalities = output_modalities(u.output_modalities, caps, f"{p}.output_modalities")
-    if u.output_audio_format is not UNSET:
+    if u.output_audio_format is not UNSET and u.output_audio_format is not None:
         fmt = beta_format(u.output_audio_format)
-    if u.voice is not UNSET:
+    if u.voice is not UNSET and u.voice is not None:
         voice = check_voice(u.voice, caps, f"{p}.voice")
-    out = u.audio.output if u.audio is not UNSET else UNSET
-    if out is not UNSET:
-        if out.format is not UNSET:
+    out = u.audio.output if u.audio is not UNSET and u.audio is not None else UNSET
+    if out is not UNSET and out is not None:
+        if out.format is not UNSET and out.format is not None:
             fmt = parse_format(out.format, f"{p}.audio.output.format")
-        if out.voice is not UNSET:
+        if out.voice is not UNSET and out.voice is not None:
             voice = check_voice(out.voice, caps, f"{p}.audio.output.voice")
     tools = current.tools
-    if u.tools is not UNSET:
+    if u.tools is not UNSET and u.tools is not None:
         tools = check_tools(u.tools, caps, f"{p}.tools")
-    choice = check_tool_choice(u.tool_choice if u.tool_choice is not UNSET else current.tool_choice, tools, f"{p}.tool_choice")
+    new_choice = u.tool_choice if u.tool_choice is not UNSET and u.tool_choice is not None else current.tool_choice
+    choice = check_tool_choice(new_choice, tools, f"{p}.tool_choice")
     max_tokens = current.max_output_tokens
     for value in (u.max_response_output_tokens, u.max_output_tokens):
-        if value is not UNSET:
+        if value is not UNSET and value is not None:
             max_tokens = value
     if u.prompt is not UNSET and u.prompt is not None:
         raise RealtimeError(f"Invalid '{p}.prompt': prompt templates are not supported by this server.", code="unsupported_value", param=f"{p}.prompt")
@@ -261,7 +382,7 @@ class _Merger:
     def apply(self, u: ev.SessionObject) -> SessionConfig:
         p, caps = self.p, self.caps
         wire = self.current.wire
-        audio_in, audio_out = wire.audio.input, wire.audio.output
+        audio_in, audio_out = self.current.audio_input, self.current.audio_output
         temperature = self.current.temperature
         top: dict[str, object] = {}
 
@@ -281,33 +402,33 @@ class _Merger:
             temperature = u.temperature
 
         # --- audio.input (beta flat fields first, GA nested fields win) ---
-        if u.input_audio_format is not UNSET:
+        if u.input_audio_format is not UNSET and u.input_audio_format is not None:  # (null reads as absent here and below)
             audio_in = structs.replace(audio_in, format=beta_format(u.input_audio_format))
         if u.input_audio_transcription is not UNSET:
             audio_in = structs.replace(audio_in, transcription=self._transcription(u.input_audio_transcription, f"{p}.input_audio_transcription"))
         if u.input_audio_noise_reduction is not UNSET:
             audio_in = structs.replace(audio_in, noise_reduction=u.input_audio_noise_reduction)
         if u.turn_detection is not UNSET:
-            audio_in = structs.replace(audio_in, turn_detection=self._turn_detection(audio_in.turn_detection, _from_beta_vad(u.turn_detection)))
+            audio_in = structs.replace(audio_in, turn_detection=self._turn_detection(audio_in, _from_beta_vad(u.turn_detection)))
         if u.speed is not UNSET:  # (beta)
             audio_out = structs.replace(audio_out, speed=u.speed)
 
-        if u.audio is not UNSET:
+        if u.audio is not UNSET and u.audio is not None:
             a = u.audio
-            if a.input is not UNSET:
+            if a.input is not UNSET and a.input is not None:
                 i, ip = a.input, f"{p}.audio.input"
-                if i.format is not UNSET:
+                if i.format is not UNSET and i.format is not None:
                     audio_in = structs.replace(audio_in, format=parse_format(i.format, f"{ip}.format"))
                 if i.transcription is not UNSET:
                     audio_in = structs.replace(audio_in, transcription=self._transcription(i.transcription, f"{ip}.transcription"))
                 if i.noise_reduction is not UNSET:
                     audio_in = structs.replace(audio_in, noise_reduction=i.noise_reduction)
                 if i.turn_detection is not UNSET:
-                    audio_in = structs.replace(audio_in, turn_detection=self._turn_detection(audio_in.turn_detection, i.turn_detection))
-            if a.output is not UNSET and a.output.speed is not UNSET:
+                    audio_in = structs.replace(audio_in, turn_detection=self._turn_detection(audio_in, i.turn_detection))
+            if a.output is not UNSET and a.output is not None and a.output.speed is not UNSET:
                 audio_out = structs.replace(audio_out, speed=a.output.speed)
 
-        output = fold_output(u, OutputChoice.of(wire), caps, p)
+        output = fold_output(u, OutputChoice.of(self.current), caps, p)
         audio_out = structs.replace(audio_out, voice=output.voice, format=output.format)
         top.update(
             output_modalities=output.modalities, tools=output.tools, tool_choice=output.tool_choice, max_output_tokens=output.max_output_tokens
@@ -332,11 +453,15 @@ class _Merger:
             t = structs.replace(t, model=self.caps.transcription_model)
         return t
 
-    def _turn_detection(self, current: ev.TurnDetection | None, new: ev.TurnDetection | None) -> ev.TurnDetection | None:
+    def _turn_detection(self, audio_in: ev.AudioInput, new: ev.TurnDetection | None) -> ev.TurnDetection | None:
+        """``new`` over the current turn detection of ``audio_in`` if of the same type, else over
+        that type's defaults."""
         if new is None:
             return None
-        base = current if type(current) is type(new) else (SERVER_VAD_DEFAULTS if isinstance(new, ev.ServerVad) else SEMANTIC_VAD_DEFAULTS)
-        return merge(base, new)  # type: ignore[return-value]
+        current = audio_in.turn_detection
+        if isinstance(new, ev.ServerVad):
+            return merge(current if isinstance(current, ev.ServerVad) else SERVER_VAD_DEFAULTS, new)
+        return merge(current if isinstance(current, ev.SemanticVad) else SEMANTIC_VAD_DEFAULTS, new)
 
 
 def _from_beta_vad(td: ev.BetaTurnDetection | None) -> ev.TurnDetection | None:

@@ -132,29 +132,30 @@ class Responses:
         """The pipeline request for ``params`` over this session's settings, and the output settings
         (voice, audio format, max tokens) the response reports."""
         cfg, caps, wire = self.ctx.config, self.ctx.caps, self.ctx.config.wire
-        out = sc.fold_output(params, sc.OutputChoice.of(wire), caps, "response")
-        items = self._response_input(params) if params.input is not UNSET else list(self.conversation)
+        # ``input`` and ``instructions`` read null as not given (never None): ``is not None`` tells mypy so
+        out = sc.fold_output(params, sc.OutputChoice.of(cfg), caps, "response")
+        items = self._response_input(params.input) if params.input is not UNSET and params.input is not None else list(self.conversation)
         voice_name = out.voice.id if isinstance(out.voice, ev.VoiceId) else out.voice
         choice = out.tool_choice
         request = ResponseRequest(
             response_id=new_id("resp"),
             items=items,
-            instructions=params.instructions if params.instructions is not UNSET else wire.instructions,
+            instructions=params.instructions if params.instructions is not UNSET and params.instructions is not None else cfg.instructions,
             output_modalities=tuple(out.modalities),
             voice=voice_name if voice_name in caps.voices else caps.voices[0],
-            speed=wire.audio.output.speed,
+            speed=cfg.speed,
             max_output_tokens=None if out.max_output_tokens == "inf" else out.max_output_tokens,
             temperature=params.temperature if params.temperature is not UNSET else cfg.temperature,
             tools=[Tool(t.name, t.description or "", t.parameters or {}) for t in out.tools],
-            tool_choice=choice.name if isinstance(choice, ev.ToolChoiceFunction) else choice,  # type: ignore[arg-type]
+            tool_choice=choice.name if isinstance(choice, ev.ToolChoiceFunction) else choice,
             parallel_tool_calls=_parallel(params.parallel_tool_calls, wire.parallel_tool_calls),
         )
         return request, out
 
-    def _response_input(self, params: ev.ResponseParams) -> list[Any]:
+    def _response_input(self, entries: list[ev.InputItem]) -> list[Any]:
         cfg = self.ctx.config
         items: list[Any] = []
-        for i, entry in enumerate(params.input):  # type: ignore[arg-type]
+        for i, entry in enumerate(entries):
             if isinstance(entry, ev.ItemReference):
                 item = self.conversation.get(entry.id)
                 if item is None:
