@@ -8,3 +8,5 @@
   vLLM and ``vllm_quant.py``, the method's config and its two layer methods, only when it registers);
 - ``quantize.py``: the writer that turns an fp32 checkpoint into int8 weights once.
 """
+
+NAME = "realtime_omni_w8"  # the quantization method's name: what a checkpoint's config says, what vLLM registers

@@ -25,7 +25,7 @@ def quantize_checkpoint(src: Path, out: Path) -> None:
     """``src`` (config.json, model.safetensors, tokenizer files) -> ``out``, int8."""
     from safetensors.torch import load_file, save_file
 
-    from pipelines.int8.vllm_method import NAME
+    from pipelines.int8 import NAME
     from pipelines.int8.kernel import quantize
 
     tensors = load_file(src / "model.safetensors")

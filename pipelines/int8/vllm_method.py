@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 
-NAME = "realtime_omni_w8"
+from pipelines.int8 import NAME
 
 _lock = threading.Lock()
 _registered = False
@@ -32,7 +32,9 @@ def register() -> None:
     with _lock:
         if _registered:
             return
-        from vllm.model_executor.layers.linear import register_weight_loader_v2_supported_method
+        from vllm.model_executor.layers.linear import (
+            register_weight_loader_v2_supported_method,
+        )
         from vllm.model_executor.layers.quantization import register_quantization_config
 
         from pipelines.int8 import vllm_quant

@@ -9,13 +9,19 @@ from typing import Any
 
 import torch
 from vllm.model_executor.layers.linear import LinearBase, LinearMethodBase
-from vllm.model_executor.layers.quantization.base_config import QuantizationConfig, QuantizeMethodBase
+from vllm.model_executor.layers.quantization.base_config import (
+    QuantizationConfig,
+    QuantizeMethodBase,
+)
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
-from vllm.model_executor.parameter import ChannelQuantScaleParameter, ModelWeightParameter
+from vllm.model_executor.parameter import (
+    ChannelQuantScaleParameter,
+    ModelWeightParameter,
+)
 from vllm.model_executor.utils import set_weight_attrs
 
+from pipelines.int8 import NAME
 from pipelines.int8 import kernel as w8
-from pipelines.int8.vllm_method import NAME
 
 
 class _Int8Product:

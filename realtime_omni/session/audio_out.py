@@ -19,7 +19,8 @@ from ..protocol import events as ev
 from ..protocol.audio import OutputConverter, WireFormat
 from .draft import Weight
 from .playout import Cut, Playout
-from .run import Port, ResponseRun
+from .port import Port
+from .run import ResponseRun
 
 
 class EventAudio:

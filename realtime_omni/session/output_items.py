@@ -20,7 +20,7 @@ from ..protocol import events as ev
 from .conversation import Alignment, to_wire
 
 if TYPE_CHECKING:
-    from .run import Port
+    from .port import Port
 
 
 Before = Callable[[], Awaitable[None]]  # run before a call's item opens: the response closes the message it was writing

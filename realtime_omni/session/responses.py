@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 
 class SessionPort:
-    """What a run sees of its session (``run.Port``): the events, the conversation, rate limits."""
+    """What a run sees of its session (``port.Port``): the events, the conversation, rate limits."""
 
     def __init__(self, ctx: SessionContext, items: Items, conversation: Conversation) -> None:
         self.ctx = ctx

@@ -43,8 +43,6 @@ import numpy as np
 
 from pipelines.base import (
     AudioChunk,
-    Capabilities,
-    FunctionCall,
     Message,
     OutputChunk,
     Part,
@@ -60,10 +58,10 @@ from ..protocol import events as ev
 from ..protocol.audio import WireFormat
 from ..states import move
 from .config import format_struct
-from .conversation import Alignment, Conversation
 from .draft import MessageDraft, Weight
 from .output_items import OutputItems
 from .playout import Cut
+from .port import Port
 
 log = logging.getLogger(__name__)
 
@@ -88,25 +86,6 @@ RUN_MOVES: dict[RunState, frozenset[RunState]] = {
     RunState.FINISHING: frozenset({RunState.DONE}),
     RunState.DONE: frozenset(),
 }
-
-
-class Port(Protocol):
-    """All a response may do to its session."""
-
-    caps: Capabilities
-    conversation: Conversation  # read, and (in-band) items added through ``add_item``
-    timing_metadata: bool
-
-    async def emit(self, event: Any, owner: Any = None, weight: Weight | None = None) -> bool:
-        """Queue an event; False when it was not queued (the owner was muted, the session closed)."""
-
-    def purge(self, owner: Any) -> list[Weight]:
-        """Drop the owner's events still queued; the weights of what was dropped."""
-
-    def add_item(self, item: Message | FunctionCall, alignment: Alignment | None = None) -> str | None:
-        """Add an item to the conversation; its previous item's id."""
-
-    def rate_limits(self) -> ev.RateLimitsUpdated: ...
 
 
 class AudioOut(Protocol):
