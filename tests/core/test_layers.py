@@ -41,3 +41,64 @@ def test_the_session_core_knows_no_web_server():
 def test_the_wheel_ships_the_product_and_no_bench():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert sorted(config["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]) == sorted(PRODUCT)
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Every product module and the product modules it imports (anywhere in it: functions and
+    ``TYPE_CHECKING`` blocks too), relative imports resolved."""
+    modules = {}
+    for package in PRODUCT:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            name = ".".join(parts[:-1] if is_package else parts)
+            modules[name] = (path, is_package)
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, (path, is_package) in modules.items():
+        here = name.split(".") if is_package else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else [])) if node.level else node.module or ""
+                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            for target in targets:
+                while target and target not in modules:  # a name inside a module: the module
+                    target = target.rpartition(".")[0]
+                if target and target != name and not name.startswith(target + "."):  # (a package's own __init__ is no edge)
+                    graph[name].add(target)
+    return graph
+
+
+def test_no_two_modules_import_each_other_even_through_others():
+    graph = module_graph()
+    assert len(graph) > 80
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(v: str) -> None:  # Tarjan: strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert cycles == []
