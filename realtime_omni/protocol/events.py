@@ -728,7 +728,3 @@ class OutputAudioBufferStopped(ServerEvent, tag="output_audio_buffer.stopped"):
 
 class OutputAudioBufferCleared(ServerEvent, tag="output_audio_buffer.cleared"):
     response_id: str
-
-
-def event_type(event: Struct) -> str:
-    return event.__struct_config__.tag  # type: ignore[return-value]

@@ -75,10 +75,6 @@ class Playout:
         self.closed = False
 
     @property
-    def buffered_ms(self) -> float:
-        return self._buffered * 1000 / self.rate
-
-    @property
     def playing(self) -> AudioOwner | None:
         return self._playing
 
