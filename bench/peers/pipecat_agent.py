@@ -6,7 +6,7 @@ from this repository: ``bench/vs_pipecat.py`` (or ``bench/peers/__init__.py:pipe
 with the prepared model paths and the LLM server's URL::
 
     .venv-peers/bin/python bench/peers/pipecat_agent.py --port 8765 \\
-        --whisper DIR --piper VOICE.onnx --llm-url http://127.0.0.1:PORT/v1 --llm-model smollm2 \\
+        --whisper DIR --piper VOICE.onnx --llm-url http://127.0.0.1:PORT/v1 --llm-model thinker \\
         --instructions "..." --temperature 0.3 --max-tokens 64 --repetition-penalty 1.2
 
 Built the way Pipecat's examples build a local voice bot (``examples/voice/voice-piper.py``,
