@@ -134,6 +134,7 @@ def test_the_text_rule_is_a_setting_whatever_the_weights():
 def test_prepare_copies_the_checked_file_out_of_the_wheel_once(tmp_path, monkeypatch):
     source = models.MODELS["smart-turn-v3.2"].sources()[0]  # scripts/install installs its package
     monkeypatch.setenv("REALTIME_OMNI_HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the package's copy, not the hub's (tests/pipelines/test_hub.py)
     folder = models.ensure("smart-turn-v3.2", progress=lambda _: None)
     onnx = folder / "smart-turn-v3.2-cpu.onnx"
     assert folder == tmp_path / "models" / "smart-turn-v3.2" and models.sha256(onnx) == models.SMART_TURN_SHA256
@@ -153,6 +154,7 @@ def test_prepare_refuses_a_model_file_that_is_not_the_released_one(tmp_path, mon
     fake = tmp_path / "smart-turn-v3.2-cpu.onnx"
     fake.write_bytes(b"not the model")
     monkeypatch.setenv("REALTIME_OMNI_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setitem(models.SOURCES, "smart-turn-v3.2", lambda: [fake])
     with pytest.raises(models.ModelUnavailable, match="sha256"):
         models.ensure("smart-turn-v3.2", progress=lambda _: None)
