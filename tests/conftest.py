@@ -59,6 +59,18 @@ def slow_server(make_server: Any) -> ServerThread:
     return make_server(chunk_interval_ms=40, reply=" ".join(["word"] * 40))
 
 
+# Fixtures that start an engine: a test that uses one (directly or through another fixture) is an
+# ``engine`` test wherever it lives (pyproject.toml's markers, docs/testing.md).
+ENGINE_FIXTURES = frozenset({"cpu_server"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects on the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.engine)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _need_espeak() -> None:
     if shutil.which("espeak-ng") is None:

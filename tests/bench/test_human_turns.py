@@ -16,7 +16,7 @@ import pytest
 from bench import human_turns, turns
 from bench.turn_fixtures import RATE, Fixture
 
-pytestmark = pytest.mark.timeout(1800)  # the first build transcribes ~370 recordings (cached after)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(1800)]  # the first build transcribes ~370 recordings (cached after)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,6 +47,7 @@ def test_the_sources_are_installed():
     human_turns.check_sources()  # raises, naming the package, when the setup did not run
 
 
+@pytest.mark.engine
 def test_every_group_and_source_is_there_in_numbers(items):
     counts = human_turns.counts(items)
     assert set(counts) == {"human", "phone"}
@@ -59,6 +60,7 @@ def test_every_group_and_source_is_there_in_numbers(items):
     assert counts["phone"]["conversation:complete"] >= 4
 
 
+@pytest.mark.engine
 def test_groups_follow_the_recordings_bandwidth(items):
     """8 kHz recordings are phone; so is a 16 kHz one with nothing above 4 kHz (the conversation, and
     a few Asterisk prompts whose G.722 copy was made from a narrowband recording)."""
@@ -71,6 +73,7 @@ def test_groups_follow_the_recordings_bandwidth(items):
             assert f.group == "phone", f.voice
 
 
+@pytest.mark.engine
 def test_unfinished_items_pause_inside_their_speech(items):
     unfinished = [f for f in items if f.kind == "unfinished"]
     assert unfinished
@@ -90,6 +93,7 @@ def test_unfinished_items_pause_inside_their_speech(items):
             assert len(first.split()) >= 2 and len(rest.split()) >= 2 and not re.search(r"[.?!,]$", first), f.text
 
 
+@pytest.mark.engine
 def test_complete_items_end_in_silence(items):
     complete = [f for f in items if f.kind == "complete"]
     assert complete
@@ -104,6 +108,7 @@ def test_complete_items_end_in_silence(items):
             assert f.text.rstrip().endswith((".", "?", "!")) and len(f.text.split()) >= 4, f.text
 
 
+@pytest.mark.engine
 def test_the_same_seed_labels_the_same_way(items):
     """Rebuilt from the recordings (Whisper's words from the cache), a few recordings give the
     cached set's items again, sample for sample."""
@@ -117,6 +122,7 @@ def test_the_same_seed_labels_the_same_way(items):
         assert np.array_equal(a.pcm, b.pcm)
 
 
+@pytest.mark.engine
 def test_take_draws_every_source_in_turn(items):
     taken = turns.take(items, 6, seed=0)
     for group in ("human", "phone"):
@@ -126,6 +132,7 @@ def test_take_draws_every_source_in_turn(items):
     assert turns.take(items, 6, seed=0) == taken
 
 
+@pytest.mark.engine
 def test_bench_turns_reports_human_and_phone_apart(items):
     """``python -m bench.turns --set human``, two items per group, server_vad and semantic_auto."""
     run = subprocess.run(

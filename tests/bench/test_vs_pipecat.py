@@ -13,7 +13,7 @@ import pytest
 
 from bench import peers, vs_pipecat
 
-pytestmark = pytest.mark.timeout(1500)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(1500)]
 
 
 def test_the_peer_is_installed() -> None:
@@ -25,6 +25,7 @@ def turns_of(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "turns.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.engine
 def test_both_sides_replayed_and_reported(tmp_path: Path) -> None:
     argv = ["--conversations", "1", "--turns", "2", "--concurrency", "1", "--barge-in-every", "1", "--out", str(tmp_path)]
     assert vs_pipecat.main(argv) == 0

@@ -79,6 +79,7 @@ def seconds_heard(text: str) -> float:
     return float(m.group(1))
 
 
+@pytest.mark.system
 def test_livekit_realtime_session(installed, server, speech, tmp_path):
     path, seconds = speech
     result, events = drive(
@@ -102,6 +103,7 @@ def test_livekit_realtime_session(installed, server, speech, tmp_path):
     assert sum(e.type == "response.done" and e.response.status == "completed" for e in events) >= 10
 
 
+@pytest.mark.system
 def test_openai_agents_realtime_session(installed, server, speech, tmp_path):
     path, seconds = speech
     result, events = drive(
@@ -124,6 +126,7 @@ def test_openai_agents_realtime_session(installed, server, speech, tmp_path):
     assert [json.loads(c.arguments) for c in calls] == [{"city": "Paris"}]
 
 
+@pytest.mark.system
 def test_openai_js_over_wss(installed, tls_server, certs, speech, tmp_path):
     path, seconds = speech
     result, events = drive(
@@ -188,6 +191,7 @@ def test_serve_takes_tls_from_the_command_line(certs, tmp_path):
         proc.wait(timeout=30)
 
 
+@pytest.mark.system
 def test_openai_agents_tool_on_the_cpu_agent(installed, cpu_server, tmp_path):
     """The Agents SDK's own tool flow against the CPU agent's real thinker: the model calls the
     zod-typed tool, the SDK runs it and asks for the answer, which says what the tool returned."""
@@ -206,6 +210,7 @@ def test_openai_agents_tool_on_the_cpu_agent(installed, cpu_server, tmp_path):
     assert "sunny" in result["toolAnswer"].lower(), result["toolAnswer"]  # what the tool returned: "sunny in Paris"
 
 
+@pytest.mark.system
 def test_livekit_function_tool_on_the_cpu_agent(installed, cpu_server, speech, tmp_path):
     """LiveKit's function_tool against the CPU agent's real thinker: the call, its output through
     update_chat_ctx, and the spoken reply that says it."""

@@ -27,7 +27,7 @@ from tests.support.processes import cluster
 from tests.support.server import wait_until
 from tests.support.validation import validated_until
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
 
 API_KEY = "sk-cluster"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

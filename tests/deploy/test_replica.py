@@ -22,7 +22,7 @@ from tests.support.client import connect
 from tests.support.processes import free_port, redis_server, replica
 from tests.support.server import wait_until
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
 API_KEY = "sk-replica"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

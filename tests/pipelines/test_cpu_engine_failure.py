@@ -13,7 +13,7 @@ from tests.conftest import cpu_config
 from tests.support.client import connect
 from tests.support.processes import server_process
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
 
 
 async def test_dead_engine_fails_responses_and_health():

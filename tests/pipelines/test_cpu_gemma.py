@@ -11,7 +11,7 @@ from realtime_omni import config as config_file
 from tests.support.client import connect
 from tests.support.processes import server_process
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
 
 async def test_gemma_answers_in_one_line():

@@ -17,7 +17,7 @@ from dsp.resample import resample
 from tests.support.audio import silence, spoken, utterance
 from tests.support.client import audio_of, connect
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
 
 RESPONSE_TIMEOUT = 60.0
 

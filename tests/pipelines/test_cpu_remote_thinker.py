@@ -14,7 +14,7 @@ from tests.conftest import cpu_config
 from tests.support.client import connect
 from tests.support.processes import server_process, vllm_serve
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
 INSTRUCTIONS = "You are a helpful voice assistant. Answer in one short sentence, plainly, without lists."
 QUESTION = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "What is the capital of France?"}]}

@@ -15,7 +15,7 @@ from tests.pipelines.test_cpu_tools import TIME, WEATHER, calls_of, streamed_arg
 from tests.support.client import connect
 from tests.support.processes import server_process, vllm_serve
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
 MODEL = "qwen2.5-coder-0.5b-instruct-w8"  # configs/cpu.yaml's thinker: its template has a tool format
 

@@ -12,7 +12,7 @@ from tests.pipelines.test_cpu_pipeline import RESPONSE_TIMEOUT, transcribe, word
 from tests.support.audio import utterance
 from tests.support.client import audio_of, connect
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
 
 WEATHER = {
     "type": "function",

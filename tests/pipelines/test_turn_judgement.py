@@ -14,7 +14,7 @@ from pipelines.cascade.pipeline import CascadeOptions
 from pipelines.cascade.thinker import Turn, VllmThinker, thinker
 from realtime_omni.config import load
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
 
 INSTRUCTIONS = "You are a helpful assistant. Always reply in English with one short, simple sentence."
 HISTORY = [Turn("user", "Hi, can you help me with something?"), Turn("assistant", "Of course! What do you need?")]

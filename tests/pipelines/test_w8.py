@@ -320,6 +320,7 @@ async def _prompt_logprobs(model: str) -> tuple[list[int], list[dict[int, float]
         await thinker.stop()
 
 
+@pytest.mark.engine
 @pytest.mark.timeout(900)
 async def test_vllm_runs_the_int8_thinker_as_faithfully_as_fp32():
     """Teacher-forced over a chat exchange, the int8 thinker's most likely next token is the fp32

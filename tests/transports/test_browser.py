@@ -28,7 +28,7 @@ def _private_network_allowed() -> bool:
 
 # The browser and the server share a network namespace of their own; creating one needs root (or
 # user namespaces). Where that is not allowed, the test cannot run here.
-pytestmark = pytest.mark.skipif(not _private_network_allowed(), reason="cannot create a network namespace here (unshare --net)")
+pytestmark = [pytest.mark.system, pytest.mark.skipif(not _private_network_allowed(), reason="cannot create a network namespace here (unshare --net)")]
 
 
 def question_wav(path: Path, gap_ms: int = 5000) -> float:
@@ -106,6 +106,7 @@ def test_chromium_barge_in_cuts_the_answer(tmp_path):
     assert 0 < len(first) < 40  # the page shows the words of the answer that were played
 
 
+@pytest.mark.engine
 def test_chromium_conversation_with_the_cpu_pipeline(tmp_path):
     state, _ = talk(tmp_path, cpu_config(), turns=1, timeout=60, startup=900)
     heard = check_page(state, tmp_path / "browser", 1)

@@ -37,7 +37,7 @@ from tests.support.sip import (
 )
 from tests.support.validation import validate
 
-pytestmark = [pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(180)]
 
 DTMF_PCAPS = Path("/usr/share/sip-tester")  # Debian's sip-tester ships RFC 2833 and A-law pcaps
 
