@@ -37,6 +37,7 @@ def conversations():
     return dataset.builtin(1, piper=False)
 
 
+@pytest.mark.slow
 async def test_reports_known_latencies(known_server, conversations):
     result = await replay.replay(conversations, Options(url=known_server.ws_base, turns=2), progress=False)
     turns = result["turns"]
@@ -57,6 +58,7 @@ async def test_reports_known_latencies(known_server, conversations):
     assert 300 <= summary["audio_ttfp_ms"]["p50"] <= 300 + SLACK_MS
 
 
+@pytest.mark.slow
 async def test_barge_in_turn_reports_its_latency(known_server, conversations):
     barging = dataset.builtin(1, barge_in_every=1, piper=False)
     result = await replay.replay(barging, Options(url=known_server.ws_base, turns=2), progress=False)
@@ -70,6 +72,7 @@ async def test_barge_in_turn_reports_its_latency(known_server, conversations):
     assert not first["errors"] and not second["errors"]  # the truncate to what was heard was accepted
 
 
+@pytest.mark.slow
 async def test_barge_in_on_an_answer_still_playing(make_server):
     """The server is done generating (all audio arrives at once) but the user is still
     hearing it: the barge-in stops playback at speech_started; there is nothing left to cancel."""
@@ -126,6 +129,7 @@ def test_recorded_dataset_directory(tmp_path: Path):
     assert run.returncode == 2 and "dataset directory not found" in run.stderr and "Traceback" not in run.stderr
 
 
+@pytest.mark.slow
 async def test_cli_writes_summary_turns_plots_and_compares(known_server, tmp_path: Path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "bench", "replay", "--url", known_server.ws_base, "--dataset", "builtin-espeak", "--turns", "2", "--out", str(out)]

@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench import soak
+
+pytestmark = pytest.mark.slow  # 45 s of soak by design
 
 
 def test_a_short_soak_talks_barges_in_reconnects_and_leaves_nothing_behind(capsys):

@@ -201,6 +201,7 @@ def test_long_sentences_are_synthesised_in_bounded_pieces_cut_after_words():
     assert split_phonemes([], 5) == [] and split_phonemes(list("abc"), 5) == [list("abc")]
 
 
+@pytest.mark.slow
 def test_piper_speaks_a_sentence_longer_than_one_inference_takes_whole():
     from pipelines.cascade.talker import MAX_PHONEMES, PiperTalker
 

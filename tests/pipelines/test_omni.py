@@ -89,6 +89,7 @@ async def test_a_spoken_turn_goes_to_the_thinker_as_audio_and_comes_back_as_spee
     assert 1.5 < heard < 3.5
 
 
+@pytest.mark.slow
 async def test_the_second_turn_resends_the_first_byte_for_byte_and_hits_the_prefix_cache(omni, deployment):
     async with connect(omni.ws_base) as c:
         await c.expect("session.created")

@@ -63,6 +63,7 @@ def texts(engine: AsyncOmni, request_id: str) -> list[str]:
     return [p["prompt"] for rid, p in engine.inputs if rid == request_id]
 
 
+@pytest.mark.slow
 async def test_the_turn_streams_into_the_thinker_while_it_is_spoken(streamed):
     engine = engine_of(streamed)
     counts = streamed.server.pipeline.counts
@@ -98,6 +99,7 @@ async def test_the_turn_streams_into_the_thinker_while_it_is_spoken(streamed):
     assert len(audio) > 0
 
 
+@pytest.mark.slow
 async def test_a_turn_with_a_pause_in_it_streams_on_and_a_changed_history_is_answered_whole(streamed):
     engine = engine_of(streamed)
     counts = streamed.server.pipeline.counts

@@ -6,6 +6,8 @@ opened and ended, a SIP call completed; the log stays free of tracebacks."""
 
 from __future__ import annotations
 
+import pytest
+
 from bench import fuzz_wire
 from bench.fuzz import LogWatch
 from tests.support.processes import server_process
@@ -22,6 +24,7 @@ async def test_fuzzed_http_requests_and_webrtc_offers_get_errors_and_the_server_
     assert not [s for s in stats.statuses if s.startswith("5")]
 
 
+@pytest.mark.slow
 async def test_fuzzed_sip_and_rtp_get_answers_and_calls_still_complete():
     sip_port = free_udp_port()
     with server_process(fuzz_wire.server_config(sip_port), startup_s=120) as url:

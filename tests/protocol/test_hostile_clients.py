@@ -59,6 +59,7 @@ async def test_a_client_that_stops_reading_is_dropped_after_the_send_timeout(mak
     await ws.close()
 
 
+@pytest.mark.slow
 async def test_a_client_that_pauses_shorter_than_the_send_timeout_is_kept(make_server):
     """Stopping to read for a while (shorter than send_timeout_s), then catching up, again and
     again for longer than the timeout: the session stays."""

@@ -19,6 +19,7 @@ def model_server(make_server):
     )
 
 
+@pytest.mark.slow
 async def test_every_committed_item_holds_what_the_model_says(model_server):
     stats = await input_model.run(model_server.ws_base, sequences=300, seed=20261124, connections=2, validate=validate, out=lambda *_: None)
     assert stats["mismatches"] == [], stats["mismatches"][:3]

@@ -47,6 +47,7 @@ async def test_vanished_client_leaves_nothing_behind(slow_server):
     assert ref() is None, "the session object is still referenced somewhere"
 
 
+@pytest.mark.slow
 async def test_slow_reader_is_dropped_without_stalling_others(make_server):
     srv = make_server(reply=" ".join(["word"] * 2000), limits={"outbox_events": 16, "send_timeout_s": 1.0})
     async with connect(srv.ws_base) as slow, connect(srv.ws_base) as fast:
@@ -171,6 +172,7 @@ async def test_healthz_and_metrics(server):
     assert "realtime_pipeline_open_sessions" in text and "realtime_pipeline_active_responses 0.0" in text
 
 
+@pytest.mark.slow
 async def test_cli_serves_and_shuts_down_gracefully(tmp_path: Path):
     """The real command line: serve, talk, SIGTERM mid-response; the client is told and closed cleanly."""
     port = free_port()

@@ -434,6 +434,7 @@ async def test_function_calling_round_trip(server):
             assert (json.loads(out.arguments) if out.type == "function_call" else None) == called
 
 
+@pytest.mark.slow
 async def test_idle_timeout_prompts_the_user(server):
     async with connect(server.ws_base) as c:
         await c.expect("session.created")

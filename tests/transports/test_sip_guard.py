@@ -81,6 +81,7 @@ async def short_sound_interrupts(min_speech_ms: int) -> tuple[bool, list[str]]:
         srv.stop()
 
 
+@pytest.mark.slow
 async def test_a_short_sound_does_not_interrupt_the_agent_but_speech_does() -> None:
     cut, seen = await short_sound_interrupts(min_speech_ms=400)
     assert not cut

@@ -145,6 +145,7 @@ async def test_rtp_from_a_stranger_is_dropped_and_a_vanished_caller_is_hung_up(b
     assert await wait_until(lambda: clean(bridge))
 
 
+@pytest.mark.slow
 async def test_a_200_never_acked_is_resent_then_hung_up_with_a_bye_resent_until_answered(bridge: ServerThread, uac: RawUac) -> None:
     """RFC 3261 13.3.1.4: the 2xx is resent until the ACK; none in 64·T1 ends the call (BYE), and
     our BYE is itself resent until the caller answers it (17.1.2)."""

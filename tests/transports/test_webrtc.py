@@ -84,6 +84,7 @@ async def settle(srv, timeout: float = 10.0) -> None:
     assert not srv.server.calls and not srv.server.sessions, (srv.server.calls, srv.server.sessions)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strip_candidates", [False, True], ids=["with-candidates", "offer-without-candidates"])
 async def test_a_spoken_turn_round_trips_over_webrtc(echo, strip_candidates):
     async with call(echo, strip_candidates=strip_candidates, session={"type": "realtime", "instructions": "Be brief."}) as client:
@@ -119,6 +120,7 @@ async def test_a_spoken_turn_round_trips_over_webrtc(echo, strip_candidates):
         assert types.index("response.done") < types.index("output_audio_buffer.stopped")
 
 
+@pytest.mark.slow
 async def test_sideband_watches_and_steers_a_call(echo):
     async with call(echo) as client:
         await client.next("session.created")
@@ -135,6 +137,7 @@ async def test_sideband_watches_and_steers_a_call(echo):
         assert client.call_id in echo.server.calls  # closing the sideband leaves the call up
 
 
+@pytest.mark.slow
 async def test_barge_in_silences_the_track_and_keeps_what_was_heard(slow):
     async with call(slow) as client:
         await client.next("session.created")
@@ -338,6 +341,7 @@ async def test_ephemeral_key_rules(keyed):
             await conn.recv()
 
 
+@pytest.mark.slow
 async def test_expired_keys_are_refused(keyed):
     """A key minted with the shortest lifetime (10 s) and used after it: refused, on the real clock."""
     secret = (await mint(keyed, expires_after={"anchor": "created_at", "seconds": 10})).json()
