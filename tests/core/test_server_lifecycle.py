@@ -51,6 +51,7 @@ def test_healthz_status_is_derived_from_the_lifecycle_first(state: ServerState, 
     assert health_status(Lifecycle(state), pipeline_healthy=pipeline_healthy, store_error=store_error) == status
 
 
+@pytest.mark.slow  # the drain waits out shutdown_grace_s (5 s) for the open session
 async def test_a_server_goes_starting_ready_draining_drained_and_a_second_drain_waits_for_the_first() -> None:
     server = Server(from_dict(synthetic_config()))
     assert server.lifecycle.state is ServerState.STARTING and server.status == "starting"
