@@ -204,7 +204,7 @@ class Session:
             self.turns.set_input_format(new.input_format)
         if new.noise_reduction != old.noise_reduction:
             ctx.pipe.reduce_noise(new.noise_reduction)
-        if new.vad != old.vad:
+        if self.turns.detection(new.vad) != self.turns.detection(old.vad):
             self.turns.vad_changed()
         await ctx.emit(ev.SessionUpdated(session=new.public))
 

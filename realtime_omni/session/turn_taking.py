@@ -36,6 +36,7 @@ from ..errors import RealtimeError
 from ..ids import new_id
 from ..protocol import events as ev
 from ..protocol.audio import InputConverter, WireFormat, ms_to_samples, wire_bytes
+from .config import VadSettings
 from .context import SessionContext
 from .idle import IdleTimeout
 from .playout import Cut, Playout
@@ -104,6 +105,14 @@ class TurnTaking:
 
     def set_input_format(self, fmt: WireFormat) -> None:
         self._input = InputConverter(fmt, self.ctx.caps.input_rate)
+
+    def detection(self, vad: VadSettings | None) -> object:
+        """What turn detection with ``vad`` does here: two settings that do the same (semantic_vad's
+        ``auto`` and ``medium``, whose meaning is the policy's) compare equal."""
+        if vad is None or vad.eagerness is None:
+            return vad
+        policy = self.turn_end
+        return replace(vad, eagerness=None, silence_duration_ms=policy.silence_ms(vad.eagerness)), policy.eagerness(vad.eagerness)
 
     def vad_changed(self) -> None:
         """session.update changed turn detection: an open turn is dropped, with its audio."""
