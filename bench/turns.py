@@ -176,9 +176,9 @@ class Timed(TurnEndPolicy):
         self.decisions: list[dict[str, Any]] = []
         self.position = lambda: 0
 
-    async def decide(self, pcm: np.ndarray, rate: int, eagerness: str, hear: Hear | None) -> Decision:
+    async def decide(self, pcm: np.ndarray, rate: int, eagerness: str, hear: Hear | None, name: str = "") -> Decision:
         t0 = time.perf_counter()
-        decision = await super().decide(pcm, rate, eagerness, hear)
+        decision = await super().decide(pcm, rate, eagerness, hear, name)
         wall = (time.perf_counter() - t0) * 1000
         verdict = decision.verdict
         assert verdict is not None

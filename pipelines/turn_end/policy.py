@@ -18,6 +18,7 @@ end. Every setting is in the config's ``turn_end`` section (``TurnEndConfig``).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ import numpy as np
 from pipelines.base import Heard, TurnModel, TurnVerdict
 from pipelines.turn_end.fusion import Fusion
 
+log = logging.getLogger(__name__)
 
 class Eagerness(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """What one of semantic_vad's eagerness settings means."""
@@ -90,9 +92,10 @@ class TurnEndPolicy:
         e = self.eagerness(eagerness)
         return e.max_wait_ms if self.model is not None else e.silence_ms
 
-    async def decide(self, pcm: np.ndarray, rate: int, eagerness: str, hear: Hear | None) -> Decision:
+    async def decide(self, pcm: np.ndarray, rate: int, eagerness: str, hear: Hear | None, name: str = "") -> Decision:
         """The decision at a check: ``pcm`` is the turn's end (at most the model's ``max_seconds``),
-        ending with the silence that made the session ask; ``hear`` gives what the pipeline heard."""
+        ending with the silence that made the session ask; ``hear`` gives what the pipeline heard;
+        ``name``: the session's, for the log."""
         model = self.model
         if model is None:
             return Decision(None, None)
@@ -103,7 +106,17 @@ class TurnEndPolicy:
         finally:
             sound.cancel()
         verdict = self.config.fusion.verdict(audio.probability, audio.cpu_ms, heard)
-        return Decision(verdict.wait_s(self.eagerness(eagerness).threshold), verdict)
+        wait = verdict.wait_s(self.eagerness(eagerness).threshold)
+        log.debug(
+            "session %s: end of turn? sound %s, words %r judged %s -> %.3f: %s",
+            name,
+            verdict.audio_probability,
+            verdict.transcript,
+            verdict.words_probability,
+            verdict.probability,
+            "finished" if wait == 0.0 else "the longest wait" if wait is None else f"after {wait:.2f} s more silence",
+        )
+        return Decision(wait, verdict)
 
     def close(self) -> None:
         if self.model is not None:

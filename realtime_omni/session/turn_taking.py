@@ -317,23 +317,13 @@ class TurnTaking:
         rate, buffer = ctx.caps.input_rate, self.user.buffer
         pcm = buffer.slice(max(turn.start, buffer.start, end - int(policy.model.max_seconds * rate)), end)
         try:
-            decision = await policy.decide(pcm, rate, vad.eagerness, ctx.pipe.heard)
+            decision = await policy.decide(pcm, rate, vad.eagerness, ctx.pipe.heard, name=ctx.id)
         except Exception:  # a broken model must not end the session: the turn waits for the longest wait
             log.exception("session %s: the end-of-turn decision failed", ctx.id)
             return None
-        verdict, wait = decision.verdict, decision.wait_s
-        if verdict is not None:
-            ctx.metrics.end_of_turn(wait == 0.0, verdict.cpu_ms)
-            log.debug(
-                "session %s: end of turn? sound %s, words %r judged %s -> %.3f: %s",
-                ctx.id,
-                verdict.audio_probability,
-                verdict.transcript,
-                verdict.words_probability,
-                verdict.probability,
-                "finished" if wait == 0.0 else "the longest wait" if wait is None else f"after {wait:.2f} s more silence",
-            )
-        return wait
+        if decision.verdict is not None:
+            ctx.metrics.end_of_turn(decision.wait_s == 0.0, decision.verdict.cpu_ms)
+        return decision.wait_s
 
     def _turn_context(self) -> tuple[ResponseRequest | None, bool]:
         """The request a response would get if the open turn ended now (its items: the conversation
