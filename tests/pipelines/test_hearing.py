@@ -139,3 +139,59 @@ async def test_a_caption_of_exactly_the_paused_audio_reuses_its_words(samples, e
     h.pause(AUDIO, None, None)
     assert await h.words_of(samples) == expected
     h.drop()
+
+
+@pytest.mark.parametrize("seed", range(20))
+async def test_random_moves_leave_no_request_open_and_no_kept_words_cancelled(seed):
+    """Seeded random pauses, speech going on, commits, claims and reads, against a small model of
+    what the hearing owes: every engine request it was given is, in the end, either claimed by an
+    answer or closed exactly once; the words of a committed turn are never cancelled; what it hears
+    is always the last pause's."""
+    import random
+
+    rng = random.Random(seed)
+    judge = Judge(0.5, delay_s=0.002)
+    h, _, tasks = hearing(judge, asr_s=0.001)
+    given: list[Request] = []
+    claimed: list[Any] = []
+    kept = []
+    last_samples = None
+    for _ in range(60):
+        move = rng.choice(["pause", "pause", "drop", "keep", "heard", "claim", "sleep"])
+        if move == "pause":
+            request = Request() if rng.random() < 0.7 else None
+            if request is not None:
+                given.append(request)
+            n = rng.randint(1600, 32000)
+            h.pause(np.zeros(n, np.int16), PREFIX, request)  # type: ignore[arg-type]
+            last_samples = n
+        elif move == "drop":
+            h.drop()
+            last_samples = None
+        elif move == "keep":
+            heard = h.keep()
+            if heard is not None:
+                kept.append(heard)
+                if rng.random() < 0.5:  # no answer goes on from it
+                    heard.void(lambda coro: tasks.append(asyncio.ensure_future(coro)))
+                else:  # an answer claims its request
+                    claimed.append(await heard.claim())
+            last_samples = None
+        elif move == "heard":
+            got = await h.heard(0.05)
+            if last_samples is None:
+                assert got is None
+        elif move == "claim" and h.current is not None:
+            claimed.append(await h.current.claim())
+        else:
+            await asyncio.sleep(rng.choice([0, 0.001, 0.005]))
+        assert (h.current.samples if h.current is not None else None) == last_samples
+    h.drop()
+    for _ in range(5):  # let cancellations run their callbacks
+        await asyncio.sleep(0.01)
+    await asyncio.gather(*tasks, return_exceptions=True)
+    claimed_ids = {id(c) for c in claimed if c is not None}
+    for request in given:
+        assert request.closed == (0 if id(request) in claimed_ids else 1), (seed, request.closed)
+    for heard in kept:
+        assert not heard.words.cancelled()
