@@ -161,7 +161,7 @@ class _Listening(PipelineSession):
         yield
 
     async def close(self) -> None:
-        self.hearing.drop()
+        await self.hearing.close()
         if self.streamed is not None:
             await self.streamed.close()
         await asyncio.gather(*self.tasks, return_exceptions=True)

@@ -159,6 +159,15 @@ class Hearing:
         if heard is not None:
             heard.void(self.background)
 
+    async def close(self) -> None:
+        """The session ends: the last pause's hearing is void, its judgement stopped (and the request
+        it held handed to ``background`` to close) before this returns."""
+        heard = self.current
+        self.drop()
+        if heard is not None and heard.judged is not None:
+            await asyncio.wait([heard.judged])
+            await asyncio.sleep(0)  # its done callbacks
+
     def keep(self) -> Round | None:
         """The turn is committed: its item keeps the last pause's words (the round is returned to
         whoever goes on with it; ``void`` it when done)."""

@@ -258,7 +258,7 @@ class CascadeSession(PipelineSession):
     async def close(self) -> None:
         self.pipeline.sessions.discard(self)
         self.listening = None
-        self.hearing.drop()
+        await self.hearing.close()
         await self.ahead.close()
         streamed, self.streamed = self.streamed, None
         if streamed is not None:

@@ -195,3 +195,15 @@ async def test_random_moves_leave_no_request_open_and_no_kept_words_cancelled(se
         assert request.closed == (0 if id(request) in claimed_ids else 1), (seed, request.closed)
     for heard in kept:
         assert not heard.words.cancelled()
+
+
+async def test_closing_stops_the_judgement_and_hands_its_request_to_be_closed_before_it_returns():
+    request = Request()
+    h, _, tasks = hearing(Judge(0.7, delay_s=5.0))
+    heard = h.pause(AUDIO, PREFIX, request)  # type: ignore[arg-type]
+    await asyncio.sleep(0.01)  # the judgement is under way
+    await h.close()
+    assert heard.judged is not None and heard.judged.cancelled()
+    assert tasks  # the close of its request was handed on by then
+    await asyncio.gather(*tasks)
+    assert request.closed == 1
