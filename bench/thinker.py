@@ -5,17 +5,21 @@ whether the text stays ahead of the voice that speaks it (a spoken word is about
 listener hears about 2.5 words a second). This starts the thinker of a config (the same options
 the server uses, in this process), warms it, and measures with the engine alone:
 
-* ``prefill_cold_ms``: a conversation's whole prompt (instructions + 3 exchanges + a question,
-  ~200 tokens) under a fresh cache salt, to its first token;
+* ``prefill_cold_ms``: a conversation's whole prompt (instructions + 3 exchanges + a question;
+  its length depends on the thinker's template, 124 tokens with the default's, and is in the
+  result as ``prompt_tokens``) under a fresh cache salt, to its first token;
 * ``prefill_turn_ms``: the next turn of that conversation (its history in the prefix cache, only
   the new question and answer header to compute), to its first token; what a turn costs;
 * ``decode_tokens_per_s``: 64 tokens generated past the end of an answer (``ignore_eos``), from the
   first token to the last.
 
 Medians of ``--runs`` rounds. ``--isa avx2`` as on a CPU without AVX-512 (``bench/isa.py``; the
-process re-executes itself under it). Several configs compare side by side:
+process re-executes itself under it). Several configs compare side by side, each a name in
+configs/ or a YAML file (e.g. a copy of configs/cpu.yaml whose thinker ``model`` is
+``qwen2.5-coder-0.5b-instruct``, the fp32 weights):
 
-    python -m bench.thinker --configs cpu cpu-fp32 --isa avx2
+    python -m bench.thinker --configs cpu cpu-smollm2 --isa avx2
+    python -m bench.thinker --configs cpu /tmp/cpu-fp32.yaml --isa avx2
 """
 
 from __future__ import annotations

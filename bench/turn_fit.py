@@ -4,7 +4,8 @@ run recorded, and say what they would do on the fixtures they were not fitted on
 Each decision of a ``+thinker`` mode keeps its inputs (Smart Turn's probability, the thinker's
 judgement of the words), where it was made, and its fixture's labels (where the speech ended, where
 an unfinished utterance's pause lay). For a set of weights every decision names the further silence
-after which it would end the turn (``TurnVerdict.wait_s`` at ``--threshold``); replaying that
+after which it would end the turn (``TurnVerdict.wait_s`` at threshold 0.5, the ``auto``/medium
+eagerness's; no flag changes it); replaying that
 against the labels gives, offline:
 
 * ``cut``: unfinished utterances whose turn would end before the speech after their pause resumes;

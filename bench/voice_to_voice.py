@@ -8,7 +8,8 @@ Voice-to-voice is measured from the end of the user's speech *in the input audio
 
 Per turn it also reads the server's own stage timings from ``response.done`` (ms from the response
 trigger, negative when done speculatively before the turn ended): ASR done, thinker first token,
-first clause, first audio. Variants (ablations) run one after another, each on a fresh server:
+first clause, first audio. Variants (ablations) run one after another, each on a fresh server;
+without ``--variants`` all six run, ``remote_thinker`` with a ``vllm serve`` of its own:
 
     default            everything on
     no_speculation     incremental prefill off (ASR and thinker start only after the turn ends)
@@ -16,11 +17,12 @@ first clause, first audio. Variants (ablations) run one after another, each on a
     no_async_chunk     the whole answer is written, then synthesised, then sent
     remote_thinker     the thinker on a shared ``vllm serve`` of the same model (thinker.engine:
                        remote), started for the run on the same machine: what the HTTP hop costs
-    semantic_vad       everything on, the turn ended by semantic_vad (eagerness auto, the Smart
-                       Turn model weighing the cascade's transcript at each pause) instead of
+    semantic_vad       everything on, the turn ended by semantic_vad (eagerness auto: at each
+                       pause Smart Turn's score of the sound, the thinker's judgement of the
+                       cascade's transcript and the silence, weighed together) instead of
                        server_vad's fixed silence
 
-    python -m bench.voice_to_voice --turns 20 [--variants default no_speculation ...] [--isa avx2] [--config cpu-fast]
+    python -m bench.voice_to_voice --turns 20 [--variants default no_speculation ...] [--isa avx2] [--config cpu-smollm2]
     python -m bench.voice_to_voice --dataset builtin --variants default semantic_vad
 
 Besides voice-to-voice it reports the stalls a listener hears: in how many turns the answer's audio
