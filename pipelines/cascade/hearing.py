@@ -45,7 +45,6 @@ class Round:
     ends: float | None = None  # its result, once ``judged`` is done
     streamed: StreamedPrompt | None = None  # the request it was made in, until claimed
     kept: bool = False  # the turn's item took the words
-    claimed: bool = False
     times: dict[str, float] = field(default_factory=dict)  # asr, judged (perf_counter)
 
     async def text(self) -> str | None:
@@ -57,7 +56,7 @@ class Round:
         """After the judgement: the streamed request it was made in, now the caller's (once)."""
         if self.judged is not None:
             await asyncio.wait([self.judged])
-        streamed, self.streamed, self.claimed = self.streamed, None, True
+        streamed, self.streamed = self.streamed, None
         return streamed
 
     def void(self, background: Callable[[Awaitable[None]], None]) -> None:
