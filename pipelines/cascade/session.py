@@ -171,8 +171,7 @@ class CascadeSession(PipelineSession):
         task.add_done_callback(self._tasks.discard)
 
     async def _speculate(self, spec: CascadeSpeculation) -> None:
-        text = await asyncio.shield(spec.heard.words)
-        spec.heard.times.setdefault("asr", time.perf_counter())
+        text = await asyncio.shield(spec.heard.words)  # (its done callback stamped times["asr"] first)
         prompt = self.prompts.prompt(spec.request, pending=text)
         streamed = await spec.heard.claim()  # the request the words were judged in, if any
         times = dict(spec.heard.times)  # asr, and judged when they were
