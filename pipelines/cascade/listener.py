@@ -56,7 +56,7 @@ class WhisperListener:
         if self.window == "full" or seconds + self.margin_s >= FULL_FRAMES / FRAMES_PER_SECOND:
             frames = FULL_FRAMES
         else:
-            frames = int(math.ceil(seconds + self.margin_s)) * FRAMES_PER_SECOND
+            frames = int(math.ceil((seconds + self.margin_s) * 10)) * FRAMES_PER_SECOND // 10  # whole tenths of a second
         audio = np.zeros(frames * self.rate // FRAMES_PER_SECOND, np.float32)
         n = min(len(pcm), len(audio))
         audio[:n] = pcm[:n].astype(np.float32) / 32768.0
