@@ -103,7 +103,7 @@ class Hearing:
         where they go) in ``streamed`` when given (this round owns it from now on)."""
         self.drop()
         words = asyncio.ensure_future(self.transcribe(audio))
-        self.current = heard = Round(len(audio), words)
+        self.current = heard = Round(len(audio), words, times={"pause": time.perf_counter()})
         if self.judging and self.thinker is not None and prefix is not None:
             heard.streamed = streamed
             heard.judged = asyncio.create_task(self._judge(heard, prefix), name=f"judge:{self.name}")
@@ -144,8 +144,17 @@ class Hearing:
         if heard.judged is not None:
             await asyncio.wait([heard.judged], timeout=max(0.0, deadline - time.monotonic()))
             if not heard.judged.done():
+                log.debug("session %s: the judgement came too late (%s)", self.name, self._timeline(heard))
                 return Heard(heard.words.result())  # the judgement came too late: the words alone
+        log.debug("session %s: heard %s", self.name, self._timeline(heard))
         return Heard(heard.words.result(), heard.ends)
+
+    @staticmethod
+    def _timeline(heard: Round) -> str:
+        """ms from the pause to each step of the round, and to now (for the debug log)."""
+        t0 = heard.times.get("pause", 0.0)
+        steps = {**heard.times, "asked": time.perf_counter()}
+        return ", ".join(f"{k} +{(t - t0) * 1000:.0f} ms" for k, t in steps.items() if k != "pause")
 
     async def words_of(self, samples: int) -> str | None:
         """The words of the turn's first ``samples``, if the last pause heard exactly those."""
