@@ -157,7 +157,22 @@ class VllmThinker:
         # one tiny request compiles/warms what the first real one would otherwise pay for
         async for _ in self.stream(self.render("You are a helpful assistant.", [Turn("user", "Hello.")]), "warmup", max_tokens=2):
             pass
+        await self._warm_judgement()
         progress(f"vLLM ready in {time.monotonic() - t0:.0f} s")
+
+    async def _warm_judgement(self) -> None:
+        """semantic_vad's path once: a streamed request with logprobs, a judgement, then its close.
+        Its first use pays one-time costs of its own (measured: the first session's first judgement
+        took over 1.5 s and came too late for its decision; the next ones, one engine step)."""
+        if self.stop_strings:
+            return  # no streamed requests (open_prompt)
+        prefix = self.prefix("You are a helpful assistant.", [])
+        words = list(self.tokenizer.encode("What is the capital of France", add_special_tokens=False))
+        streamed = StreamedPrompt(self, prefix, "warmup", judgement.TOP_LOGPROBS)
+        try:
+            await streamed.judge(words)
+        finally:
+            await streamed.close()
 
     async def _load_tokenizer(self, progress: Any) -> None:
         """The model's files (prepared from its package) and its tokenizer: prompts are rendered here."""
