@@ -99,12 +99,11 @@ class TurnEndPolicy:
         model = self.model
         if model is None:
             return Decision(None, None)
-        sound = asyncio.ensure_future(model.judge(pcm, rate))
-        try:
-            heard = None if hear is None else await _within(hear, self.config.hearing_wait_ms / 1000)
-            audio = await sound
-        finally:
-            sound.cancel()
+        # the words first, then the sound: on two cores Smart Turn beside the thinker's judgement
+        # step made that step 80-100 ms longer (bench notes in docs/turn-taking.md), and the
+        # sound alone takes 30-50 ms
+        heard = None if hear is None else await _within(hear, self.config.hearing_wait_ms / 1000)
+        audio = await model.judge(pcm, rate)
         verdict = self.config.fusion.verdict(audio.probability, audio.cpu_ms, heard)
         wait = verdict.wait_s(self.eagerness(eagerness).threshold)
         log.debug(
