@@ -22,7 +22,9 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "ssl_certfile": args.ssl_certfile,
         "ssl_keyfile": args.ssl_keyfile,
         "state_url": args.state_url,
-        "sip": {"port": args.sip_port, "host": args.sip_host},  # the SIP bridge beside HTTP, on the config's other SIP settings
+        # the SIP bridge beside HTTP, on the config's other SIP settings (a file without a sip
+        # section gets one of only the flags given)
+        "sip": {key: value for key, value in (("port", args.sip_port), ("host", args.sip_host)) if value is not None},
     }
 
 

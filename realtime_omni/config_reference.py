@@ -12,8 +12,8 @@ when a key has no line, and when ``LINES`` names a field that does not exist.
 from __future__ import annotations
 
 import inspect
-import re
 import io
+import re
 import sys
 import tokenize
 import types
