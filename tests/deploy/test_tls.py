@@ -1,0 +1,145 @@
+"""nginx terminating TLS in front of one server, with the project's own deploy/nginx-tls.conf (its
+ports, upstream and certificate paths replaced) and a self-signed certificate made here with the
+``openssl`` command docs/production.md gives: a Realtime session through it over wss:// with the
+official SDK, WebRTC signalling over https, plain HTTP sent on to https, and a client that does not
+trust the certificate refused."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import synthetic_config
+from tests.support.client import connect
+from tests.support.peers import RtcClient
+from tests.support.processes import free_port, server_process
+
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
+
+SITE = Path(__file__).parents[2] / "deploy" / "nginx-tls.conf"
+API_KEY = "sk-tls"
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for localhost and 127.0.0.1, as docs/production.md makes one."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "365", "-keyout", str(key), "-out", str(cert),
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+def site(upstream: int, http_port: int, https_port: int, cert: Path, key: Path) -> str:
+    """deploy/nginx-tls.conf on these ports, in front of the server on ``upstream``, with this certificate."""
+    text = SITE.read_text()
+    for pattern, new in [
+        (r"server 127\.0\.0\.1:8000;", f"server 127.0.0.1:{upstream};"),
+        (r"listen 80;", f"listen 127.0.0.1:{http_port};"),
+        (r"listen 443 ssl;", f"listen 127.0.0.1:{https_port} ssl;"),
+        (r"ssl_certificate +\S+;", f"ssl_certificate {cert};"),
+        (r"ssl_certificate_key +\S+;", f"ssl_certificate_key {key};"),
+    ]:
+        text, n = re.subn(pattern, new, text)
+        assert n == 1, f"deploy/nginx-tls.conf: {pattern!r} found {n} times, not once"
+    return text
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"nginx exited: {log.read_text() if log.exists() else ''}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nginx did not listen on {port}")
+
+
+@contextlib.contextmanager
+def nginx(site_text: str, ports: list[int]) -> Iterator[None]:
+    """nginx in the foreground with the site file in its http block, as a user's conf.d would hold it."""
+    assert NGINX is not None
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        (root / "site.conf").write_text(site_text)
+        temp = "\n".join(f"    {kind}_temp_path {root}/{kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        (root / "nginx.conf").write_text(
+            f"daemon off;\nworker_processes 1;\npid {root}/nginx.pid;\nerror_log {root}/error.log warn;\n"
+            f"events {{ worker_connections 1024; }}\nhttp {{\n    access_log off;\n{temp}\n    include {root}/site.conf;\n}}\n"
+        )
+        proc = subprocess.Popen([NGINX, "-c", str(root / "nginx.conf"), "-p", folder], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            for port in ports:
+                wait_port(port, proc, root / "error.log")
+            yield
+        finally:
+            proc.send_signal(signal.SIGQUIT)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int, Path]]:
+    """(nginx's http port, its https port, the certificate) in front of a synthetic server."""
+    if NGINX is None or shutil.which("openssl") is None:
+        pytest.skip("needs nginx and openssl (scripts/test installs nginx)")
+    cert, key = self_signed(tmp_path_factory.mktemp("tls"))
+    config = synthetic_config(server={"api_key": API_KEY, "webrtc": {"host_addresses": ["127.0.0.1"]}})
+    with server_process(config, startup_s=120) as url:
+        upstream = int(url.split(":")[2].split("/")[0])
+        http_port, https_port = free_port(), free_port()
+        with nginx(site(upstream, http_port, https_port, cert, key), [http_port, https_port]):
+            yield http_port, https_port, cert
+
+
+async def test_a_realtime_session_through_nginx_over_wss(proxied):
+    _, https_port, cert = proxied
+    trust = ssl.create_default_context(cafile=str(cert))
+    async with connect(f"wss://localhost:{https_port}/v1", api_key=API_KEY, websocket_connection_options={"ssl": trust}) as c:
+        await c.expect("session.created")
+        await c.send({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello"}]}})
+        await c.send({"type": "response.create", "response": {"output_modalities": ["text"]}})
+        done = await c.expect("response.done")
+        assert done.response.status == "completed"
+        assert done.response.output[0].content[0].text == "You said Hello."
+
+
+async def test_webrtc_signalling_over_https_and_media_straight_to_the_server(proxied):
+    _, https_port, cert = proxied
+    client = RtcClient(f"https://127.0.0.1:{https_port}", api_key=API_KEY, verify=ssl.create_default_context(cafile=str(cert)))
+    try:
+        await client.connect()  # the SDP offer through nginx; ICE to the server's own UDP ports
+        assert client.call_id.startswith("rtc_")
+        assert (await client.next("session.created"))["type"] == "session.created"
+    finally:
+        await client.close()
+
+
+async def test_plain_http_is_sent_on_to_https_and_an_untrusted_certificate_refused(proxied):
+    http_port, https_port, cert = proxied
+    async with httpx.AsyncClient() as http:
+        moved = await http.get(f"http://127.0.0.1:{http_port}/healthz?x=1")
+        assert moved.status_code == 301 and moved.headers["location"] == "https://127.0.0.1/healthz?x=1"
+        with pytest.raises(httpx.ConnectError):  # the system's trust does not include a self-signed certificate
+            await http.get(f"https://127.0.0.1:{https_port}/healthz")
+    async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=str(cert))) as https:
+        health = await https.get(f"https://127.0.0.1:{https_port}/healthz")
+        assert health.status_code == 200 and health.json()["status"] == "ok"
