@@ -38,8 +38,10 @@ class RemoteOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     probe_interval_s: float = 2.0
     # Every request of a session carries this header with a value stable for the session (a hash
     # of its cache_salt), so a router in front of several engine replicas (vLLM production-stack's
-    # --routing-logic session, llm-d's session affinity) keeps the conversation on the replica that
-    # holds its prefix in cache. None: no header.
+    # --routing-logic session --session-key x-session-id) keeps the conversation on the replica that
+    # holds its prefix in cache. llm-d needs no header: its prefix-cache scorer follows the prompt,
+    # which this server re-sends identically; its session-affinity scorer wants its own token
+    # echoed back, which this server does not do (docs/deployment.md). None: no header.
     affinity_header: str | None = "x-session-id"
 
 
