@@ -13,7 +13,7 @@ against the labels gives, offline:
   as the time to the next decision less 260 ms, the least it can be: an upper bound, so splits are
   over-counted rather than missed);
 * ``delay``: for complete ones, end of speech to the commit (the check's silence, the wait, and the
-  decision's own measured time), capped by the eagerness's longest wait (4 s at ``auto``).
+  decision's own measured time, or ``--wall-ms``), capped by the eagerness's longest wait (4 s at ``auto``).
 
 The weights are searched on a grid of the logistic form (bias, audio, words, silence per second):
 the smallest mean delay with cut and split at most ``--max-cut``/``--max-split`` on the fitting
@@ -47,7 +47,7 @@ MIN_RESUME_S = CHECK_S + 0.06  # a pause's check and the least speech that start
 class Decisions:
     """The decisions of one set of rows as arrays, with what each one's commit would mean."""
 
-    def __init__(self, rows: list[dict[str, Any]], longest_wait_s: float) -> None:
+    def __init__(self, rows: list[dict[str, Any]], longest_wait_s: float, wall_ms: float | None = None) -> None:
         la, lw, shift, room, kind, delay0, row_of = [], [], [], [], [], [], []
         self.rows = rows
         for r, row in enumerate(rows):
@@ -66,7 +66,7 @@ class Decisions:
                 shift.append(Fusion.words_shift(d.get("text")))  # the text rule, for a decision without a judgement
                 room.append(space)
                 kind.append(k)
-                delay0.append((at - row["end"]) / RATE + d["wall_ms"] / 1000)
+                delay0.append((at - row["end"]) / RATE + (d["wall_ms"] if wall_ms is None else wall_ms) / 1000)
                 row_of.append(r)
         self.la, self.lw, self.shift, self.room = np.array(la), np.array(lw), np.array(shift), np.array(room)
         self.kind, self.delay0, self.row_of = np.array(kind), np.array(delay0), np.array(row_of)
@@ -139,17 +139,18 @@ def main() -> None:
     parser.add_argument("--max-cut", type=float, default=0.10)
     parser.add_argument("--max-split", type=float, default=0.10)
     longest = TurnEndConfig().eagerness["medium"].max_wait_ms / 1000
+    parser.add_argument("--wall-ms", type=float, default=None, help="each decision's own time, in place of the one measured (which load inflates): e.g. a quiet run's p50")
     parser.add_argument("--longest-wait-s", type=float, default=longest, help=f"the eagerness's longest wait (auto: {longest:g} s)")
     args = parser.parse_args()
     data = json.loads(open(args.result).read())
     rows = data["modes"][args.mode]["rows"]
     parts = {h: [r for r in rows if half(r) == h] for h in (0, 1)}
-    weights, fitted = fit(Decisions(parts[0], args.longest_wait_s), args.max_cut, args.max_split)
+    weights, fitted = fit(Decisions(parts[0], args.longest_wait_s, args.wall_ms), args.max_cut, args.max_split)
     print("weights:", weights)
     out: dict[str, Any] = {"source": args.result, "mode": args.mode, "weights": weights, "groups": {}}
     for name, part in (("fitting half", parts[0]), ("held-out half", parts[1])):
         for group in dict.fromkeys(r["group"] for r in part):
-            f = Decisions([r for r in part if r["group"] == group], args.longest_wait_s).figures(weights)
+            f = Decisions([r for r in part if r["group"] == group], args.longest_wait_s, args.wall_ms).figures(weights)
             out["groups"][f"{name} / {group}"] = f
             d = f["delay_ms"]
             print(f"{name:14} {group:9} cut {f['cut']:.1%}  split {f['split']:.1%}  delay p50 {d.get('p50')} p90 {d.get('p90')} ms")

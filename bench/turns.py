@@ -322,14 +322,14 @@ def fusion(path: str | None) -> Fusion:
     return Fusion(with_words=msgspec.convert(data["weights"], Weights))
 
 
-async def thinker_for(modes: list[str]) -> Any:
-    """configs/cpu.yaml's thinker, started in this process, for the +thinker modes."""
+async def thinker_for(modes: list[str], config: str = "cpu") -> Any:
+    """The config's thinker (configs/cpu.yaml's by default), started in this process, for the +thinker modes."""
     if not any(m.endswith("+thinker") for m in modes):
         return None
     from pipelines.cascade.pipeline import CascadeOptions
     from realtime_omni.config import load
 
-    options = load("cpu").pipeline.options
+    options = load(config).pipeline.options
     assert isinstance(options, CascadeOptions)
     from pipelines.cascade.thinker import thinker
 
@@ -350,7 +350,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
         listener = WhisperListener(str(models.path("whisper-tiny.en")), 2, 1, window="fit")
         listener.transcribe(np.zeros(RATE, np.int16))
-    thinker = await thinker_for(args.modes)
+    thinker = await thinker_for(args.modes, args.config)
     t0 = time.monotonic()
     made = load_set(args.set, not args.no_piper, args.seed, args.limit)
     groups = [g for g in ("synthetic", "human", "phone") if any(f.group == g for f in made)]
@@ -359,6 +359,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     noise = (np.random.default_rng(args.seed).standard_normal(RATE * 20) * 20).astype(np.int32)  # about -64 dBFS
     result: dict[str, Any] = {"machine": machine(), "cpu": describe(args.isa), "set": args.set, "limit": args.limit, "fixtures": sizes, "modes": {}}
     result["fusion"] = msgspec.to_builtins(model.config.fusion)
+    result["config"] = args.config
     for mode in args.modes:
         pipeline = Listening(listener if mode.endswith(("+asr", "+thinker")) else None, thinker if mode.endswith("+thinker") else None)
         rows = [await replay(f, mode, pipeline, model, noise) for f in made]
@@ -385,6 +386,7 @@ def main() -> None:
     parser.add_argument("--set", choices=["synthetic", "human", "all"], default="all", help="human: recordings from packages (bench/human_turns.py)")
     parser.add_argument("--limit", type=int, default=None, help="at most N fixtures per group (synthetic, human, phone)")
     parser.add_argument("--weights", default=None, help="the fusion's weights from a `bench turn_fit` result (default: the config's)")
+    parser.add_argument("--config", default="cpu", help="whose thinker the +thinker modes use: a config name or YAML file (a cascade's)")
     parser.add_argument("--isa", default="native", choices=["native", "avx2"], help="avx2: as on a CPU without AVX-512 (bench/isa.py)")
     args = parser.parse_args()
     if args.isa != "native" and os.environ.get("REALTIME_OMNI_BENCH_ISA") != args.isa:  # this process itself runs the models
