@@ -25,6 +25,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         # the SIP bridge beside HTTP, on the config's other SIP settings (a file without a sip
         # section gets one of only the flags given)
         "sip": {key: value for key, value in (("port", args.sip_port), ("host", args.sip_host)) if value is not None},
+        "mcp": {"allowed_servers": args.mcp_allow} if args.mcp_allow else None,  # replaces the config's list when given
     }
 
 
@@ -117,6 +118,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-key", default=None, help="require this key (also REALTIME_OMNI_API_KEY)")
     serve.add_argument("--sip-port", type=int, default=None, help="also answer SIP calls on this UDP port (default from config: off)")
     serve.add_argument("--sip-host", default=None, help="bind address of the SIP bridge and its RTP (default from config: 127.0.0.1; 0.0.0.0 for phones on other hosts)")
+    serve.add_argument("--mcp-allow", action="append", default=None, metavar="PREFIX", help="let sessions' MCP tools call servers under this URL prefix, e.g. http://127.0.0.1:9000/mcp (repeatable; default from config: none)")
     serve.add_argument("--engine-url", default=None, help="run the model on a remote engine at this OpenAI base URL, e.g. http://gpu-host:8091/v1 (omni: the omni model; cascade: its thinker)")
     serve.add_argument("--ssl-certfile", default=None, help="serve HTTPS and wss:// with this PEM certificate (chain); needs --ssl-keyfile")
     serve.add_argument("--ssl-keyfile", default=None, help="the certificate's PEM private key")

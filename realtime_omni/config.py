@@ -117,6 +117,17 @@ class SipConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     interruption_guard: InterruptionGuard = msgspec.field(default_factory=lambda: InterruptionGuard(min_speech_ms=300))
 
 
+class McpConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """MCP servers the server itself calls for a session's ``type: "mcp"`` tools (docs/tools.md).
+    The server fetches URLs that clients name: none is allowed unless listed here."""
+
+    allowed_servers: list[str] = []  # URL prefixes (scheme, host and port exact; the path a prefix); serve --mcp-allow
+    list_timeout_s: float = 10.0  # connecting and listing one server's tools
+    call_timeout_s: float = 30.0  # one tool call
+    max_output_bytes: int = 64 * 1024  # a call's output, UTF-8: more fails the call
+    max_servers: int = 4  # MCP servers per session
+
+
 class PipelineConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Which pipeline, and its own options: the Struct its kind declares (``pipelines.options_type``:
     ``CascadeOptions``, ``OmniOptions``, ``SyntheticOptions``), typed when the config is loaded."""
@@ -167,6 +178,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     timing_metadata: bool = True
     webrtc: WebRTCConfig = msgspec.field(default_factory=WebRTCConfig)
     sip: SipConfig = msgspec.field(default_factory=SipConfig)
+    mcp: McpConfig = msgspec.field(default_factory=McpConfig)
     web_demo: bool = True  # serve the browser demo at /
     # let the demo page mint itself an ephemeral key when the server has an API key: anyone who can
     # load the page can then talk to the server (off: the page asks for a key minted elsewhere)

@@ -313,6 +313,7 @@ class Server:
             beta=beta,
             timing_metadata=self.config.timing_metadata,
             turn_end=self.turn_end,
+            mcp_settings=self.config.mcp,
         )
         self.sessions.add(session)
         self.metrics.sessions_total.labels(transport).inc()

@@ -144,10 +144,38 @@ class FunctionTool(Wire, tag="function", tag_field="type"):
     parameters: dict[str, Any] | None | UnsetType = UNSET
 
 
-class McpTool(Struct, tag="mcp", tag_field="type", kw_only=True):
-    """Accepted by the decoder so the session can answer "not supported" with a clear param."""
+class McpToolFilter(Wire):
+    """Which of an MCP server's tools a rule covers: by name, or by the server's ``readOnlyHint``."""
 
-    server_label: str = ""
+    _absent_if_null = ("tool_names", "read_only")
+    tool_names: list[str] | None | UnsetType = UNSET
+    read_only: bool | None | UnsetType = UNSET
+
+
+class McpApprovalFilter(Wire):
+    _absent_if_null = ("always", "never")
+    always: McpToolFilter | None | UnsetType = UNSET
+    never: McpToolFilter | None | UnsetType = UNSET
+
+
+class McpTool(Wire, tag="mcp", tag_field="type"):
+    """An MCP server whose tools the server itself calls (realtime_omni/session/mcp.py). ``headers``
+    and ``authorization`` are secrets: they reach the MCP server only, never an event or a log."""
+
+    _absent_if_null = (
+        "server_url", "connector_id", "tunnel_id", "server_description", "headers", "authorization", "allowed_tools",
+        "require_approval", "allowed_callers",
+    )  # fmt: skip
+    server_label: Annotated[str, Meta(min_length=1, max_length=64)]
+    server_url: str | None | UnsetType = UNSET
+    connector_id: str | None | UnsetType = UNSET
+    tunnel_id: str | None | UnsetType = UNSET
+    server_description: str | None | UnsetType = UNSET
+    headers: dict[str, str] | None | UnsetType = UNSET
+    authorization: str | None | UnsetType = UNSET
+    allowed_tools: list[str] | McpToolFilter | None | UnsetType = UNSET
+    require_approval: Literal["always", "never"] | McpApprovalFilter | None | UnsetType = UNSET
+    allowed_callers: list[Literal["direct", "programmatic"]] | None | UnsetType = UNSET
 
 
 Tool = Union[FunctionTool, McpTool]
@@ -313,7 +341,55 @@ class ItemReference(Wire, tag="item_reference", tag_field="type"):
     id: str
 
 
-Item = Union[MessageItem, FunctionCallItem, FunctionCallOutputItem]
+class McpListedTool(Struct, kw_only=True, omit_defaults=True):
+    name: str
+    input_schema: Any
+    description: str | None = None
+    annotations: Any = None
+
+
+class McpListToolsItem(Wire, tag="mcp_list_tools", tag_field="type"):
+    server_label: str
+    tools: list[McpListedTool]
+    id: str | None | UnsetType = UNSET
+
+
+class McpCallError(Struct, kw_only=True, omit_defaults=True):
+    """One of the SDK's three: ``protocol_error`` (code), ``tool_execution_error``, ``http_error`` (code)."""
+
+    type: Literal["protocol_error", "tool_execution_error", "http_error"]
+    message: str
+    code: int | UnsetType = UNSET
+
+
+class McpCallItem(Wire, tag="mcp_call", tag_field="type"):
+    id: str
+    server_label: str
+    name: str
+    arguments: str
+    approval_request_id: str | None | UnsetType = UNSET
+    output: str | None | UnsetType = UNSET
+    error: McpCallError | None | UnsetType = UNSET
+
+
+class McpApprovalRequestItem(Wire, tag="mcp_approval_request", tag_field="type"):
+    id: str
+    server_label: str
+    name: str
+    arguments: str
+
+
+class McpApprovalResponseItem(Wire, tag="mcp_approval_response", tag_field="type"):
+    _absent_if_null = ("id", "reason")
+    approval_request_id: str
+    approve: bool
+    id: str | None | UnsetType = UNSET
+    reason: str | None | UnsetType = UNSET
+
+
+Item = Union[
+    MessageItem, FunctionCallItem, FunctionCallOutputItem, McpListToolsItem, McpCallItem, McpApprovalRequestItem, McpApprovalResponseItem
+]
 InputItem = Union[MessageItem, FunctionCallItem, FunctionCallOutputItem, ItemReference]
 
 
@@ -728,3 +804,44 @@ class OutputAudioBufferStopped(ServerEvent, tag="output_audio_buffer.stopped"):
 
 class OutputAudioBufferCleared(ServerEvent, tag="output_audio_buffer.cleared"):
     response_id: str
+
+
+class McpListToolsInProgress(ServerEvent, tag="mcp_list_tools.in_progress"):
+    item_id: str
+
+
+class McpListToolsCompleted(ServerEvent, tag="mcp_list_tools.completed"):
+    item_id: str
+
+
+class McpListToolsFailed(ServerEvent, tag="mcp_list_tools.failed"):
+    item_id: str
+
+
+class ResponseMcpCallArgumentsDelta(ServerEvent, tag="response.mcp_call_arguments.delta"):
+    response_id: str
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class ResponseMcpCallArgumentsDone(ServerEvent, tag="response.mcp_call_arguments.done"):
+    response_id: str
+    item_id: str
+    output_index: int
+    arguments: str
+
+
+class ResponseMcpCallInProgress(ServerEvent, tag="response.mcp_call.in_progress"):
+    item_id: str
+    output_index: int
+
+
+class ResponseMcpCallCompleted(ServerEvent, tag="response.mcp_call.completed"):
+    item_id: str
+    output_index: int
+
+
+class ResponseMcpCallFailed(ServerEvent, tag="response.mcp_call.failed"):
+    item_id: str
+    output_index: int

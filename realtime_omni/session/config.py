@@ -177,12 +177,13 @@ class SessionConfig:
         return None if nr is None or isinstance(nr.type, UnsetType) else nr.type
 
     @property
-    def tools(self) -> list[ev.FunctionTool]:
-        tools = resolved(self.wire.tools, "tools")
-        functions = [t for t in tools if isinstance(t, ev.FunctionTool)]
-        if len(functions) != len(tools):
-            missing("tools (functions only)")
-        return functions
+    def tools(self) -> list[ev.Tool]:
+        """Functions, and MCP servers (without their secrets: see session/mcp.py)."""
+        return resolved(self.wire.tools, "tools")
+
+    @property
+    def functions(self) -> list[ev.FunctionTool]:
+        return [t for t in self.tools if isinstance(t, ev.FunctionTool)]
 
     @property
     def tool_choice(self) -> FunctionChoice:
@@ -285,15 +286,18 @@ def check_voice(voice: ev.Voice, caps: Capabilities, param: str) -> ev.Voice:
     return voice
 
 
-def check_tools(tools: list[ev.Tool], caps: Capabilities, param: str) -> list[ev.FunctionTool]:
+def check_tools(tools: list[ev.Tool], caps: Capabilities, param: str) -> list[ev.Tool]:
+    """The tools checked; an MCP tool kept without its secrets (the allow-list is checked before
+    this, by the session: session/mcp.py)."""
     if tools and not caps.tools:
         raise RealtimeError(f"Invalid '{param}': the '{caps.name}' pipeline cannot call tools.", code="unsupported_value", param=param)
     seen: set[str] = set()
-    functions: list[ev.FunctionTool] = []
+    checked: list[ev.Tool] = []
     for i, tool in enumerate(tools):
         if isinstance(tool, ev.McpTool):
-            raise RealtimeError(f"Invalid '{param}[{i}].type': MCP tools are not supported by this server.", code="unsupported_value", param=f"{param}[{i}].type")
-        functions.append(tool)
+            checked.append(structs.replace(tool, headers=UNSET, authorization=UNSET))
+            continue
+        checked.append(tool)
         if tool.name in seen:
             raise invalid_value(f"{param}[{i}].name", f"Invalid '{param}[{i}].name': duplicate tool name {tool.name!r}.")
         seen.add(tool.name)
@@ -301,13 +305,13 @@ def check_tools(tools: list[ev.Tool], caps: Capabilities, param: str) -> list[ev
         if kind != "object":  # OpenAI's rule: a function's arguments are a JSON object
             message = f"Invalid schema for function {tool.name!r}: schema must be a JSON Schema of 'type: \"object\"', got 'type: {json.dumps(kind)}'."
             raise RealtimeError(message, code="invalid_function_parameters", param=f"{param}[{i}].parameters")
-    return functions
+    return checked
 
 
-def check_tool_choice(choice: ev.ToolChoice, tools: list[ev.FunctionTool], param: str) -> FunctionChoice:
+def check_tool_choice(choice: ev.ToolChoice, tools: list[ev.Tool], param: str) -> FunctionChoice:
     if isinstance(choice, ev.ToolChoiceMcp):
-        raise RealtimeError(f"Invalid '{param}': MCP tools are not supported by this server.", code="unsupported_value", param=param)
-    if isinstance(choice, ev.ToolChoiceFunction) and choice.name not in {t.name for t in tools}:
+        raise RealtimeError(f"Invalid '{param}': a tool_choice of type 'mcp' is not supported by this server (use 'auto').", code="unsupported_value", param=param)
+    if isinstance(choice, ev.ToolChoiceFunction) and choice.name not in {t.name for t in tools if isinstance(t, ev.FunctionTool)}:
         raise invalid_value(f"{param}.name", f"Invalid '{param}.name': no tool named {choice.name!r} is configured.")
     return choice
 
@@ -322,7 +326,7 @@ class OutputChoice:
     modalities: list[Modality]
     voice: ev.Voice
     format: ev.AudioFormat
-    tools: list[ev.FunctionTool]
+    tools: list[ev.Tool]
     tool_choice: FunctionChoice
     max_output_tokens: int | Literal["inf"]
 

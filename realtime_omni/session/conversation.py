@@ -32,6 +32,10 @@ from ..errors import RealtimeError, invalid_value
 from ..ids import new_id
 from ..protocol import events as ev
 from ..protocol.audio import WireFormat, wire_bytes
+from . import mcp
+from .mcp import MCP_ITEMS, McpItem
+
+Item = ContextItem | McpItem  # a conversation's: the pipeline's own types, and the server's MCP items (mcp.py)
 
 
 class Alignment:
@@ -81,8 +85,8 @@ class Conversation:
     def __init__(self, caps: Capabilities, *, max_items: int = 1024, max_audio_seconds: float = 600.0) -> None:
         self.id = new_id("conv")
         self.caps = caps
-        self.items: list[ContextItem] = []
-        self._by_id: dict[str, ContextItem] = {}
+        self.items: list[Item] = []
+        self._by_id: dict[str, Item] = {}
         self.alignment: dict[str, Alignment] = {}
         self.max_items = max_items
         self.max_audio_seconds = max_audio_seconds
@@ -90,17 +94,17 @@ class Conversation:
     def __len__(self) -> int:
         return len(self.items)
 
-    def __iter__(self) -> Iterator[ContextItem]:
+    def __iter__(self) -> Iterator[Item]:
         return iter(self.items)
 
-    def get(self, item_id: str) -> ContextItem | None:
+    def get(self, item_id: str) -> Item | None:
         return self._by_id.get(item_id)
 
-    def previous_id(self, item: ContextItem) -> str | None:
+    def previous_id(self, item: Item) -> str | None:
         i = self.items.index(item)
         return self.items[i - 1].id if i > 0 else None
 
-    def add(self, item: ContextItem, previous_item_id: str | None = None) -> tuple[str | None, list[str]]:
+    def add(self, item: Item, previous_item_id: str | None = None) -> tuple[str | None, list[str]]:
         """Insert after ``previous_item_id`` (``"root"``: at the start; None: at the end).
         Returns the id of the item before it and the ids evicted to stay within bounds."""
         if item.id in self._by_id:
@@ -128,7 +132,7 @@ class Conversation:
         self.items.remove(item)
         self.alignment.pop(item_id, None)
 
-    def _enforce_bounds(self, keep: ContextItem) -> list[str]:
+    def _enforce_bounds(self, keep: Item) -> list[str]:
         evicted = []
         while len(self.items) > self.max_items:
             victim = self.items[0] if self.items[0] is not keep else self.items[1]
@@ -181,8 +185,10 @@ def encode_audio(pcm: np.ndarray, rate: int, fmt: WireFormat) -> str:
 
 def from_wire(
     item: ev.Item, caps: Capabilities, input_format: WireFormat, output_format: WireFormat, param: str = "item"
-) -> ContextItem:
+) -> Item:
     """A client-supplied item (``conversation.item.create`` / ``response.create`` input)."""
+    if isinstance(item, (ev.McpListToolsItem, ev.McpCallItem, ev.McpApprovalRequestItem, ev.McpApprovalResponseItem)):
+        return mcp.from_wire(item, param)
     # (these fields read null as UNSET when decoded: a str, or not given)
     item_id = item.id if isinstance(item.id, str) else new_id("item")
     status = item.status if isinstance(item.status, str) else "completed"
@@ -228,10 +234,12 @@ def from_wire(
 
 
 def to_wire(
-    item: ContextItem, caps: Capabilities, audio_formats: tuple[WireFormat, WireFormat] | None = None
+    item: Item, caps: Capabilities, audio_formats: tuple[WireFormat, WireFormat] | None = None
 ) -> ev.Item:
     """The GA wire form. Audio bytes are included only when ``audio_formats`` (input, output) is
     given, as in ``conversation.item.retrieved``; other events carry transcripts only."""
+    if isinstance(item, MCP_ITEMS):
+        return mcp.to_wire(item)
     if isinstance(item, FunctionCall):
         return ev.FunctionCallItem(
             id=item.id, object="realtime.item", status=item.status, call_id=item.call_id, name=item.name, arguments=item.arguments

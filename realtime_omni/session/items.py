@@ -16,7 +16,8 @@ from ..errors import RealtimeError, invalid_value
 from ..protocol import events as ev
 from ..protocol.audio import ms_to_samples
 from .context import SessionContext
-from .conversation import Alignment, Conversation, from_wire, to_wire
+from .conversation import Alignment, Conversation, Item, from_wire, to_wire
+from .mcp import McpApprovalRequest, McpApprovalResponse
 from .run import Runs
 from .transcription import Transcriber
 
@@ -28,7 +29,7 @@ class Items:
         self.transcriber = transcriber
         self.runs = runs
 
-    def add(self, item: ContextItem, alignment: Alignment | None = None, previous_item_id: str | None = None) -> str | None:
+    def add(self, item: ContextItem | Item, alignment: Alignment | None = None, previous_item_id: str | None = None) -> str | None:
         """Add an item; the id of the item before it. Items evicted to stay within the
         conversation's bounds are announced as deleted."""
         previous, evicted = self.conversation.add(item, previous_item_id)
@@ -40,15 +41,26 @@ class Items:
 
     # ------------------------------------------------------------------ client events
 
-    async def on_create(self, e: ev.ConversationItemCreate) -> None:
+    async def on_create(self, e: ev.ConversationItemCreate) -> Item:
         ctx, cfg = self.ctx, self.ctx.config
         item = from_wire(e.item, ctx.caps, cfg.input_format, cfg.output_format)
+        if isinstance(item, McpApprovalResponse):
+            self._check_approval(item)
         previous = self.add(item, previous_item_id=e.previous_item_id)
         wire = to_wire(item, ctx.caps)
         await ctx.emit(ev.ConversationItemAdded(previous_item_id=previous, item=wire))
         await ctx.emit(ev.ConversationItemDone(previous_item_id=previous, item=wire))
         if isinstance(item, Message) and item.role == "user":
             self.transcriber.transcribe(item)
+        return item
+
+    def _check_approval(self, item: McpApprovalResponse) -> None:
+        """An approval answers a request of this conversation, once."""
+        request = self.conversation.get(item.approval_request_id)
+        if not isinstance(request, McpApprovalRequest):
+            raise invalid_value("item.approval_request_id", f"Invalid 'item.approval_request_id': no MCP approval request with id {item.approval_request_id!r}.")
+        if any(isinstance(i, McpApprovalResponse) and i.approval_request_id == request.id for i in self.conversation):
+            raise invalid_value("item.approval_request_id", f"Invalid 'item.approval_request_id': the request {request.id!r} was already answered.")
 
     def _item(self, item_id: str, verb: str) -> Message | FunctionCall | Any:
         item = self.conversation.get(item_id)

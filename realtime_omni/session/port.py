@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
-from pipelines.base import Capabilities, FunctionCall, Message
+from pipelines.base import Capabilities, FunctionCall, Message, OutputChunk, ResponseRequest
 
 from ..protocol import events as ev
 from .conversation import Alignment, Conversation
 from .draft import Weight
+from .mcp import McpApprovalRequest, McpItem, McpServers
 
 
 class Port(Protocol):
@@ -24,7 +26,18 @@ class Port(Protocol):
     def purge(self, owner: Any) -> list[Weight]:
         """Drop the owner's events still queued; the weights of what was dropped."""
 
-    def add_item(self, item: Message | FunctionCall, alignment: Alignment | None = None) -> str | None:
+    mcp: McpServers  # the session's MCP servers: a response runs their tools' calls
+
+    def add_item(self, item: Message | FunctionCall | McpItem, alignment: Alignment | None = None) -> str | None:
         """Add an item to the conversation; its previous item's id."""
 
     def rate_limits(self) -> ev.RateLimitsUpdated: ...
+
+    def approved_calls(self) -> list[McpApprovalRequest]:
+        """The MCP calls the client approved that no response has run yet."""
+
+    def again(self, request: ResponseRequest, output: Sequence[object], in_band: bool) -> ResponseRequest:
+        """``request`` asked again, its history holding the response's output so far (its MCP calls' outputs)."""
+
+    def respond(self, request: ResponseRequest) -> AsyncIterator[OutputChunk]:
+        """The pipeline's answer to ``request``."""

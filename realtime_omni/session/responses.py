@@ -10,13 +10,15 @@ part. When an in-band answer ends, the idle timeout is armed with this part's ``
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from msgspec import UNSET
 
-from pipelines.base import FunctionCall, Message, ResponseRequest, Tool
+from pipelines.base import FunctionCall, Message, OutputChunk, ResponseRequest, Tool
 
 from ..errors import RealtimeError, invalid_value
 from ..ids import new_id
@@ -29,6 +31,7 @@ from .context import SessionContext
 from .conversation import Alignment, Conversation, from_wire
 from .draft import Weight
 from .idle import IdleTimeout
+from . import mcp
 from .items import Items
 from .playout import Cut, Playout
 from .run import Outcome, ResponseRun, Runs
@@ -39,8 +42,9 @@ log = logging.getLogger(__name__)
 class SessionPort:
     """What a run sees of its session (``port.Port``): the events, the conversation, rate limits."""
 
-    def __init__(self, ctx: SessionContext, items: Items, conversation: Conversation) -> None:
+    def __init__(self, ctx: SessionContext, items: Items, conversation: Conversation, servers: mcp.McpServers) -> None:
         self.ctx = ctx
+        self.mcp = servers
         self.items = items
         self.caps = ctx.caps
         self.conversation = conversation
@@ -53,8 +57,25 @@ class SessionPort:
     def purge(self, owner: Any) -> list[Weight]:
         return self.ctx.purge(owner)
 
-    def add_item(self, item: Message | FunctionCall, alignment: Alignment | None = None) -> str | None:
+    def add_item(self, item: Message | FunctionCall | mcp.McpItem, alignment: Alignment | None = None) -> str | None:
         return self.items.add(item, alignment)
+
+    def approved_calls(self) -> list[mcp.McpApprovalRequest]:
+        items = list(self.conversation)
+        ran = {i.approval_request_id for i in items if isinstance(i, mcp.McpCall)}
+        requests = {i.id: i for i in items if isinstance(i, mcp.McpApprovalRequest)}
+        return [
+            requests[i.approval_request_id]
+            for i in items
+            if isinstance(i, mcp.McpApprovalResponse) and i.approve and i.approval_request_id in requests and i.approval_request_id not in ran
+        ]
+
+    def again(self, request: ResponseRequest, output: Sequence[object], in_band: bool) -> ResponseRequest:
+        items = mcp.pipeline_view(self.conversation) if in_band else [*request.items, *mcp.pipeline_view(output)]
+        return dataclasses.replace(request, items=items, tool_choice="auto")
+
+    def respond(self, request: ResponseRequest) -> AsyncIterator[OutputChunk]:
+        return self.ctx.pipe.respond(request)
 
     def rate_limits(self) -> ev.RateLimitsUpdated:
         limit = self.caps.context_tokens
@@ -64,14 +85,22 @@ class SessionPort:
 
 class Responses:
     def __init__(
-        self, ctx: SessionContext, runs: Runs, items: Items, conversation: Conversation, idle: IdleTimeout, playout: Playout | None
+        self,
+        ctx: SessionContext,
+        runs: Runs,
+        items: Items,
+        conversation: Conversation,
+        idle: IdleTimeout,
+        playout: Playout | None,
+        servers: mcp.McpServers,
     ) -> None:
         self.ctx = ctx
         self.runs = runs
         self.conversation = conversation
         self.idle = idle
         self.playout = playout
-        self.port = SessionPort(ctx, items, conversation)
+        self.mcp = servers
+        self.port = SessionPort(ctx, items, conversation, servers)
 
     # ------------------------------------------------------------------ starting
 
@@ -98,6 +127,12 @@ class Responses:
             )
         if not in_band and len(runs.out_of_band) >= limits.max_out_of_band:
             raise RealtimeError(f"At most {limits.max_out_of_band} out-of-band responses may run at once.", code="too_many_active_responses")
+        if params.tools is not UNSET and params.tools is not None:  # a response's own MCP servers, allowed, connected before it asks
+            mcp.check_tools(params.tools, self.mcp.settings, "response.tools")
+            await self.connect_mcp(params.tools, keep_others=True)
+        await self.mcp.ready()
+        if in_band and runs.active is not None:  # (started while this one waited for the listings)
+            raise RealtimeError(f"Conversation already has an active response in progress: {runs.active.id}.", code="conversation_already_has_active_response")
         run = self._build_run(params, in_band, started_at)
         self.idle.cancel()
         if in_band:
@@ -114,7 +149,7 @@ class Responses:
         request, out = self.build_request(params)
         ctx, caps, wire_format = self.ctx, self.ctx.caps, sc.wire_format(out.format)
         audio_out = PacedAudio(self.playout, caps.output_rate) if self.playout else EventAudio(self.port, caps.output_rate, wire_format)
-        return ResponseRun(
+        run = ResponseRun(
             self.port,
             request,
             ctx.pipe.respond(request),
@@ -127,6 +162,25 @@ class Responses:
             started_at=started_at,
             stage_timeout_s=ctx.limits.stage_timeout_s,
         )
+        run.items.mcp_tools = self._mcp_offer(out.tools, request)[1]
+        return run
+
+    async def connect_mcp(self, tools: list[ev.Tool], keep_others: bool) -> None:
+        """Connect to and list the MCP servers of ``tools`` (with their secrets) not yet connected."""
+
+        async def add(item: mcp.McpListTools) -> None:
+            previous = self.port.add_item(item)
+            await self.ctx.emit(ev.ConversationItemAdded(previous_item_id=previous, item=mcp.to_wire(item)))
+
+        async def done(item: mcp.McpListTools) -> None:
+            if self.conversation.get(item.id) is item:
+                await self.ctx.emit(ev.ConversationItemDone(previous_item_id=self.conversation.previous_id(item), item=mcp.to_wire(item)))
+
+        await self.mcp.ensure(tools, self.ctx.emit, add, done, keep_others=keep_others)
+
+    def _mcp_offer(self, tools: list[ev.Tool], request: ResponseRequest | None = None) -> tuple[list[Tool], dict[str, Any]]:
+        taken = {t.name for t in tools if isinstance(t, ev.FunctionTool)}
+        return self.mcp.offer(tools, taken)
 
     def build_request(self, params: ev.ResponseParams) -> tuple[ResponseRequest, sc.OutputChoice]:
         """The pipeline request for ``params`` over this session's settings, and the output settings
@@ -134,7 +188,7 @@ class Responses:
         cfg, caps, wire = self.ctx.config, self.ctx.caps, self.ctx.config.wire
         # ``input`` and ``instructions`` read null as not given (never None): ``is not None`` tells mypy so
         out = sc.fold_output(params, sc.OutputChoice.of(cfg), caps, "response")
-        items = self._response_input(params.input) if params.input is not UNSET and params.input is not None else list(self.conversation)
+        items = self._response_input(params.input) if params.input is not UNSET and params.input is not None else mcp.pipeline_view(self.conversation)
         voice_name = out.voice.id if isinstance(out.voice, ev.VoiceId) else out.voice
         choice = out.tool_choice
         request = ResponseRequest(
@@ -146,7 +200,7 @@ class Responses:
             speed=cfg.speed,
             max_output_tokens=None if out.max_output_tokens == "inf" else out.max_output_tokens,
             temperature=params.temperature if params.temperature is not UNSET else cfg.temperature,
-            tools=[Tool(t.name, t.description or "", t.parameters or {}) for t in out.tools],
+            tools=[Tool(t.name, t.description or "", t.parameters or {}) for t in out.tools if isinstance(t, ev.FunctionTool)] + self._mcp_offer(out.tools)[0],
             tool_choice=choice.name if isinstance(choice, ev.ToolChoiceFunction) else choice,
             parallel_tool_calls=_parallel(params.parallel_tool_calls, wire.parallel_tool_calls),
         )

@@ -69,6 +69,15 @@ log = logging.getLogger(__name__)
 CancelReason = Literal["turn_detected", "client_cancelled", "shutdown"]
 
 
+MAX_MCP_ROUNDS = 4  # a response asks its pipeline at most this many times (again after each round's MCP calls)
+
+
+async def _close(chunks: AsyncIterator[OutputChunk]) -> None:
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
 class StageTimeout(Exception):
     """A pipeline stage gave no output within ``Limits.stage_timeout_s``."""
 
@@ -263,7 +272,28 @@ class ResponseRun:
         return self.outcome
 
     async def _stream(self) -> None:
-        async with contextlib.aclosing(self._chunks) as stream:  # type: ignore[type-var]
+        """The pipeline's answer; after each round that ran MCP calls, the pipeline is asked again
+        with their outputs in its history, so the answer goes on from them in this response."""
+        port, items = self.port, self.items
+        chunks = self._chunks
+        if self.in_band:
+            approved = port.approved_calls()
+            for request in approved:  # the client approved them since the last response
+                await items.approved(request, self._close_message)
+            if approved:
+                await _close(chunks)  # asked before those outputs were in the history
+                chunks = port.respond(port.again(self.request, self.output, self.in_band))
+        for round_ in range(MAX_MCP_ROUNDS):
+            if round_:
+                await self._close_message()
+                chunks = port.respond(port.again(self.request, self.output, self.in_band))
+            ran = items.mcp_calls_run
+            await self._take(chunks)
+            if items.mcp_calls_run == ran or self.muted:
+                return
+
+    async def _take(self, chunks: AsyncIterator[OutputChunk]) -> None:
+        async with contextlib.aclosing(chunks) as stream:  # type: ignore[type-var]
             while True:
                 try:  # every wait on the pipeline is bounded: a hung stage fails the response
                     async with asyncio.timeout(self._stage_timeout_s):
@@ -277,10 +307,18 @@ class ResponseRun:
                 elif isinstance(chunk, TextDelta):
                     await self._on_text(chunk.text)
                 elif isinstance(chunk, ToolCallDelta):
-                    if not self.muted:
+                    if self.muted:
+                        pass
+                    elif self.items.is_mcp(chunk.name):
+                        await self.items.mcp_delta(chunk, self._close_message)
+                    else:
                         await self.items.call_delta(chunk, self._close_message)
                 elif isinstance(chunk, ToolCall):
-                    if not self.muted:
+                    if self.muted:
+                        pass
+                    elif self.items.is_mcp(chunk.name):
+                        await self.items.mcp_call(chunk, self._close_message)
+                    else:
                         await self.items.call(chunk, self._close_message)
                 elif isinstance(chunk, Usage):
                     self.outcome.usage = chunk

@@ -35,13 +35,14 @@ import numpy as np
 from pipelines.base import Capabilities, Pipeline
 from pipelines.turn_end.policy import TurnEndPolicy
 
-from ..config import InterruptionGuard, Limits
+from ..config import InterruptionGuard, Limits, McpConfig
 from ..errors import RealtimeError
 from ..ids import new_id
 from ..metrics import Metrics
 from ..protocol import events as ev
 from ..protocol.codec import decode_client_event
 from . import config as sc
+from . import mcp
 from .context import Lifecycle, SessionContext
 from .conversation import Conversation
 from .idle import IdleTimeout
@@ -78,7 +79,7 @@ class Session:
         ev.OutputAudioBufferClear: ("responses", "on_output_clear"),
         ev.SessionUpdate: (None, "_on_session_update"),
         ev.TranscriptionSessionUpdate: (None, "_on_transcription_session_update"),
-        ev.ConversationItemCreate: ("items", "on_create"),
+        ev.ConversationItemCreate: (None, "_on_item_create"),
         ev.ConversationItemRetrieve: ("items", "on_retrieve"),
         ev.ConversationItemDelete: ("items", "on_delete"),
         ev.ConversationItemTruncate: ("items", "on_truncate"),
@@ -97,6 +98,7 @@ class Session:
         beta: bool = False,
         timing_metadata: bool = False,
         turn_end: TurnEndPolicy | None = None,
+        mcp_settings: McpConfig | None = None,
     ) -> None:
         session_id = new_id("sess")
         caps = pipeline.capabilities
@@ -113,7 +115,8 @@ class Session:
         self.items = Items(ctx, self.conversation, self.transcriber, self.runs)
         self.user = UserInput(ctx, self.items, self.transcriber)
         self.idle = IdleTimeout(ctx, self.user, self.runs)
-        self.responses = Responses(ctx, self.runs, self.items, self.conversation, self.idle, self.playout)
+        self.mcp = mcp.McpServers(mcp_settings or McpConfig(), session_id)
+        self.responses = Responses(ctx, self.runs, self.items, self.conversation, self.idle, self.playout, self.mcp)
         self.turns = TurnTaking(
             ctx,
             self.user,
@@ -195,9 +198,17 @@ class Session:
     async def _on_transcription_session_update(self, e: ev.TranscriptionSessionUpdate) -> None:
         await self._on_session_update(ev.SessionUpdate(session=msgspec.structs.replace(e.session, type="transcription")))
 
+    async def _on_item_create(self, e: ev.ConversationItemCreate) -> None:
+        item = await self.items.on_create(e)
+        if isinstance(item, mcp.McpApprovalResponse) and self.config.responds and self.runs.active is None:
+            await self.responses.start(ev.ResponseParams(), started_at=time.perf_counter())  # runs (or declines) the call, and answers
+
     async def _on_session_update(self, e: ev.SessionUpdate) -> None:
         ctx = self.ctx
         old = ctx.config
+        tools = e.session.tools if e.session.tools is not msgspec.UNSET and e.session.tools is not None else None
+        if tools is not None:  # the allow-list, before anything changes or connects
+            mcp.check_tools(tools, self.mcp.settings, "session.tools")
         new = old.updated(e.session, ctx.caps)
         ctx.config = new
         if new.input_format is not old.input_format:
@@ -207,6 +218,14 @@ class Session:
         if self.turns.detection(new.vad) != self.turns.detection(old.vad):
             self.turns.vad_changed()
         await ctx.emit(ev.SessionUpdated(session=new.public))
+        if tools is not None and new.responds:
+            self.mcp.spawn(self._connect_mcp(tools))
+
+    async def _connect_mcp(self, tools: list[ev.Tool]) -> None:
+        try:
+            await self.responses.connect_mcp(tools, keep_others=False)
+        except Exception:  # (the outbox closed under it: the session is going)
+            log.exception("session %s: connecting its MCP servers failed", self.ctx.id)
 
     # ================================================================== ending
 
@@ -238,6 +257,10 @@ class Session:
         await ctx.tasks.cancel()
         await asyncio.gather(*(r.task for r in runs if r.task), return_exceptions=True)
         self.runs.clear()
+        try:
+            await self.mcp.close()
+        except Exception:
+            log.exception("closing the MCP connections of %s failed", ctx.id)
         try:
             await ctx.pipe.close()
         except Exception:

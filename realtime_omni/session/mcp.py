@@ -1,0 +1,517 @@
+"""MCP tools run by the server itself: a session's ``type: "mcp"`` tools (OpenAI's GA semantics).
+
+The server fetches URLs that clients name, so nothing is reached unless ``mcp.allowed_servers``
+(URL prefixes; ``serve --mcp-allow``) covers it: a tool naming another server is refused before any
+connection, and every request a connection makes (a redirect's too) is checked against the list
+again. ``headers`` and ``authorization`` go to the MCP server only: the session keeps the tool
+without them (what ``session.updated`` shows), and nothing here logs them.
+
+One connection per server (``server_label``) per session, opened with the official ``mcp`` SDK
+(Streamable HTTP) when a ``session.update`` or a ``response.create`` names it, kept for the
+session, closed with it. Each connection lives in a task of its own (the SDK's transports are
+anyio task groups, which must be left by the task that entered them); calls reach its
+``ClientSession`` from the responses' tasks. Listing and each call are bounded in time, an
+output in size, the servers of a session in number.
+
+The items this adds to a conversation (``McpListTools``, ``McpCall``, ``McpApprovalRequest``,
+``McpApprovalResponse``) are the session's, not a pipeline's: a pipeline sees a finished call as
+the function call and output it knows (``pipeline_view``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from msgspec import UNSET, structs
+
+from pipelines.base import ContextItem, FunctionCall, FunctionResult, Message, Tool
+
+from ..config import McpConfig
+from ..errors import RealtimeError, invalid_value
+from ..ids import new_id
+from ..protocol import events as ev
+
+log = logging.getLogger(__name__)
+
+DECLINED = "The user declined this tool call."
+
+
+# ---------------------------------------------------------------------------------------------
+# The items
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class McpListTools:
+    id: str
+    server_label: str
+    tools: list[ev.McpListedTool] = field(default_factory=list)
+
+
+@dataclass
+class McpCall:
+    id: str
+    server_label: str
+    name: str
+    arguments: str
+    approval_request_id: str | None = None
+    output: str | None = None
+    error: ev.McpCallError | None = None
+    status: Literal["in_progress", "completed", "failed", "incomplete"] = "in_progress"
+
+
+@dataclass
+class McpApprovalRequest:
+    id: str
+    server_label: str
+    name: str
+    arguments: str
+
+
+@dataclass
+class McpApprovalResponse:
+    id: str
+    approval_request_id: str
+    approve: bool
+    reason: str | None = None
+
+
+McpItem = McpListTools | McpCall | McpApprovalRequest | McpApprovalResponse
+MCP_ITEMS = (McpListTools, McpCall, McpApprovalRequest, McpApprovalResponse)
+
+
+def to_wire(item: McpItem) -> ev.Item:
+    if isinstance(item, McpListTools):
+        return ev.McpListToolsItem(id=item.id, server_label=item.server_label, tools=item.tools)
+    if isinstance(item, McpCall):
+        return ev.McpCallItem(
+            id=item.id, server_label=item.server_label, name=item.name, arguments=item.arguments,
+            approval_request_id=item.approval_request_id, output=item.output, error=item.error,
+        )  # fmt: skip
+    if isinstance(item, McpApprovalRequest):
+        return ev.McpApprovalRequestItem(id=item.id, server_label=item.server_label, name=item.name, arguments=item.arguments)
+    return ev.McpApprovalResponseItem(id=item.id, approval_request_id=item.approval_request_id, approve=item.approve, reason=item.reason)
+
+
+def from_wire(item: ev.Item, param: str) -> McpApprovalResponse:
+    """An MCP item a client sends: only an approval response is the client's to write."""
+    if not isinstance(item, ev.McpApprovalResponseItem):
+        kind = item.__struct_config__.tag
+        raise invalid_value(f"{param}.type", f"Invalid '{param}.type': {kind!r} items are written by the server, not the client.")
+    reason = item.reason if isinstance(item.reason, str) else None
+    return McpApprovalResponse(item.id if isinstance(item.id, str) else new_id("item"), item.approval_request_id, item.approve, reason)
+
+
+def pipeline_view(items: Iterable[Any]) -> list[ContextItem]:
+    """The history as a pipeline knows it: a finished MCP call (or a declined request) is a
+    function call and its output; listings, open requests and approvals are left out."""
+    items = list(items)
+    declined = {i.approval_request_id: i for i in items if isinstance(i, McpApprovalResponse) and not i.approve}
+    out: list[ContextItem] = []
+    for item in items:
+        if isinstance(item, (Message, FunctionCall, FunctionResult)):
+            out.append(item)
+        elif isinstance(item, McpCall) and item.status != "in_progress":
+            text = item.output if item.output is not None else f"Error: {item.error.message if item.error else 'the call did not finish'}"
+            out += [FunctionCall(item.id, item.id, item.name, item.arguments), FunctionResult(f"{item.id}_output", item.id, text)]
+        elif isinstance(item, McpApprovalRequest) and item.id in declined:
+            reason = declined[item.id].reason
+            text = f"{DECLINED} {reason}" if reason else DECLINED
+            out += [FunctionCall(item.id, item.id, item.name, item.arguments), FunctionResult(f"{item.id}_output", item.id, text)]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The allow-list and the tools' checks
+# ---------------------------------------------------------------------------------------------
+
+
+def allowed(url: str, prefixes: Iterable[str]) -> bool:
+    """``url`` is under one of ``prefixes``: the same scheme, host and port, and a path that
+    starts with the prefix's (so ``http://a:1/x`` never allows ``http://a:1.evil/`` nor ``http://a:10/``)."""
+    try:
+        u = urlsplit(url)
+        port = u.port
+    except ValueError:
+        return False
+    if u.scheme not in ("http", "https") or not u.hostname or u.username or u.password:
+        return False
+    for prefix in prefixes:
+        try:
+            p = urlsplit(prefix)
+            p_port = p.port
+        except ValueError:
+            continue
+        if (p.scheme, p.hostname, p_port) == (u.scheme, u.hostname, port) and u.path.startswith(p.path):
+            return True
+    return False
+
+
+def check_tools(tools: list[ev.Tool], settings: McpConfig, param: str) -> None:
+    """Refuse, before any connection, an MCP tool this server will not call."""
+    labels: set[str] = set()
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, ev.McpTool):
+            continue
+        p = f"{param}[{i}]"
+        for name in ("connector_id", "tunnel_id"):
+            if getattr(tool, name) is not UNSET:
+                raise RealtimeError(f"Invalid '{p}.{name}': this server calls MCP servers by 'server_url' only.", code="unsupported_value", param=f"{p}.{name}")
+        if not isinstance(tool.server_url, str):
+            raise RealtimeError(f"Missing required parameter: '{p}.server_url'.", code="missing_required_parameter", param=f"{p}.server_url")
+        if not allowed(tool.server_url, settings.allowed_servers):
+            raise RealtimeError(
+                f"Invalid '{p}.server_url': this server does not call the MCP server {tool.server_url!r}: it is not under any of the "
+                "URL prefixes of its 'mcp.allowed_servers' setting (serve --mcp-allow PREFIX).",
+                code="mcp_server_not_allowed",
+                param=f"{p}.server_url",
+            )
+        if tool.server_label in labels:
+            raise invalid_value(f"{p}.server_label", f"Invalid '{p}.server_label': duplicate server label {tool.server_label!r}.")
+        labels.add(tool.server_label)
+    if len(labels) > settings.max_servers:
+        raise invalid_value(param, f"Invalid '{param}': at most {settings.max_servers} MCP servers per session (mcp.max_servers).")
+
+
+def public(tool: ev.McpTool) -> ev.McpTool:
+    """The tool as events show it: without its secrets."""
+    return structs.replace(tool, headers=UNSET, authorization=UNSET)
+
+
+def _matches(rule: ev.McpToolFilter | None, name: str, annotations: Any) -> bool:
+    if rule is None:
+        return False
+    names, read_only = rule.tool_names, rule.read_only
+    if isinstance(names, list) and name in names:
+        return True
+    hint = isinstance(annotations, dict) and annotations.get("readOnlyHint") is True
+    return isinstance(read_only, bool) and read_only == hint
+
+
+def _rule(value: ev.McpToolFilter | None | Any) -> ev.McpToolFilter | None:
+    return value if isinstance(value, ev.McpToolFilter) else None
+
+
+def offered(tool: ev.McpTool, listed: ev.McpListedTool) -> bool:
+    """``allowed_tools``: a list of names, or a filter (names, or read-only by the server's hint)."""
+    rule = tool.allowed_tools
+    if isinstance(rule, list):
+        return listed.name in rule
+    if isinstance(rule, ev.McpToolFilter):
+        return _matches(rule, listed.name, listed.annotations)
+    return True
+
+
+def needs_approval(tool: ev.McpTool, listed: ev.McpListedTool) -> bool:
+    """``require_approval``: ``never``, ``always`` (OpenAI's default), or filters: a tool under
+    ``never`` runs at once, any other waits for the client's approval."""
+    rule = tool.require_approval
+    if rule == "never":
+        return False
+    if isinstance(rule, ev.McpApprovalFilter):
+        if _matches(_rule(rule.never), listed.name, listed.annotations):
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Connections
+# ---------------------------------------------------------------------------------------------
+
+
+class McpFailure(Exception):
+    def __init__(self, error: ev.McpCallError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class NotAllowed(Exception):
+    """A request (a redirect's) to a URL off the allow-list."""
+
+
+def _failure(exc: BaseException, what: str) -> McpFailure:
+    if isinstance(exc, McpFailure):
+        return exc
+    if isinstance(exc, TimeoutError):
+        return McpFailure(ev.McpCallError(type="protocol_error", code=-32001, message=f"The MCP server did not answer the {what} in time."))
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if isinstance(status, int):
+        return McpFailure(ev.McpCallError(type="http_error", code=status, message=f"The MCP server answered the {what} with HTTP {status}."))
+    error = getattr(exc, "error", None)
+    code = getattr(error, "code", None)
+    detail = str(getattr(error, "message", "") or exc) or type(exc).__name__
+    if isinstance(exc, NotAllowed) or any(isinstance(e, NotAllowed) for e in _causes(exc)):
+        detail = "a request went to a URL outside mcp.allowed_servers (a redirect?), so it was refused"
+    return McpFailure(ev.McpCallError(type="protocol_error", code=code if isinstance(code, int) else -32603, message=f"The {what} failed: {detail}"))
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    stack = [exc]
+    while stack and len(seen) < 32:
+        e = stack.pop()
+        seen.append(e)
+        stack += [c for c in (e.__cause__, e.__context__) if c is not None]
+        stack += list(getattr(e, "exceptions", ()))
+    return seen
+
+
+class McpConnection:
+    """One MCP server of a session, held open by a task of its own."""
+
+    def __init__(self, tool: ev.McpTool, settings: McpConfig, session_id: str) -> None:
+        self.tool = tool
+        self.settings = settings
+        self.key = _key(tool)
+        self._session: Any = None
+        self._ready: asyncio.Future[list[ev.McpListedTool]] = asyncio.get_running_loop().create_future()
+        self._closing = asyncio.Event()
+        self._task = asyncio.create_task(self._hold(), name=f"mcp:{session_id}:{tool.server_label}")
+
+    @property
+    def closed(self) -> bool:
+        return self._task.done()
+
+    async def listed(self) -> list[ev.McpListedTool]:
+        """The server's tools, once connected (``McpFailure`` if it could not be reached in time)."""
+        try:
+            async with asyncio.timeout(self.settings.list_timeout_s):
+                return await asyncio.shield(self._ready)
+        except Exception as exc:
+            await self.close()
+            raise _failure(exc, "listing of its tools") from None
+
+    async def _hold(self) -> None:
+        from mcp import ClientSession
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        prefixes = self.settings.allowed_servers
+        headers = dict(self.tool.headers) if isinstance(self.tool.headers, dict) else {}
+        if isinstance(self.tool.authorization, str):
+            headers["Authorization"] = f"Bearer {self.tool.authorization}"
+
+        async def check(request: Any) -> None:
+            if not allowed(str(request.url), prefixes):
+                raise NotAllowed("a request to a URL outside mcp.allowed_servers")
+
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                http = create_mcp_http_client(headers=headers)  # (listing and calls are bounded here, with asyncio)
+                http.event_hooks = {"request": [check], "response": []}
+                await stack.enter_async_context(http)
+                read, write = await stack.enter_async_context(streamable_http_client(str(self.tool.server_url), http_client=http))
+                session = await stack.enter_async_context(ClientSession(read, write, read_timeout_seconds=self.settings.call_timeout_s))
+                await session.initialize()
+                tools: list[ev.McpListedTool] = []
+                cursor: str | None = None
+                for _ in range(100):  # pages
+                    page = await session.list_tools(params=_page(cursor))
+                    tools += [_listed(t) for t in page.tools]
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+                self._session = session
+                if not self._ready.done():
+                    self._ready.set_result(tools)
+                await self._closing.wait()
+        except BaseException as exc:  # (cancellation included: the session closed while connecting)
+            if not self._ready.done():
+                self._ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError("closed"))
+            if not isinstance(exc, (Exception, asyncio.CancelledError)):
+                raise
+            if isinstance(exc, Exception):
+                log.info("MCP server %r: connection ended: %s", self.tool.server_label, type(exc).__name__)
+        finally:
+            self._session = None
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> str:
+        session = self._session
+        if session is None or self.closed:
+            raise McpFailure(ev.McpCallError(type="protocol_error", code=-32000, message="The connection to the MCP server is closed."))
+        try:
+            async with asyncio.timeout(self.settings.call_timeout_s):
+                result = await session.call_tool(name, arguments)
+        except Exception as exc:
+            raise _failure(exc, "call") from None
+        text = _text(result)
+        size = len(text.encode())
+        if size > self.settings.max_output_bytes:
+            message = f"The tool's output ({size} bytes) is over this server's limit of {self.settings.max_output_bytes} bytes (mcp.max_output_bytes)."
+            raise McpFailure(ev.McpCallError(type="tool_execution_error", message=message))
+        if getattr(result, "is_error", False):
+            raise McpFailure(ev.McpCallError(type="tool_execution_error", message=text or "The tool failed."))
+        return text
+
+    async def close(self) -> None:
+        self._closing.set()
+        if not self._task.done():
+            try:
+                async with asyncio.timeout(5.0):
+                    await asyncio.shield(self._task)
+            except (TimeoutError, Exception):
+                self._task.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._task
+        if self._ready.done() and not self._ready.cancelled():
+            self._ready.exception()  # (retrieved: a failed listing is reported, not logged as never read)
+
+
+def _key(tool: ev.McpTool) -> tuple[Any, ...]:
+    headers = tuple(sorted(tool.headers.items())) if isinstance(tool.headers, dict) else ()
+    return (tool.server_url, headers, tool.authorization)
+
+
+def _page(cursor: str | None) -> Any:
+    if cursor is None:
+        return None
+    from mcp.types import PaginatedRequestParams
+
+    return PaginatedRequestParams(cursor=cursor)
+
+
+def _listed(tool: Any) -> ev.McpListedTool:
+    annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations is not None else None
+    schema = tool.input_schema if isinstance(tool.input_schema, dict) else {"type": "object"}
+    return ev.McpListedTool(name=tool.name, input_schema=schema, description=tool.description, annotations=annotations)
+
+
+def _text(result: Any) -> str:
+    """A call's content as one string: its text parts, anything else as JSON."""
+    parts = []
+    for content in getattr(result, "content", None) or []:
+        text = getattr(content, "text", None)
+        parts.append(text if isinstance(text, str) else json.dumps(content.model_dump(mode="json", exclude_none=True)))
+    if not parts and getattr(result, "structured_content", None) is not None:
+        parts.append(json.dumps(result.structured_content))
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# A session's servers
+# ---------------------------------------------------------------------------------------------
+
+Emit = Callable[[Any], Awaitable[Any]]
+AddItem = Callable[[McpListTools], Awaitable[None]]  # adds the item and says conversation.item.added
+
+
+@dataclass
+class Listing:
+    tool: ev.McpTool
+    tools: list[ev.McpListedTool]
+
+
+class McpServers:
+    """A session's MCP servers: connected and listed on demand, one connection per label."""
+
+    def __init__(self, settings: McpConfig, session_id: str) -> None:
+        self.settings = settings
+        self.session_id = session_id
+        self.connections: dict[str, McpConnection] = {}
+        self.listings: dict[str, Listing] = {}  # label -> the tool (secrets kept) and its offered tools
+        self._pending: set[asyncio.Task[Any]] = set()
+
+    async def ensure(self, tools: list[ev.Tool], emit: Emit, add_item: AddItem, item_done: AddItem, keep_others: bool = True) -> None:
+        """Connect to and list every MCP server of ``tools`` not yet connected (with the same URL
+        and secrets): an ``mcp_list_tools`` item each, ``mcp_list_tools.in_progress`` then
+        ``.completed`` or ``.failed``. ``keep_others`` False (a session's tools replaced): the
+        connections to servers no longer named are closed."""
+        wanted = {t.server_label: t for t in tools if isinstance(t, ev.McpTool)}
+        if not keep_others:
+            for label in [label for label in self.connections if label not in wanted]:
+                await self._drop(label)
+        for label, tool in wanted.items():
+            current = self.connections.get(label)
+            if current is not None and current.key == _key(tool) and not current.closed:
+                self.listings[label] = Listing(tool, self.listings[label].tools) if label in self.listings else Listing(tool, [])
+                continue
+            if current is not None:
+                await self._drop(label)
+            connection = self.connections[label] = McpConnection(tool, self.settings, self.session_id)
+            item = McpListTools(new_id("item"), label)
+            await add_item(item)
+            await emit(ev.McpListToolsInProgress(item_id=item.id))
+            try:
+                listed = await connection.listed()
+            except McpFailure as failure:
+                log.info("session %s: MCP server %r: listing failed: %s", self.session_id, label, failure)
+                await emit(ev.McpListToolsFailed(item_id=item.id))
+                await item_done(item)
+                await emit(ev.Error(error=ev.ErrorDetail(
+                    type="server_error", code="mcp_list_tools_failed", param=None, event_id=None,
+                    message=f"Could not list the tools of MCP server {label!r}: {failure.error.message}",
+                )))  # fmt: skip
+                self.connections.pop(label, None)
+                continue
+            item.tools = [t for t in listed if offered(tool, t)]
+            self.listings[label] = Listing(tool, item.tools)
+            await emit(ev.McpListToolsCompleted(item_id=item.id))
+            await item_done(item)
+
+    def spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def ready(self) -> None:
+        """Wait for the listings under way (a response offers what they find)."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+    def offer(self, tools: list[ev.Tool], taken: set[str]) -> tuple[list[Tool], dict[str, tuple[ev.McpTool, ev.McpListedTool]]]:
+        """The pipeline's tools for the MCP servers of ``tools`` (listed), and each tool's server.
+        A name already ``taken`` (a function, another server's tool) is not offered twice."""
+        out: list[Tool] = []
+        where: dict[str, tuple[ev.McpTool, ev.McpListedTool]] = {}
+        for tool in tools:
+            if not isinstance(tool, ev.McpTool) or tool.server_label not in self.listings:
+                continue
+            for listed in self.listings[tool.server_label].tools:
+                if listed.name in taken:
+                    continue
+                taken.add(listed.name)
+                schema = listed.input_schema if isinstance(listed.input_schema, dict) else {"type": "object"}
+                out.append(Tool(listed.name, listed.description or "", schema))
+                where[listed.name] = (tool, listed)
+        return out, where
+
+    def listed_tool(self, label: str, name: str) -> ev.McpListedTool | None:
+        listing = self.listings.get(label)
+        return next((t for t in listing.tools if t.name == name), None) if listing else None
+
+    async def call(self, label: str, name: str, arguments: str) -> str:
+        """Run a tool; its output (``McpFailure`` with the error to report otherwise)."""
+        connection = self.connections.get(label)
+        if connection is None or self.listed_tool(label, name) is None:
+            raise McpFailure(ev.McpCallError(type="protocol_error", code=-32602, message=f"MCP server {label!r} offers no tool {name!r}."))
+        try:
+            args = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            args = None
+        if not isinstance(args, dict):
+            raise McpFailure(ev.McpCallError(type="protocol_error", code=-32602, message="The call's arguments are not a JSON object."))
+        return await connection.call(name, args)
+
+    async def _drop(self, label: str) -> None:
+        self.listings.pop(label, None)
+        connection = self.connections.pop(label, None)
+        if connection is not None:
+            await connection.close()
+
+    async def close(self) -> None:
+        for task in list(self._pending):
+            task.cancel()
+        await asyncio.gather(*list(self._pending), return_exceptions=True)
+        for label in list(self.connections):
+            await self._drop(label)
+
+    @property
+    def open_connections(self) -> int:
+        return sum(not c.closed for c in self.connections.values())

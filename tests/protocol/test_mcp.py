@@ -1,0 +1,291 @@
+"""MCP tools run by the server (``type: "mcp"``): a real MCP server written here with the ``mcp``
+SDK on loopback, the official openai SDK as the client (every event validated against its GA
+models), the synthetic pipeline calling the tool the user's words name."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+from typing import Any
+
+import pytest
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from tests.support.client import connect
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# The allowed MCP servers' ports: each test starts its own on a port of its own (a server killed by
+# cancelling its task may hold its port until the process ends).
+PORTS = iter([_free_port() for _ in range(6)])
+ALLOWED = [f"http://127.0.0.1:{port}/mcp" for port in list(PORTS)]
+PORTS = iter(int(url.split(":")[2].split("/")[0]) for url in ALLOWED)
+SECRET = "s3cret-token-never-echoed"
+MCP_SETTINGS = {"allowed_servers": ALLOWED, "call_timeout_s": 2.0, "list_timeout_s": 5.0, "max_output_bytes": 1000, "max_servers": 2}
+
+
+class ToolServer:
+    """An MCP server with a few tools, served by the SDK's Streamable HTTP runner."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port = next(PORTS) if port is None else port
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.started = asyncio.Event()
+        server = self.server = MCPServer("test-tools")
+
+        @server.tool()
+        def weather(city: str) -> str:
+            """The weather in a city."""
+            self.calls.append(("weather", {"city": city}))
+            return f"sunny and 21 degrees in {city}"
+
+        @server.tool()
+        async def slowpoke(city: str) -> str:
+            """Answers after a long while."""
+            self.calls.append(("slowpoke", {"city": city}))
+            self.started.set()
+            await asyncio.sleep(30)
+            return "too late"
+
+        @server.tool()
+        def verbose(city: str) -> str:
+            """Answers with far too much."""
+            return "x" * 5000
+
+        @server.tool()
+        def broken(city: str) -> str:
+            """Fails."""
+            raise ToolError("the backend is down")
+
+        self.task: asyncio.Task[Any] | None = None
+
+    @property
+    def sessions(self) -> int:
+        """MCP sessions open on this server now."""
+        try:
+            return len(self.server.session_manager._server_instances)
+        except RuntimeError:  # (no session manager yet: nothing ever connected)
+            return 0
+
+    async def __aenter__(self) -> "ToolServer":
+        self.task = asyncio.create_task(self.server.run_streamable_http_async(host="127.0.0.1", port=self.port))
+        for _ in range(200):
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                writer.close()
+                return self
+            except OSError:
+                await asyncio.sleep(0.05)
+        raise RuntimeError("the MCP server did not start")
+
+    async def kill(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+            self.task = None
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.kill()
+
+
+@pytest.fixture(scope="module")
+def mcp_server_url(make_server: Any) -> str:
+    return make_server(server={"mcp": MCP_SETTINGS}).ws_base
+
+
+def mcp_tool(server: ToolServer, **fields: Any) -> dict[str, Any]:
+    return {"type": "mcp", "server_label": "tools", "server_url": server.url, "require_approval": "never", **fields}
+
+
+async def _configure(c: Any, tool: dict[str, Any]) -> Any:
+    await c.send({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"], "tools": [tool]}})
+    updated = await c.expect("session.updated")
+    return updated
+
+
+async def _ask(c: Any, text: str) -> list[Any]:
+    await c.send({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}})
+    await c.send({"type": "response.create"})
+    return await c.until("response.done", timeout=15)
+
+
+async def test_listing_a_call_and_the_answer_from_its_output(mcp_server_url):
+    async with ToolServer() as tools:
+        await _call_and_answer(mcp_server_url, tools)
+        # the client gone: its session's MCP connection closed on the server
+        for _ in range(100):
+            if tools.sessions == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert tools.sessions == 0
+
+
+async def _call_and_answer(mcp_server_url: str, tools: ToolServer) -> None:
+    async with connect(mcp_server_url) as c:
+        updated = await _configure(c, mcp_tool(tools, headers={"X-Key": SECRET}, authorization=SECRET, allowed_tools=["weather", "broken"]))
+        shown = updated.session.tools[0]
+        assert shown.type == "mcp" and shown.server_url == tools.url and shown.headers is None and shown.authorization is None
+        listing = await c.until("mcp_list_tools.completed")
+        added = next(e for e in listing if e.type == "conversation.item.added")
+        assert added.item.type == "mcp_list_tools"
+        assert [e.type for e in listing if e.type.startswith("mcp_list_tools.")] == ["mcp_list_tools.in_progress", "mcp_list_tools.completed"]
+        done = await c.expect("conversation.item.done")
+        assert done.item.type == "mcp_list_tools" and sorted(t.name for t in done.item.tools) == ["broken", "weather"]  # allowed_tools
+        assert tools.sessions == 1
+
+        events = await _ask(c, "What is the weather in Paris today?")
+        kinds = [e.type for e in events]
+        assert "response.function_call_arguments.delta" not in kinds  # the server's call, not the client's
+        order = [k for k in kinds if k.startswith("response.mcp_call")]
+        assert order[0] == "response.mcp_call_arguments.delta" and order[-2:] == ["response.mcp_call.in_progress", "response.mcp_call.completed"]
+        call = next(e.item for e in events if e.type == "response.output_item.done" and e.item.type == "mcp_call")
+        assert call.server_label == "tools" and call.name == "weather" and json.loads(call.arguments) == {"city": "Paris"}
+        assert call.output == "sunny and 21 degrees in Paris" and call.error is None
+        assert tools.calls == [("weather", {"city": "Paris"})]
+        response = events[-1].response
+        assert response.status == "completed"
+        assert [i.type for i in response.output] == ["mcp_call", "message"]  # the answer goes on in the same response
+        text = next(e.text for e in events if e.type == "response.output_text.done")
+        assert "sunny and 21 degrees in Paris" in text
+        assert SECRET not in json.dumps([e.model_dump() for e in c.events])
+
+        # a tool error is the call's error, and the answer says so
+        events = await _ask(c, "Is the broken thing fixed?")
+        call = next(e.item for e in events if e.type == "response.output_item.done" and e.item.type == "mcp_call")
+        assert "response.mcp_call.failed" in [e.type for e in events]
+        assert call.output is None and call.error.type == "tool_execution_error" and "the backend is down" in call.error.message
+        assert events[-1].response.status == "completed"
+
+
+async def test_a_server_not_allowed_is_refused_before_any_connection(mcp_server_url):
+    other = ToolServer(_free_port())
+    async with other, connect(mcp_server_url) as c:
+        port = ALLOWED[0].split(":")[2].split("/")[0]
+        for url in [other.url, f"http://127.0.0.1:{port}.evil.example/mcp", f"http://127.0.0.1:{port}/other", f"https://127.0.0.1:{port}/mcp"]:
+            await c.send({"type": "session.update", "session": {"type": "realtime", "tools": [mcp_tool(other, server_url=url)]}})
+            err = await c.expect("error")
+            assert err.error.code == "mcp_server_not_allowed" and err.error.param == "session.tools[0].server_url" and "mcp.allowed_servers" in err.error.message
+        assert await c.quiet(0.3) == []
+        assert other.sessions == 0 and other.calls == []
+        # nor through response.create's own tools
+        await c.send({"type": "response.create", "response": {"tools": [mcp_tool(other)]}})
+        err = await c.expect("error")
+        assert err.error.code == "mcp_server_not_allowed" and err.error.param == "response.tools[0].server_url"
+        assert other.sessions == 0
+        # the session is unchanged and lives
+        await c.send({"type": "session.update", "session": {"type": "realtime", "instructions": "hi"}})
+        assert (await c.expect("session.updated")).session.tools == []
+
+
+async def test_approval_granted_runs_the_call_and_declined_does_not(mcp_server_url):
+    async with ToolServer() as tools, connect(mcp_server_url) as c:
+        await _configure(c, mcp_tool(tools, require_approval={"never": {"tool_names": ["verbose"]}}))
+        await c.until("mcp_list_tools.completed")
+        events = await _ask(c, "What is the weather in Oslo?")
+        request = next(e.item for e in events if e.type == "response.output_item.done").model_dump()
+        assert request["type"] == "mcp_approval_request" and request["name"] == "weather" and tools.calls == []
+        assert not any(e.type.startswith("response.mcp_call") for e in events)
+
+        await c.send({"type": "conversation.item.create", "item": {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}})
+        events = await c.until("response.done", timeout=15)
+        call = next(e.item for e in events if e.type == "response.output_item.done" and e.item.type == "mcp_call")
+        assert call.approval_request_id == request["id"] and call.output == "sunny and 21 degrees in Oslo"
+        assert tools.calls == [("weather", {"city": "Oslo"})]
+        assert "sunny and 21 degrees in Oslo" in next(e.text for e in events if e.type == "response.output_text.done")
+
+        events = await _ask(c, "And the weather in Rome?")
+        request = next(e.item for e in events if e.type == "response.output_item.done").model_dump()
+        await c.send({"type": "conversation.item.create", "item": {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": False}})
+        events = await c.until("response.done", timeout=15)
+        assert not any(e.type.startswith("response.mcp_call") for e in events)
+        assert "declined" in next(e.text for e in events if e.type == "response.output_text.done")
+        assert len(tools.calls) == 1
+
+        # an approval answers a request of this conversation, once
+        await c.send({"type": "conversation.item.create", "item": {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}})
+        assert (await c.expect("error")).error.param == "item.approval_request_id"
+
+
+@pytest.mark.slow
+async def test_a_slow_server_and_oversize_output_fail_the_call_not_the_session(mcp_server_url):
+    async with ToolServer() as tools, connect(mcp_server_url) as c:
+        await _configure(c, mcp_tool(tools))
+        await c.until("mcp_list_tools.completed")
+        events = await _ask(c, "Ask the slowpoke about Paris")  # call_timeout_s: 2
+        call = next(e.item for e in events if e.type == "response.output_item.done" and e.item.type == "mcp_call")
+        assert "response.mcp_call.failed" in [e.type for e in events] and "in time" in call.error.message
+        assert events[-1].response.status == "completed"
+
+        events = await _ask(c, "Something verbose about Paris")  # max_output_bytes: 1000
+        call = next(e.item for e in events if e.type == "response.output_item.done" and e.item.type == "mcp_call")
+        assert call.output is None and "mcp.max_output_bytes" in call.error.message
+
+
+
+KILLABLE = """
+import asyncio, sys
+from mcp.server.mcpserver import MCPServer
+server = MCPServer("killable")
+
+@server.tool()
+async def slowpoke(city: str) -> str:
+    \"\"\"Answers after a long while.\"\"\"
+    print("called", flush=True)
+    await asyncio.sleep(30)
+    return "too late"
+
+asyncio.run(server.run_streamable_http_async(host="127.0.0.1", port=int(sys.argv[1])))
+"""
+
+
+@pytest.mark.slow
+async def test_a_server_killed_mid_call_fails_the_call_not_the_session(mcp_server_url):
+    port = next(PORTS)
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", KILLABLE, str(port), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        for _ in range(400):
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            except OSError:
+                await asyncio.sleep(0.05)
+        async with connect(mcp_server_url) as c:
+            url = f"http://127.0.0.1:{port}/mcp"
+            await _configure(c, {"type": "mcp", "server_label": "k", "server_url": url, "require_approval": "never"})
+            await c.until("mcp_list_tools.completed")
+            await c.send({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "slowpoke please"}]}})
+            await c.send({"type": "response.create"})
+            assert proc.stdout is not None
+            while (await asyncio.wait_for(proc.stdout.readline(), 10)).strip() != b"called":  # (the access log shares stdout)
+                pass
+            proc.kill()  # mid-call
+            events = await c.until("response.done", timeout=15)
+            assert "response.mcp_call.failed" in [e.type for e in events] and events[-1].response.status == "completed"
+            # the session lives, and the dead server's next call fails at once
+            events = await _ask(c, "slowpoke again")
+            assert "response.mcp_call.failed" in [e.type for e in events] and events[-1].response.status == "completed"
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+
+
+async def test_a_server_that_is_down_fails_its_listing(mcp_server_url):
+    async with connect(mcp_server_url) as c:
+        await _configure(c, mcp_tool(ToolServer()))  # (never started)
+        events = await c.until("mcp_list_tools.failed", timeout=10)
+        assert any(e.type == "conversation.item.added" and e.item.type == "mcp_list_tools" for e in events)
+        err = await c.expect("error")
+        assert err.error.code == "mcp_list_tools_failed"
+        events = await _ask(c, "What is the weather in Paris?")  # no tool offered: a plain answer
+        assert [i.type for i in events[-1].response.output] == ["message"]
