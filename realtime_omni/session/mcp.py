@@ -417,12 +417,17 @@ class McpServers:
         self.connections: dict[str, McpConnection] = {}
         self.listings: dict[str, Listing] = {}  # label -> the tool (secrets kept) and its offered tools
         self._pending: set[asyncio.Task[Any]] = set()
+        self._lock = asyncio.Lock()  # one ``ensure`` at a time: two updates in a row never race for a label
 
     async def ensure(self, tools: list[ev.Tool], emit: Emit, add_item: AddItem, item_done: AddItem, keep_others: bool = True) -> None:
         """Connect to and list every MCP server of ``tools`` not yet connected (with the same URL
         and secrets): an ``mcp_list_tools`` item each, ``mcp_list_tools.in_progress`` then
         ``.completed`` or ``.failed``. ``keep_others`` False (a session's tools replaced): the
         connections to servers no longer named are closed."""
+        async with self._lock:
+            await self._ensure(tools, emit, add_item, item_done, keep_others)
+
+    async def _ensure(self, tools: list[ev.Tool], emit: Emit, add_item: AddItem, item_done: AddItem, keep_others: bool) -> None:
         wanted = {t.server_label: t for t in tools if isinstance(t, ev.McpTool)}
         if not keep_others:
             for label in [label for label in self.connections if label not in wanted]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import socket
 import sys
 from typing import Any
@@ -25,7 +26,7 @@ def _free_port() -> int:
 
 # The allowed MCP servers' ports: each test starts its own on a port of its own (a server killed by
 # cancelling its task may hold its port until the process ends).
-PORTS = iter([_free_port() for _ in range(6)])
+PORTS = iter([_free_port() for _ in range(8)])
 ALLOWED = [f"http://127.0.0.1:{port}/mcp" for port in list(PORTS)]
 PORTS = iter(int(url.split(":")[2].split("/")[0]) for url in ALLOWED)
 SECRET = "s3cret-token-never-echoed"
@@ -289,3 +290,143 @@ async def test_a_server_that_is_down_fails_its_listing(mcp_server_url):
         assert err.error.code == "mcp_list_tools_failed"
         events = await _ask(c, "What is the weather in Paris?")  # no tool offered: a plain answer
         assert [i.type for i in events[-1].response.output] == ["message"]
+
+
+def test_mcp_allow_flags_make_the_allow_list():
+    from host import cli
+    from realtime_omni import config as config_file
+
+    assert config_file.load("synthetic").mcp.allowed_servers == []  # nothing allowed by default
+    args = cli.parser().parse_args(["serve", "--config", "synthetic", "--mcp-allow", "http://127.0.0.1:9000/mcp", "--mcp-allow", "https://tools.example/"])
+    cfg = cli.config_from(args)
+    assert cfg.mcp.allowed_servers == ["http://127.0.0.1:9000/mcp", "https://tools.example/"]
+    assert cfg.mcp.max_servers == config_file.load("synthetic").mcp.max_servers
+
+
+@pytest.mark.parametrize(
+    ("url", "ok"),
+    [
+        ("http://127.0.0.1:9000/mcp", True),
+        ("http://127.0.0.1:9000/mcp/x", True),
+        ("http://127.0.0.1:9000/other", False),
+        ("http://127.0.0.1:90001/mcp", False),
+        ("http://127.0.0.1:900/mcp", False),
+        ("https://127.0.0.1:9000/mcp", False),
+        ("http://127.0.0.1:9000.evil.example/mcp", False),
+        ("http://user:pw@127.0.0.1:9000/mcp", False),
+        ("file:///etc/passwd", False),
+        ("https://tools.example/a", True),
+        ("https://tools.example.evil/a", False),
+    ],
+)
+def test_the_allow_list_compares_scheme_host_and_port_exactly(url, ok):
+    from realtime_omni.session.mcp import allowed
+
+    assert allowed(url, ["http://127.0.0.1:9000/mcp", "https://tools.example/"]) is ok
+
+
+class Recorder:
+    """Not an MCP server: an HTTP server on an allowed URL that records what reaches it. ``/mcp``
+    redirects (307, the same origin) to ``/hidden/mcp``, off the allow-list; ``/mcp/garbage``
+    answers HTML."""
+
+    def __init__(self) -> None:
+        self.port = next(PORTS)
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self.server: Any = None
+        self.task: asyncio.Task[Any] | None = None
+
+    async def app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        self.requests.append((scope["path"], {k.decode().lower(): v.decode() for k, v in scope["headers"]}))
+        if scope["path"] == "/mcp":
+            status, headers, body = 307, [(b"location", f"http://127.0.0.1:{self.port}/hidden/mcp".encode())], b""
+        elif scope["path"] == "/mcp/garbage":
+            status, headers, body = 200, [(b"content-type", b"text/html")], b"<html>not an MCP server</html>"
+        else:
+            status, headers, body = 404, [], b""
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __aenter__(self) -> "Recorder":
+        import uvicorn
+
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off", interface="asgi3"))
+        self.task = asyncio.create_task(self.server.serve())
+        while not self.server.started:
+            await asyncio.sleep(0.02)
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        await asyncio.wait_for(self.task, 10)
+
+
+async def test_a_redirect_off_the_list_is_not_followed_and_the_secrets_reach_only_the_server(mcp_server_url):
+    async with Recorder() as rec, connect(mcp_server_url) as c:
+        url = f"http://127.0.0.1:{rec.port}/mcp"
+        tool = {"type": "mcp", "server_label": "r", "server_url": url, "headers": {"X-Key": SECRET}, "authorization": SECRET}
+        await _configure(c, tool)
+        await c.until("mcp_list_tools.failed", timeout=10)
+        err = await c.expect("error")
+        assert err.error.code == "mcp_list_tools_failed", err
+        assert rec.requests and {path for path, _ in rec.requests} == {"/mcp"}  # /hidden/mcp never asked
+        first = rec.requests[0][1]
+        assert first["authorization"] == f"Bearer {SECRET}" and first["x-key"] == SECRET
+        # an answer that is not MCP: the listing fails, the session lives
+        await _configure(c, {**tool, "server_url": f"http://127.0.0.1:{rec.port}/mcp/garbage"})
+        await c.until("mcp_list_tools.failed", timeout=10)
+        assert rec.requests[-1][0] == "/mcp/garbage"
+        assert SECRET not in json.dumps([e.model_dump() for e in c.events])
+        events = await _ask(c, "hello")
+        assert events[-1].response.status == "completed"
+
+
+async def test_a_response_s_own_mcp_tools_are_connected_for_it(mcp_server_url):
+    async with ToolServer() as tools, connect(mcp_server_url) as c:
+        await c.send({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"]}})
+        await c.expect("session.updated")
+        await c.send({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "weather in Lima"}]}})
+        await c.send({"type": "response.create", "response": {"tools": [mcp_tool(tools)]}})
+        events = await c.until("response.done", timeout=15)
+        kinds = [e.type for e in events]
+        assert kinds.index("mcp_list_tools.completed") < kinds.index("response.created")
+        call = next(e.item for e in events if e.type == "response.output_item.done" and e.item.type == "mcp_call")
+        assert call.output == "sunny and 21 degrees in Lima"
+
+
+def _random_value(rng: random.Random, depth: int = 0) -> Any:
+    leaves = [None, True, 0, -1, 1.5, "", "x", "always", "never", "weather", ALLOWED[-1], "http://127.0.0.1:1/mcp", "ftp://x", "http://[::1", "mcp"]
+    if depth > 3 or rng.random() < 0.5:
+        return rng.choice(leaves)
+    if rng.random() < 0.4:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    keys = ["tool_names", "read_only", "always", "never", "X-Key", "type"]
+    return {rng.choice(keys): _random_value(rng, depth + 1) for _ in range(rng.randrange(4))}
+
+
+def random_mcp_tool(rng: random.Random) -> dict[str, Any]:
+    fields = ["server_label", "server_url", "connector_id", "server_description", "headers", "authorization", "allowed_tools", "require_approval", "allowed_callers", "bogus"]
+    tool: dict[str, Any] = {"type": "mcp"}
+    for name in rng.sample(fields, rng.randrange(len(fields))):
+        tool[name] = _random_value(rng)
+    return tool
+
+
+async def test_seeded_random_mcp_tool_shapes_get_an_answer_and_the_session_lives(mcp_server_url):
+    """400 seeded random ``type: "mcp"`` tools (random fields, values and nesting; URLs allowed,
+    refused and malformed): each update is answered (``session.updated`` or an ``error``), every
+    event validates, and the session still answers at the end. A failure names its seed."""
+    async with connect(mcp_server_url) as c:
+        for seed in range(400):
+            tool = random_mcp_tool(random.Random(seed))
+            await c.send({"type": "session.update", "event_id": f"seed-{seed}", "session": {"type": "realtime", "tools": [tool]}})
+            while True:
+                event = await c.recv(timeout=10)
+                if event.type == "session.updated" or (event.type == "error" and event.error.event_id == f"seed-{seed}"):
+                    break
+        await c.send({"type": "session.update", "session": {"type": "realtime", "tools": [], "output_modalities": ["text"]}})
+        await c.expect("session.updated")
+        events = await _ask(c, "hello")
+        assert events[-1].response.status == "completed"
