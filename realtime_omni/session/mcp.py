@@ -128,6 +128,18 @@ def pipeline_view(items: Iterable[Any]) -> list[ContextItem]:
     return out
 
 
+def approved_calls(items: Iterable[Any]) -> list[McpApprovalRequest]:
+    """The requests of ``items`` the client approved that no call has run yet."""
+    items = list(items)
+    ran = {i.approval_request_id for i in items if isinstance(i, McpCall)}
+    requests = {i.id: i for i in items if isinstance(i, McpApprovalRequest)}
+    return [
+        requests[i.approval_request_id]
+        for i in items
+        if isinstance(i, McpApprovalResponse) and i.approve and i.approval_request_id in requests and i.approval_request_id not in ran
+    ]
+
+
 # ---------------------------------------------------------------------------------------------
 # The allow-list and the tools' checks
 # ---------------------------------------------------------------------------------------------

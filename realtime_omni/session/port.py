@@ -10,7 +10,7 @@ from pipelines.base import Capabilities, FunctionCall, Message, OutputChunk, Res
 from ..protocol import events as ev
 from .conversation import Alignment, Conversation
 from .draft import Weight
-from .mcp import McpApprovalRequest, McpItem, McpServers
+from .mcp import McpItem, McpServers
 
 
 class Port(Protocol):
@@ -32,9 +32,6 @@ class Port(Protocol):
         """Add an item to the conversation; its previous item's id."""
 
     def rate_limits(self) -> ev.RateLimitsUpdated: ...
-
-    def approved_calls(self) -> list[McpApprovalRequest]:
-        """The MCP calls the client approved that no response has run yet."""
 
     def again(self, request: ResponseRequest, output: Sequence[object], in_band: bool) -> ResponseRequest:
         """``request`` asked again, its history holding the response's output so far (its MCP calls' outputs)."""

@@ -60,16 +60,6 @@ class SessionPort:
     def add_item(self, item: Message | FunctionCall | mcp.McpItem, alignment: Alignment | None = None) -> str | None:
         return self.items.add(item, alignment)
 
-    def approved_calls(self) -> list[mcp.McpApprovalRequest]:
-        items = list(self.conversation)
-        ran = {i.approval_request_id for i in items if isinstance(i, mcp.McpCall)}
-        requests = {i.id: i for i in items if isinstance(i, mcp.McpApprovalRequest)}
-        return [
-            requests[i.approval_request_id]
-            for i in items
-            if isinstance(i, mcp.McpApprovalResponse) and i.approve and i.approval_request_id in requests and i.approval_request_id not in ran
-        ]
-
     def again(self, request: ResponseRequest, output: Sequence[object], in_band: bool) -> ResponseRequest:
         items = mcp.pipeline_view(self.conversation) if in_band else [*request.items, *mcp.pipeline_view(output)]
         return dataclasses.replace(request, items=items, tool_choice="auto")

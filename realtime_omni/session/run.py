@@ -59,6 +59,7 @@ from ..protocol.audio import WireFormat
 from ..states import move
 from .config import format_struct
 from .draft import MessageDraft, Weight
+from .mcp import approved_calls
 from .output_items import OutputItems
 from .playout import Cut
 from .port import Port
@@ -277,7 +278,7 @@ class ResponseRun:
         port, items = self.port, self.items
         chunks = self._chunks
         if self.in_band:
-            approved = port.approved_calls()
+            approved = approved_calls(port.conversation)
             for request in approved:  # the client approved them since the last response
                 await items.approved(request, self._close_message)
             if approved:
