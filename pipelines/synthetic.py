@@ -11,7 +11,9 @@ model. It runs the same stage structure as a real pipeline (a "thinker" producin
 * a tool call when the request forces one (``tool_choice`` "required" or a function name), or, with
   ``tool_choice`` "auto", when the user's last words name a tool (a word of four letters or more
   of its name: "What's the weather in Paris?" calls ``get_weather``); its arguments satisfy the
-  tool's JSON schema (``arguments_for``); after a tool result, a reply that quotes it.
+  tool's JSON schema (``arguments_for``); after a tool result, a reply that quotes it. An MCP
+  server's tools reach it as tools like the functions (the session runs their calls), so it calls
+  one the same way: "What is the weather in Paris?" calls an MCP server's ``weather``.
 
 Timing: the first chunk leaves ``first_chunk_ms`` after the request, then a chunk of ``chunk_ms``
 audio every ``chunk_interval_ms`` (0: as fast as possible), on an absolute schedule (no drift), and

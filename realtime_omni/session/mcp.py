@@ -337,10 +337,9 @@ class McpConnection:
         except BaseException as exc:  # (cancellation included: the session closed while connecting)
             if not self._ready.done():
                 self._ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError("closed"))
-            if not isinstance(exc, (Exception, asyncio.CancelledError)):
-                raise
-            if isinstance(exc, Exception):
-                log.info("MCP server %r: connection ended: %s", self.tool.server_label, type(exc).__name__)
+            if not isinstance(exc, Exception):
+                raise  # (cancelled: the session closed while connecting)
+            log.info("MCP server %r: connection ended: %s", self.tool.server_label, type(exc).__name__)
         finally:
             self._session = None
 

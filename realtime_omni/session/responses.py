@@ -152,7 +152,7 @@ class Responses:
             started_at=started_at,
             stage_timeout_s=ctx.limits.stage_timeout_s,
         )
-        run.items.mcp_tools = self._mcp_offer(out.tools, request)[1]
+        run.items.mcp_tools = self._mcp_offer(out.tools)[1]
         return run
 
     async def connect_mcp(self, tools: list[ev.Tool], keep_others: bool) -> None:
@@ -168,7 +168,8 @@ class Responses:
 
         await self.mcp.ensure(tools, self.ctx.emit, add, done, keep_others=keep_others)
 
-    def _mcp_offer(self, tools: list[ev.Tool], request: ResponseRequest | None = None) -> tuple[list[Tool], dict[str, Any]]:
+    def _mcp_offer(self, tools: list[ev.Tool]) -> tuple[list[Tool], dict[str, Any]]:
+        """The pipeline's tools for the listed MCP servers of ``tools``, and each one's server."""
         taken = {t.name for t in tools if isinstance(t, ev.FunctionTool)}
         return self.mcp.offer(tools, taken)
 

@@ -5,17 +5,30 @@ models), the synthetic pipeline calling the tool the user's words name."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import socket
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import pytest
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
+from pipelines.base import ResponseRequest, TextDelta, ToolCall, ToolCallDelta, Usage
+from realtime_omni import config as config_file
+from realtime_omni.protocol import events as ev
+from realtime_omni.protocol.audio import WireFormat
+from realtime_omni.session.audio_out import EventAudio
+from realtime_omni.session.mcp import McpServers, pipeline_view
+from realtime_omni.session.run import ResponseRun
+from tests.core.test_run import ListPort
 from tests.support.client import connect
+from tests.support.fake_pipeline import CAPS
+from tests.support.validation import validate
 
 
 def _free_port() -> int:
@@ -430,3 +443,118 @@ async def test_seeded_random_mcp_tool_shapes_get_an_answer_and_the_session_lives
         await c.expect("session.updated")
         events = await _ask(c, "hello")
         assert events[-1].response.status == "completed"
+
+
+# --- a run on its own (as tests/core/test_run.py drives one), with a call written in pieces ---
+
+
+class McpPort(ListPort):
+    """A run's whole view of its session over a list, with the session's real MCP servers; the
+    pipeline asked again answers from the last output it is shown."""
+
+    def __init__(self, servers: McpServers) -> None:
+        super().__init__()
+        self.mcp = servers
+        self.asked_again: list[ResponseRequest] = []
+
+    def again(self, request: ResponseRequest, output: Any, in_band: bool) -> ResponseRequest:
+        again = dataclasses.replace(request, items=pipeline_view(self.conversation), tool_choice="auto")
+        self.asked_again.append(again)
+        return again
+
+    async def respond(self, request: ResponseRequest) -> AsyncIterator[Any]:
+        yield TextDelta(f"It is {request.items[-1].output}.")
+
+
+async def _listed(tools: ToolServer, **fields: Any) -> tuple[McpServers, dict[str, Any]]:
+    servers = McpServers(config_file.McpConfig(**MCP_SETTINGS), "sess_test")
+    tool = ev.McpTool(server_label="tools", server_url=tools.url, **{"require_approval": "never", **fields})
+    items: list[Any] = []
+
+    async def keep(item: Any) -> None:
+        items.append(item)
+
+    await servers.ensure([tool], keep, keep, keep)
+    return servers, servers.offer([tool], set())[1]
+
+
+def _text_run(port: McpPort, chunks: AsyncIterator[Any], where: dict[str, Any]) -> ResponseRun:
+    request = ResponseRequest(response_id="resp_1", items=[], output_modalities=("text",))
+    run = ResponseRun(
+        port, request, chunks, EventAudio(port, CAPS.output_rate, WireFormat.PCM16), in_band=True, output_format=WireFormat.PCM16,
+        voice="fake", max_output_tokens="inf", metadata=None, started_at=0.0,
+    )  # fmt: skip
+    run.items.mcp_tools = where
+    return run
+
+
+async def _pieces(name: str, gate: asyncio.Event | None = None) -> AsyncIterator[Any]:
+    yield TextDelta("Let me check.")
+    yield ToolCallDelta("c1", name, '{"city": ')
+    yield ToolCallDelta("c1", name, '"Oslo"}')
+    yield ToolCall("c1", name, '{"city": "Oslo"}')
+    yield Usage(output_tokens=9)
+
+
+def _validated(port: McpPort) -> list[Any]:
+    port.take()
+    return [validate(json.loads(msgspec.json.encode(e))) for e in port.taken]
+
+
+async def test_a_call_written_in_pieces_streams_its_arguments_and_the_answer_goes_on():
+    async with ToolServer() as tools:
+        servers, where = await _listed(tools)
+        try:
+            port = McpPort(servers)
+            outcome = await _text_run(port, _pieces("weather"), where).run()
+            events = _validated(port)
+        finally:
+            await servers.close()
+        assert outcome.status == "completed" and servers.open_connections == 0
+        kinds = [e.type for e in events]
+        deltas = [e.delta for e in events if e.type == "response.mcp_call_arguments.delta"]
+        assert deltas == ['{"city": ', '"Oslo"}']
+        call_events = [k for k in kinds if k.startswith("response.mcp_call")]
+        assert call_events == ["response.mcp_call_arguments.delta"] * 2 + [
+            "response.mcp_call_arguments.done", "response.mcp_call.in_progress", "response.mcp_call.completed"
+        ]
+        # the preamble closed before the call opened; the answer after it, in the same response
+        done = [e.item for e in events if e.type == "response.output_item.done"]
+        assert [i.type for i in done] == ["message", "mcp_call", "message"]
+        assert done[1].output == "sunny and 21 degrees in Oslo"
+        assert done[2].content[0].text == "It is sunny and 21 degrees in Oslo."
+        history = port.asked_again[0].items
+        assert [type(i).__name__ for i in history] == ["Message", "FunctionCall", "FunctionResult"]
+
+
+async def test_a_call_that_needs_approval_is_held_back_until_complete():
+    async with ToolServer() as tools:
+        servers, where = await _listed(tools, require_approval="always")
+        try:
+            port = McpPort(servers)
+            await _text_run(port, _pieces("weather"), where).run()
+            events = _validated(port)
+        finally:
+            await servers.close()
+        assert not any(e.type.startswith("response.mcp_call") for e in events) and tools.calls == []
+        request = [e.item for e in events if e.type == "response.output_item.done"][-1]
+        assert request.type == "mcp_approval_request" and request.arguments == '{"city": "Oslo"}'
+        assert port.asked_again == []
+
+
+async def test_a_cancel_while_a_call_runs_closes_its_item():
+    async with ToolServer() as tools:
+        servers, where = await _listed(tools)
+        try:
+            port = McpPort(servers)
+            run = _text_run(port, _pieces("slowpoke"), where)
+            run.task = asyncio.create_task(run.run())
+            await asyncio.wait_for(tools.started.wait(), 10)
+            await run.cancel("client_cancelled")
+            events = _validated(port)
+        finally:
+            await servers.close()
+        kinds = [e.type for e in events]
+        assert "response.mcp_call.in_progress" in kinds and "response.mcp_call.completed" not in kinds
+        assert any(e.type == "response.output_item.done" and e.item.type == "mcp_call" for e in events)
+        assert events[-1].type == "response.done" and events[-1].response.status == "cancelled"
