@@ -39,7 +39,7 @@ def _free_port() -> int:
 
 # The allowed MCP servers' ports: each test starts its own on a port of its own (a server killed by
 # cancelling its task may hold its port until the process ends).
-PORTS = iter([_free_port() for _ in range(8)])
+PORTS = iter([_free_port() for _ in range(14)])
 ALLOWED = [f"http://127.0.0.1:{port}/mcp" for port in list(PORTS)]
 PORTS = iter(int(url.split(":")[2].split("/")[0]) for url in ALLOWED)
 SECRET = "s3cret-token-never-echoed"
