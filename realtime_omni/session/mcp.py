@@ -166,13 +166,15 @@ def allowed(url: str, prefixes: Iterable[str]) -> bool:
     return False
 
 
-def check_tools(tools: list[ev.Tool], settings: McpConfig, param: str) -> None:
+def check_tools(tools: list[ev.Tool], settings: McpConfig, param: str, *, beta: bool = False) -> None:
     """Refuse, before any connection, an MCP tool this server will not call."""
     labels: set[str] = set()
     for i, tool in enumerate(tools):
         if not isinstance(tool, ev.McpTool):
             continue
         p = f"{param}[{i}]"
+        if beta:  # the beta protocol has no MCP events nor items to report them with
+            raise RealtimeError(f"Invalid '{p}.type': MCP tools need a GA connection (without 'OpenAI-Beta: realtime=v1').", code="unsupported_value", param=f"{p}.type")
         for name in ("connector_id", "tunnel_id"):
             if getattr(tool, name) is not UNSET:
                 raise RealtimeError(f"Invalid '{p}.{name}': this server calls MCP servers by 'server_url' only.", code="unsupported_value", param=f"{p}.{name}")
@@ -422,9 +424,10 @@ class Listing:
 class McpServers:
     """A session's MCP servers: connected and listed on demand, one connection per label."""
 
-    def __init__(self, settings: McpConfig, session_id: str) -> None:
+    def __init__(self, settings: McpConfig, session_id: str, *, beta: bool = False) -> None:
         self.settings = settings
         self.session_id = session_id
+        self.beta = beta
         self.connections: dict[str, McpConnection] = {}
         self.listings: dict[str, Listing] = {}  # label -> the tool (secrets kept) and its offered tools
         self._pending: set[asyncio.Task[Any]] = set()

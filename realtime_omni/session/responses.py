@@ -118,7 +118,7 @@ class Responses:
         if not in_band and len(runs.out_of_band) >= limits.max_out_of_band:
             raise RealtimeError(f"At most {limits.max_out_of_band} out-of-band responses may run at once.", code="too_many_active_responses")
         if params.tools is not UNSET and params.tools is not None:  # a response's own MCP servers, allowed, connected before it asks
-            mcp.check_tools(params.tools, self.mcp.settings, "response.tools")
+            mcp.check_tools(params.tools, self.mcp.settings, "response.tools", beta=self.mcp.beta)
             await self.connect_mcp(params.tools, keep_others=True)
         await self.mcp.ready()
         if in_band and runs.active is not None:  # (started while this one waited for the listings)

@@ -115,7 +115,7 @@ class Session:
         self.items = Items(ctx, self.conversation, self.transcriber, self.runs)
         self.user = UserInput(ctx, self.items, self.transcriber)
         self.idle = IdleTimeout(ctx, self.user, self.runs)
-        self.mcp = mcp.McpServers(mcp_settings or McpConfig(), session_id)
+        self.mcp = mcp.McpServers(mcp_settings or McpConfig(), session_id, beta=beta)
         self.responses = Responses(ctx, self.runs, self.items, self.conversation, self.idle, self.playout, self.mcp)
         self.turns = TurnTaking(
             ctx,
@@ -208,7 +208,7 @@ class Session:
         old = ctx.config
         tools = e.session.tools if e.session.tools is not msgspec.UNSET and e.session.tools is not None else None
         if tools is not None:  # the allow-list, before anything changes or connects
-            mcp.check_tools(tools, self.mcp.settings, "session.tools")
+            mcp.check_tools(tools, self.mcp.settings, "session.tools", beta=self.beta)
         new = old.updated(e.session, ctx.caps)
         ctx.config = new
         if new.input_format is not old.input_format:

@@ -39,9 +39,9 @@ def _free_port() -> int:
 
 # The allowed MCP servers' ports: each test starts its own on a port of its own (a server killed by
 # cancelling its task may hold its port until the process ends).
-PORTS = iter([_free_port() for _ in range(14)])
-ALLOWED = [f"http://127.0.0.1:{port}/mcp" for port in list(PORTS)]
-PORTS = iter(int(url.split(":")[2].split("/")[0]) for url in ALLOWED)
+_PORTS = [_free_port() for _ in range(14)]
+ALLOWED = [f"http://127.0.0.1:{port}/mcp" for port in _PORTS]
+PORTS = iter(_PORTS)
 SECRET = "s3cret-token-never-echoed"
 MCP_SETTINGS = {"allowed_servers": ALLOWED, "call_timeout_s": 2.0, "list_timeout_s": 5.0, "max_output_bytes": 1000, "max_servers": 2}
 
@@ -198,6 +198,13 @@ async def test_a_server_not_allowed_is_refused_before_any_connection(mcp_server_
         # the session is unchanged and lives
         await c.send({"type": "session.update", "session": {"type": "realtime", "instructions": "hi"}})
         assert (await c.expect("session.updated")).session.tools == []
+
+
+async def test_a_beta_connection_is_told_mcp_needs_ga(mcp_server_url):
+    async with connect(mcp_server_url, beta=True) as c:
+        await c.send({"type": "session.update", "session": {"tools": [{"type": "mcp", "server_label": "t", "server_url": ALLOWED[0]}]}})
+        err = await c.expect("error")
+        assert (err.error.code, err.error.param) == ("unsupported_value", "session.tools[0].type")
 
 
 async def test_approval_granted_runs_the_call_and_declined_does_not(mcp_server_url):
