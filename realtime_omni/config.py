@@ -178,7 +178,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     timing_metadata: bool = True
     webrtc: WebRTCConfig = msgspec.field(default_factory=WebRTCConfig)
     sip: SipConfig = msgspec.field(default_factory=SipConfig)
-    mcp: McpConfig = msgspec.field(default_factory=McpConfig)
+    mcp: McpConfig = msgspec.field(default_factory=McpConfig)  # the MCP servers sessions' `type: "mcp"` tools may make the server call (docs/tools.md): none unless listed (`serve --mcp-allow`)
     web_demo: bool = True  # serve the browser demo at /
     # let the demo page mint itself an ephemeral key when the server has an API key: anyone who can
     # load the page can then talk to the server (off: the page asks for a key minted elsewhere)
