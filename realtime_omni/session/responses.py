@@ -26,12 +26,12 @@ from ..protocol import events as ev
 from ..protocol.audio import samples_to_ms
 from ..tasks import create_task
 from . import config as sc
+from . import mcp
 from .audio_out import EventAudio, PacedAudio
 from .context import SessionContext
 from .conversation import Alignment, Conversation, from_wire
 from .draft import Weight
 from .idle import IdleTimeout
-from . import mcp
 from .items import Items
 from .playout import Cut, Playout
 from .run import Outcome, ResponseRun, Runs

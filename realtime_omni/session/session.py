@@ -206,10 +206,10 @@ class Session:
     async def _on_session_update(self, e: ev.SessionUpdate) -> None:
         ctx = self.ctx
         old = ctx.config
+        new = old.updated(e.session, ctx.caps)
         tools = e.session.tools if e.session.tools is not msgspec.UNSET and e.session.tools is not None else None
         if tools is not None:  # the allow-list, before anything changes or connects
             mcp.check_tools(tools, self.mcp.settings, "session.tools", beta=self.beta)
-        new = old.updated(e.session, ctx.caps)
         ctx.config = new
         if new.input_format is not old.input_format:
             self.turns.set_input_format(new.input_format)
