@@ -432,6 +432,7 @@ class McpServers:
         self.listings: dict[str, Listing] = {}  # label -> the tool (secrets kept) and its offered tools
         self._pending: set[asyncio.Task[Any]] = set()
         self._lock = asyncio.Lock()  # one ``ensure`` at a time: two updates in a row never race for a label
+        self.closed = False  # the session closed: nothing connects any more
 
     async def ensure(self, tools: list[ev.Tool], emit: Emit, add_item: AddItem, item_done: AddItem, keep_others: bool = True) -> None:
         """Connect to and list every MCP server of ``tools`` not yet connected (with the same URL
@@ -447,6 +448,8 @@ class McpServers:
             for label in [label for label in self.connections if label not in wanted]:
                 await self._drop(label)
         for label, tool in wanted.items():
+            if self.closed:  # (the session closed while an earlier server was listed)
+                return
             current = self.connections.get(label)
             if current is not None and current.key == _key(tool) and not current.closed:
                 self.listings[label] = Listing(tool, self.listings[label].tools) if label in self.listings else Listing(tool, [])
@@ -469,6 +472,9 @@ class McpServers:
                 )))  # fmt: skip
                 self.connections.pop(label, None)
                 continue
+            if self.closed:
+                await self._drop(label)
+                return
             item.tools = [t for t in listed if offered(tool, t)]
             self.listings[label] = Listing(tool, item.tools)
             await emit(ev.McpListToolsCompleted(item_id=item.id))
@@ -525,6 +531,7 @@ class McpServers:
             await connection.close()
 
     async def close(self) -> None:
+        self.closed = True
         for task in list(self._pending):
             task.cancel()
         await asyncio.gather(*list(self._pending), return_exceptions=True)

@@ -565,3 +565,27 @@ async def test_a_cancel_while_a_call_runs_closes_its_item():
         assert "response.mcp_call.in_progress" in kinds and "response.mcp_call.completed" not in kinds
         assert any(e.type == "response.output_item.done" and e.item.type == "mcp_call" for e in events)
         assert events[-1].type == "response.done" and events[-1].response.status == "cancelled"
+
+
+async def test_a_session_closed_while_a_listing_hangs_leaves_no_connection(make_server):
+    thread = make_server(server={"mcp": MCP_SETTINGS})
+    hanging, release = asyncio.Event(), asyncio.Event()
+
+    class Hanging(Recorder):
+        async def app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                hanging.set()
+                await release.wait()  # no answer while the test runs
+
+    async with Hanging() as rec:
+        async with connect(thread.ws_base) as c:
+            await _configure(c, {"type": "mcp", "server_label": "h", "server_url": f"http://127.0.0.1:{rec.port}/mcp"})
+            await asyncio.wait_for(hanging.wait(), 5)
+            session = next(s for s in list(thread.server.sessions) if s.mcp.connections)
+            servers = session.mcp
+        for _ in range(200):  # the client gone: its session closes, and with it the connection being made
+            if servers.closed and not servers.connections and all(t.done() for t in list(servers._pending)):
+                break
+            await asyncio.sleep(0.02)
+        release.set()
+    assert servers.closed and servers.connections == {} and servers.open_connections == 0
