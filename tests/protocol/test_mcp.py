@@ -589,3 +589,24 @@ async def test_a_session_closed_while_a_listing_hangs_leaves_no_connection(make_
             await asyncio.sleep(0.02)
         release.set()
     assert servers.closed and servers.connections == {} and servers.open_connections == 0
+
+
+def test_allowed_tools_and_require_approval_filters():
+    from realtime_omni.session.mcp import needs_approval, offered
+
+    ro = ev.McpListedTool(name="read", input_schema={}, annotations={"readOnlyHint": True})
+    rw = ev.McpListedTool(name="write", input_schema={})
+
+    def tool(**fields: Any) -> ev.McpTool:
+        return msgspec.json.decode(msgspec.json.encode({"type": "mcp", "server_label": "s", **fields}), type=ev.McpTool)
+
+    assert [offered(tool(), t) for t in (ro, rw)] == [True, True]
+    assert [offered(tool(allowed_tools=["write"]), t) for t in (ro, rw)] == [False, True]
+    assert [offered(tool(allowed_tools={"read_only": True}), t) for t in (ro, rw)] == [True, False]
+    assert [offered(tool(allowed_tools={"tool_names": ["read"]}), t) for t in (ro, rw)] == [True, False]
+    assert [needs_approval(tool(), t) for t in (ro, rw)] == [True, True]  # OpenAI's default: always
+    assert [needs_approval(tool(require_approval="never"), t) for t in (ro, rw)] == [False, False]
+    assert [needs_approval(tool(require_approval="always"), t) for t in (ro, rw)] == [True, True]
+    assert [needs_approval(tool(require_approval={"never": {"tool_names": ["write"]}}), t) for t in (ro, rw)] == [True, False]
+    assert [needs_approval(tool(require_approval={"never": {"read_only": True}}), t) for t in (ro, rw)] == [False, True]
+    assert [needs_approval(tool(require_approval={"always": {"tool_names": ["read"]}}), t) for t in (ro, rw)] == [True, True]
