@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import random
 import socket
 import sys
@@ -383,7 +384,8 @@ class Recorder:
         await asyncio.wait_for(self.task, 10)
 
 
-async def test_a_redirect_off_the_list_is_not_followed_and_the_secrets_reach_only_the_server(mcp_server_url):
+async def test_a_redirect_off_the_list_is_not_followed_and_the_secrets_reach_only_the_server(mcp_server_url, caplog):
+    caplog.set_level(logging.DEBUG)  # the server's logs (its thread's too), every level: never the secrets
     async with Recorder() as rec, connect(mcp_server_url) as c:
         url = f"http://127.0.0.1:{rec.port}/mcp"
         tool = {"type": "mcp", "server_label": "r", "server_url": url, "headers": {"X-Key": SECRET}, "authorization": SECRET}
@@ -401,6 +403,8 @@ async def test_a_redirect_off_the_list_is_not_followed_and_the_secrets_reach_onl
         assert SECRET not in json.dumps([e.model_dump() for e in c.events])
         events = await _ask(c, "hello")
         assert events[-1].response.status == "completed"
+    assert f"127.0.0.1:{rec.port}/mcp" in caplog.text  # (the capture saw the connection's own logs)
+    assert SECRET not in caplog.text
 
 
 async def test_a_response_s_own_mcp_tools_are_connected_for_it(mcp_server_url):
