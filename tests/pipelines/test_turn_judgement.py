@@ -50,29 +50,6 @@ async def test_the_thinker_reads_a_fragment_and_a_sentence_apart(engine, words, 
         assert alone <= 0.01, alone
 
 
-@pytest.mark.parametrize(
-    "words, finished",
-    [
-        ("Can you tell me a joke?", True),
-        ("What is the capital of France?", True),
-        ("How many legs does a spider have?", True),
-        ("I'd like to book a table for", False),
-        ("What is the best way to", False),
-    ],
-)
-async def test_a_fresh_sessions_plain_question_reads_as_complete(engine, words, finished):
-    """No conversation before the words: the config's one example exchange (configs/cpu.yaml's
-    ``examples``) is what the thinker reads them after. Without it "Can you tell me a joke" read
-    0.03 (" about" 0.84), so a new user's first question waited the further silence."""
-    assert engine.options.examples, "configs/cpu.yaml's thinker has its example exchange"
-    p = await engine.words_end(engine.prefix(INSTRUCTIONS, []), words, "judge-fresh")
-    assert p is not None
-    if finished:
-        assert p >= 0.3, p
-    else:
-        assert p <= 0.01, p
-
-
 async def test_the_streamed_request_judges_as_a_request_of_its_own_and_answers_on_from_the_words(engine):
     words = "What is the capital of France?"
     prefix = engine.prefix(INSTRUCTIONS, HISTORY)
