@@ -18,7 +18,6 @@ import asyncio
 import base64
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any
@@ -94,9 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--isa", default=None, help="avx2: as on a CPU without AVX-512 (bench/isa.py)")
     args = ap.parse_args(argv)
-    extra = environment(args.isa)
-    if extra and not all(os.environ.get(k) == v for k, v in extra.items()):
-        return subprocess.call([sys.executable, "-m", "bench.fresh_turns", *(argv if argv is not None else sys.argv[1:])], env={**os.environ, **extra})
+    os.environ.update(environment(args.isa))  # before the models load (and for the server this starts)
     with server_process(server_config(args.config, {})) as url:
         rows = asyncio.run(run(url, args))
     summary: dict[str, Any] = {}
