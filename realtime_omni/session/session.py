@@ -97,10 +97,12 @@ class Session:
         beta: bool = False,
         timing_metadata: bool = False,
         turn_end: TurnEndPolicy | None = None,
+        tenant: str | None = None,
     ) -> None:
         session_id = new_id("sess")
         caps = pipeline.capabilities
-        self.ctx = ctx = SessionContext(session_id, caps, defaults, limits, metrics, pipeline.open(session_id), timing_metadata=timing_metadata)
+        pipe = pipeline.open(session_id, tenant)  # tenant: the prefix-cache namespace (Pipeline.open)
+        self.ctx = ctx = SessionContext(session_id, caps, defaults, limits, metrics, pipe, timing_metadata=timing_metadata)
         if defaults.noise_reduction is not None:
             ctx.pipe.reduce_noise(defaults.noise_reduction)
         self.beta = beta
@@ -149,6 +151,7 @@ class Session:
     async def start(self) -> None:
         await self.ctx.emit(ev.SessionCreated(session=self.config.public))
         await self.ctx.emit(ev.ConversationCreated(conversation=ev.Conversation(id=self.conversation.id)))
+        self._prepare()
 
     async def handle(self, data: bytes | str) -> None:
         """One client message. Never raises for anything the client sent."""
@@ -207,6 +210,16 @@ class Session:
         if self.turns.detection(new.vad) != self.turns.detection(old.vad):
             self.turns.vad_changed()
         await ctx.emit(ev.SessionUpdated(session=new.public))
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """Tell the pipeline what every response begins with now (instructions, tools), so it can
+        prefill that off the first turn's path."""
+        try:
+            request = self.responses.build_request(ev.ResponseParams())[0]
+        except RealtimeError:
+            return  # a response itself will report it
+        self.ctx.pipe.prepare(request)
 
     # ================================================================== ending
 
