@@ -545,6 +545,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "no_tool": len(none),
         "false_calls": share([bool(r["calls"]) for r in none]),
         "empty_answers": sum(1 for r in none if not r["calls"] and not r["said"].strip()),
+        # a plain question answered about the tools instead ("These tools can help users...")
+        "answers_about_tools": sum(1 for r in none if not r["calls"] and re.search(r"\b(tools?|functions?)\b", r["said"].lower())),
         "two_step": len(two),
         "right_final_answers": share([r["answer_right"] for r in two]),
         "voice_to_voice_call_ms": dist([r["call_ms"] for r in asked + two if r["call_ms"] is not None]),

@@ -66,7 +66,8 @@ def test_whose_miss_the_ears_heard_the_values_or_not():
         {"set": "requests", "right": False, "ears_right": True, "calls": [], "tool": "get_weather", "schema_valid": False, "call_ms": None, "status": "completed"},
         {"set": "requests", "right": True, "ears_right": True, "calls": [("get_weather", "{}")], "tool": "get_weather", "schema_valid": True, "call_ms": 2, "status": "completed"},
         {"set": "no_tool", "calls": [], "said": " ", "status": "completed"},
+        {"set": "no_tool", "calls": [], "said": "These tools can help users query the weather.", "status": "completed"},
     ]  # fmt: skip
     s = tools.summarize(rows)
     assert (s["wrong_after_misheard"], s["wrong_after_heard_right"], s["heard_right"], s["right_when_heard_right"]) == (1, 1, 0.667, 0.5)
-    assert s["empty_answers"] == 1 and s["false_calls"] == 0
+    assert s["empty_answers"] == 1 and s["answers_about_tools"] == 1 and s["false_calls"] == 0
