@@ -30,6 +30,7 @@ import math
 import re
 import time
 import zlib
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -114,7 +115,7 @@ class SyntheticSession(PipelineSession):
         self.options = pipeline.options
         self.session_id = session_id
         self.tenant = tenant  # (it caches nothing: kept for tests)
-        self.prepared: list[ResponseRequest] = []  # what prepare() was told, in order
+        self.prepared: deque[tuple[str, list[str]]] = deque(maxlen=16)  # what prepare() was told: instructions, tool names
         self.responses = 0
         # what the session engine told us about the open input buffer (observable in tests)
         self.fed_samples = 0
@@ -134,7 +135,7 @@ class SyntheticSession(PipelineSession):
         self.resumes += 1
 
     def prepare(self, request: ResponseRequest) -> None:
-        self.prepared.append(request)
+        self.prepared.append((request.instructions, [t.name for t in request.tools]))
 
     def commit(self, item_id: str) -> None:
         self.commits.append((item_id, self._open_samples))

@@ -171,7 +171,7 @@ async def test_sessions_share_a_prefix_cache_namespace_per_key_and_never_across_
                 await c.expect("session.updated")
             (session,) = await srv.acall(lambda: list(srv.server.sessions))
             pipe = session.ctx.pipe
-            return pipe.tenant, [(r.instructions, [t.name for t in r.tools]) for r in pipe.prepared]
+            return pipe.tenant, list(pipe.prepared)
 
     try:
         first, prepared = await tenant_of(KEY, update=True)
