@@ -481,7 +481,6 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "qwen2.5-coder-0.5b-w8-tools-after-output": ("cpu", {}, {"tools_after_output": True}),  # the tools offered when answering an output
     "qwen2.5-coder-0.5b": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct"}, {}),  # fp32 weights
     "qwen2.5-coder-0.5b-w8-whisper-base": ("cpu", {}, {"asr_model": "whisper-base"}),  # the agent hears better
-    "qwen2.5-coder-0.5b-w8-template-tool-block": ("cpu", {"tool_rules": ""}, {}),  # the template's own invitation to call
 }
 
 

@@ -38,11 +38,6 @@ from pipelines.turn_end import judgement
 
 log = logging.getLogger(__name__)
 
-TOOL_RULES = (
-    "Call a function only when the user asks for what it does, with the values the user said; never"
-    " use a value the user did not say. To anything else, answer in words without calling a function."
-)
-
 
 class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     model: str = "qwen2.5-coder-0.5b-instruct"  # a model name from `realtime-omni models`, or a path / HF id
@@ -66,10 +61,6 @@ class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tool_max_tokens: int = 160  # the budget when tools are offered: a call's JSON is longer than a spoken answer
     # when tools are offered: the penalty would push the answer off the JSON its prompt shows (bench/tools.py)
     tool_repetition_penalty: float = 1.0
-    # when tools are offered: the sentence that opens the template's tool block, in place of its own
-    # "You may call one or more functions to assist with the user query." ("": the template's own):
-    # when not to call, and whose values go in a call (docs/tools.md, bench/tools.py)
-    tool_rules: str = TOOL_RULES
     max_sentences: int = 2  # stop after this many sentences: spoken answers stay short
     temperature: float = 0.3  # small models ramble when hot; responses' temperature is not used
     repetition_penalty: float = 1.2
@@ -230,7 +221,7 @@ class VllmThinker:
         return a[:n]
 
     def _encode(self, instructions: str, turns: list[Turn], tools: Sequence[dict[str, Any]] = ()) -> list[int]:
-        from pipelines.cascade.tools import chat_messages, reword_tool_block
+        from pipelines.cascade.tools import chat_messages
 
         tok = self.tokenizer
         examples = [turn for user, answer in self.options.examples for turn in (Turn("user", user), Turn("assistant", answer))]
@@ -239,8 +230,6 @@ class VllmThinker:
             messages = [{"role": "system", "content": instructions}] if instructions else []
             messages += chat_messages(turns)
             text = tok.apply_chat_template(messages, tools=list(tools) or None, add_generation_prompt=True, tokenize=False)
-            if tools and self.options.tool_rules:
-                text = reword_tool_block(text, self.options.tool_rules)
             return list(tok.encode(text, add_special_tokens=False))
         # a transcript a base model continues: instructions, then "User:"/"Assistant:" lines
         names = {"user": "User", "assistant": "Assistant", "system": "Note"}

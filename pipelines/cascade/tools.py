@@ -54,16 +54,6 @@ def tool_specs(tools: Sequence[Tool]) -> list[dict[str, Any]]:
     ]
 
 
-# the sentence that opens the tool block of Qwen2.5's (and Hermes') template: it invites a call
-TEMPLATE_INVITATION = "You may call one or more functions to assist with the user query."
-
-
-def reword_tool_block(text: str, rules: str) -> str:
-    """A rendered prompt with its tool block opened by ``rules`` instead of the template's
-    invitation to call (a template without that sentence is left as it is)."""
-    return text.replace(TEMPLATE_INVITATION, rules, 1)
-
-
 def template_takes_tools(tokenizer: Any) -> bool:
     """Whether the model's chat template renders ``tools`` and ``tool_calls`` (Qwen2.5, Hermes)."""
     template = getattr(tokenizer, "chat_template", None) or ""

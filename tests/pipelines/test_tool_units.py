@@ -84,25 +84,3 @@ def test_a_history_with_a_call_renders_as_the_model_wrote_it():
     tail = thinker.tokenizer.decode(follow_up[len(generated) :])
     assert tail == '<|im_start|>user\n<tool_response>\n{"sky": "clear"}\n</tool_response><|im_end|>\n<|im_start|>assistant\n'
     assert '"name": "get_weather"' in thinker.tokenizer.decode(prompt)  # the tool, offered in the system block
-
-
-def test_the_tool_block_says_when_not_to_call():
-    """The template's invitation to call ("You may call one or more functions...") is replaced by
-    the rules on when to call and whose values go in; ``tool_rules: ""`` keeps the template's own.
-    A prompt without tools has no tool block to reword."""
-    from transformers import AutoTokenizer
-
-    from pipelines.cascade.thinker import TOOL_RULES
-    from pipelines.cascade.tools import TEMPLATE_INVITATION
-
-    tokenizer = AutoTokenizer.from_pretrained(str(models.path("qwen2.5-coder-0.5b-instruct-w8")))
-    turns = [Turn("user", "How are you today?")]
-    texts = {}
-    for rules in (TOOL_RULES, ""):
-        thinker = VllmThinker(ThinkerOptions(tool_rules=rules))
-        thinker.tokenizer = tokenizer
-        texts[rules] = tokenizer.decode(thinker.render("Be brief.", turns, tools=tool_specs([WEATHER])))
-        assert tokenizer.decode(thinker.render("Be brief.", turns)) == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHow are you today?<|im_end|>\n<|im_start|>assistant\n"
-    assert TOOL_RULES in texts[TOOL_RULES] and TEMPLATE_INVITATION not in texts[TOOL_RULES]
-    assert TEMPLATE_INVITATION in texts[""] and TOOL_RULES not in texts[""]
-    assert texts[TOOL_RULES].replace(TOOL_RULES, TEMPLATE_INVITATION) == texts[""]  # nothing else changed
