@@ -25,7 +25,12 @@ arguments, other phrasing) with their own requests, never used to tune the promp
 session with one API key (default: they share the tools' prefix in the cache, as one application's
 sessions do) or each with a key of its own (every session's tools prefilled cold).
 
+--prefill N: the thinker alone, in this process: a fresh session's first token with the tools cold
+and with them prepared (prefilled first, as a session does when session.update brings them), N
+requests' prompts.
+
     python -m bench.tools [--configs qwen2.5-coder-0.5b-w8 ...] [--limit N] [--tool-set heldout] [--keys each]
+    python -m bench.tools --prefill 12
 
 Results go to bench/results/tools-*.json with every exchange.
 """
@@ -555,6 +560,50 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+async def prefill(config_name: str, tool_set: str, rounds: int) -> dict[str, Any]:
+    """A fresh session's first answer, the thinker alone (in this process): ms to its first token
+    with the instructions and tools cold (a cache salt of its own) and with them prefilled first
+    (what ``prepare`` does when session.update brings them, or what a key's earlier session left)."""
+    import statistics
+
+    import msgspec
+
+    from pipelines.base import Tool
+    from pipelines.cascade.thinker import Generation, ThinkerOptions, Turn, VllmThinker
+    from pipelines.cascade.tools import tool_specs
+
+    cfg = config(config_name)
+    thinker = VllmThinker(msgspec.convert(cfg["pipeline"]["options"]["thinker"], ThinkerOptions))
+    instructions = cfg["session"]["instructions"]
+    await thinker.start(print)
+    ts = TOOL_SETS[tool_set]
+    specs = tool_specs([Tool(t["name"], t["description"], t["parameters"]) for t in ts.tools])
+
+    async def first_token(ids: list[int], salt: str) -> tuple[float, int]:
+        g = Generation()
+        t0 = time.perf_counter()
+        async for _ in thinker.stream(ids, salt, max_tokens=1, generation=g):
+            pass
+        return (time.perf_counter() - t0) * 1000, g.cached_tokens
+
+    cold: list[float] = []
+    prepared: list[float] = []
+    try:
+        prefix = thinker.prefix(instructions, [], tools=specs)
+        for r in ts.requests[:rounds]:
+            ids = thinker.render(instructions, [Turn("user", r.text)], tools=specs)
+            ms, _ = await first_token(ids, secrets.token_hex(8))
+            salt = secrets.token_hex(8)
+            await first_token(prefix, salt)  # prepare
+            ms_prepared, cached = await first_token(ids, salt)
+            cold.append(ms)
+            prepared.append(ms_prepared)
+            print(f"  {len(ids)} tokens: cold {ms:.0f} ms, prepared {ms_prepared:.0f} ms ({cached} cached)", flush=True)
+    finally:
+        await thinker.stop()
+    return {"prompt_tokens": len(ids), "prefix_tokens": len(prefix), "cold_ms_p50": round(statistics.median(cold), 1), "prepared_ms_p50": round(statistics.median(prepared), 1), "cold_ms": cold, "prepared_ms": prepared}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", nargs="+", default=["qwen2.5-coder-0.5b-w8"], help=f"{', '.join(VARIANTS)} or config names (configs/NAME.yaml)")
@@ -563,7 +612,14 @@ def main() -> None:
     parser.add_argument(
         "--keys", choices=["one", "each"], default="one", help="one API key for every session (they share the tools' prefix), or a key each (cold)"
     )
+    parser.add_argument("--prefill", type=int, metavar="N", default=0, help="only the thinker: a fresh session's first token, tools cold and prepared, N rounds")
     args = parser.parse_args()
+    if args.prefill:
+        out = {"machine": machine(), "configs": {n: asyncio.run(prefill(n, args.tool_set, args.prefill)) for n in args.configs}}
+        for name, data in out["configs"].items():
+            print(f"{name}: {data['prompt_tokens']} tokens, first token p50 cold {data['cold_ms_p50']} ms, tools prepared {data['prepared_ms_p50']} ms")
+        print("saved", save("tools-prefill", out))
+        return
     from pipelines import models
     from pipelines.cascade.listener import WhisperListener
 
