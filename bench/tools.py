@@ -16,7 +16,21 @@ server VAD and the config's own instructions. Three sets:
 Times, from the end of the user's speech: to the call (its response.function_call_arguments.done)
 and, in the two-step exchanges, to the first audio of the spoken answer (the tool answered at once).
 
-    python -m bench.tools [--configs qwen2.5-coder-0.5b-w8 ...] [--limit N]
+Whose miss: each exchange records what the ears heard (the server's transcript of the request, the
+words the thinker was given), and a wrong call after a request misheard (a value it needs not in the
+transcript) is counted apart from a wrong call after a request heard right.
+
+--tool-set heldout: five other tools (other names, schemas with enums, numbers and several
+arguments, other phrasing) with their own requests, never used to tune the prompts. --keys: every
+session with one API key (default: they share the tools' prefix in the cache, as one application's
+sessions do) or each with a key of its own (every session's tools prefilled cold).
+
+--prefill N: the thinker alone, in this process: a fresh session's first token with the tools cold
+and with them prepared (prefilled first, as a session does when session.update brings them), N
+requests' prompts.
+
+    python -m bench.tools [--configs qwen2.5-coder-0.5b-w8 ...] [--limit N] [--tool-set heldout] [--keys each]
+    python -m bench.tools --prefill 12
 
 Results go to bench/results/tools-*.json with every exchange.
 """
@@ -26,7 +40,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
+import secrets
 import re
 import time
 from dataclasses import dataclass, field
@@ -162,6 +178,89 @@ TWO_STEP: list[TwoStep] = [
 ]
 
 
+# A held-out set: other names, schemas (enums, numbers, several arguments) and phrasing. Never used to
+# tune the prompts: its figures say whether what was tuned on the set above generalises.
+HELDOUT_TOOLS = [
+    _fn(
+        "forecast",
+        "Weather forecast for a place on a given day.",
+        {"location": {"type": "string"}, "day": {"type": "string", "enum": ["today", "tomorrow"]}},
+        ["location", "day"],
+    ),
+    _fn(
+        "convert_currency",
+        "Convert an amount of money from one currency to another.",
+        {"amount": {"type": "number"}, "from_currency": {"type": "string", "description": "ISO code"}, "to_currency": {"type": "string", "description": "ISO code"}},
+        ["amount", "from_currency", "to_currency"],
+    ),
+    _fn("set_timer", "Start a countdown timer.", {"minutes": {"type": "integer", "minimum": 1}}, ["minutes"]),
+    _fn("find_flights", "Search flights between two cities.", {"origin": {"type": "string"}, "destination": {"type": "string"}}, ["origin", "destination"]),
+    _fn("call_contact", "Phone someone from the user's contacts.", {"name": {"type": "string", "description": "Who to call"}}, ["name"]),
+]
+HELDOUT_REQUESTS: list[Request] = [
+    R("Will it snow in Denver tomorrow?", "forecast", {"location": "denver", "day": "tomorrow"}),
+    R("What's the forecast for Lisbon today?", "forecast", {"location": "lisbon", "day": "today"}),
+    R("Is it going to be windy in Chicago tomorrow?", "forecast", {"location": "chicago", "day": "tomorrow"}),
+    R("Should I take an umbrella in Dublin today?", "forecast", {"location": "dublin", "day": "today"}),
+    R("How much is fifty dollars in euros?", "convert_currency", {"amount": "50", "from_currency": "usd|dollar", "to_currency": "eur"}),
+    R("Convert twenty pounds to dollars.", "convert_currency", {"amount": "20", "from_currency": "gbp|pound", "to_currency": "usd|dollar"}),
+    R("What are one hundred euros in yen?", "convert_currency", {"amount": "100", "from_currency": "eur", "to_currency": "jpy|yen"}),
+    R("Change ten dollars into pounds.", "convert_currency", {"amount": "10", "from_currency": "usd|dollar", "to_currency": "gbp|pound"}),
+    R("Set a timer for five minutes.", "set_timer", {"minutes": "5"}),
+    R("Start a ten minute timer, please.", "set_timer", {"minutes": "10"}),
+    R("Time three minutes for my eggs.", "set_timer", {"minutes": "3"}),
+    R("Can you count down twenty minutes?", "set_timer", {"minutes": "20"}),
+    R("Find flights from Boston to Miami.", "find_flights", {"origin": "boston", "destination": "miami"}),
+    R("Are there flights from London to Rome?", "find_flights", {"origin": "london", "destination": "rome"}),
+    R("I need to fly from Seattle to Denver.", "find_flights", {"origin": "seattle", "destination": "denver"}),
+    R("Search for a flight from Paris to Berlin.", "find_flights", {"origin": "paris", "destination": "berlin"}),
+    R("Call my mother.", "call_contact", {"name": "mother|mom|mum"}),
+    R("Please phone Anna.", "call_contact", {"name": "anna"}),
+    R("Can you ring David for me?", "call_contact", {"name": "david"}),
+    R("Give Sarah a call.", "call_contact", {"name": "sarah"}),
+]
+HELDOUT_NO_TOOL: list[Request] = [
+    R(text, None)
+    for text in (
+        "What is the tallest mountain in the world?",
+        "How many days are in a week?",
+        "What sound does a cat make?",
+        "Good evening!",
+        "What's your name?",
+        "Who painted the Mona Lisa?",
+        "I'm feeling great today.",
+        "What is two plus two?",
+        "What fruit is yellow and curved?",
+        "See you later!",
+    )
+]
+HELDOUT_TWO_STEP: list[TwoStep] = [
+    TwoStep(HELDOUT_REQUESTS[0], {"location": "Denver", "day": "tomorrow", "snow": True, "celsius": -5}, "snow|snowing"),
+    TwoStep(HELDOUT_REQUESTS[4], {"amount": 50, "from": "USD", "to": "EUR", "result": 46}, "46"),
+    TwoStep(HELDOUT_REQUESTS[8], {"timer": "started", "minutes": 5}, "5|five|started|timer"),
+    TwoStep(HELDOUT_REQUESTS[12], {"flights": 3, "cheapest_dollars": 129}, "129|3|three"),
+    TwoStep(HELDOUT_REQUESTS[17], {"calling": "Anna", "status": "ringing"}, "anna|ringing|calling"),
+]
+
+
+@dataclass(frozen=True)
+class ToolSet:
+    tools: list[dict[str, Any]]
+    requests: list[Request]
+    no_tool: list[Request]
+    two_step: list[TwoStep]
+
+    @property
+    def schemas(self) -> dict[str, Any]:
+        return {t["name"]: t["parameters"] for t in self.tools}
+
+
+TOOL_SETS = {
+    "default": ToolSet(TOOLS, REQUESTS, NO_TOOL, TWO_STEP),  # the set the prompts were tuned on
+    "heldout": ToolSet(HELDOUT_TOOLS, HELDOUT_REQUESTS, HELDOUT_NO_TOOL, HELDOUT_TWO_STEP),
+}
+
+
 # ------------------------------------------------------------------------------------- scoring
 
 
@@ -182,7 +281,7 @@ def evaluate(expression: str) -> float | None:
         return None
 
 
-def arguments_right(request: Request, name: str, arguments: str) -> tuple[bool, bool]:
+def arguments_right(request: Request, name: str, arguments: str, schemas: dict[str, Any] = SCHEMAS) -> tuple[bool, bool]:
     """(schema-valid, right values) of a call's arguments for ``request``."""
     import jsonschema
 
@@ -190,7 +289,7 @@ def arguments_right(request: Request, name: str, arguments: str) -> tuple[bool, 
         return False, False
     try:
         value = json.loads(arguments)
-        jsonschema.validate(value, SCHEMAS[name])
+        jsonschema.validate(value, schemas[name])
     except (ValueError, jsonschema.ValidationError):
         return False, False
     for key, want in request.args.items():
@@ -207,6 +306,66 @@ def arguments_right(request: Request, name: str, arguments: str) -> tuple[bool, 
     return True, True
 
 
+_UNITS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
+_TENS = {w: 10 * (i + 2) for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())}
+
+
+def _numbers(text: str) -> list[int]:
+    """The numbers in ``text``, written in digits or words ("one hundred and twenty" is 120)."""
+    out: list[int] = []
+    value: int | None = None
+    last = ""  # what the last word added: "tens", "hundred", "n" (a unit or digits)
+
+    def flush() -> None:
+        nonlocal value, last
+        if value is not None:
+            out.append(value)
+        value, last = None, ""
+
+    for w in re.sub(r"[^a-z0-9 ]+", " ", text.lower()).split():
+        if w.isdigit() or w in _UNITS:
+            n = int(w) if w.isdigit() else _UNITS.index(w)
+            if value is not None and ((last == "tens" and n < 10) or (last == "hundred" and n < 100)):
+                value += n
+            else:
+                flush()
+                value = n
+            last = "n"
+        elif w in _TENS:
+            if value is not None and last == "hundred":
+                value += _TENS[w]
+            else:
+                flush()
+                value = _TENS[w]
+            last = "tens"
+        elif w == "hundred":
+            value, last = (value or 1) * 100, "hundred"
+        elif not (w == "and" and last == "hundred"):
+            flush()
+    flush()
+    return out
+
+
+def heard_right(request: Request, heard: str | None) -> bool | None:
+    """Whether the ears (the server's transcript of the request) heard what the call needs: every
+    expected value in it (an order number's digits together; the calculator: the same numbers as
+    were said). None: no transcript came."""
+    if heard is None:
+        return None
+    heard = heard.replace("$", " dollars ").replace("£", " pounds ").replace("€", " euros ")
+    said = normalise(heard)
+    digits = re.sub(r"(?<=\d) (?=\d)", "", said)
+    for key, want in request.args.items():
+        if key == "=":
+            if _numbers(heard) != _numbers(request.text):
+                return False
+            continue
+        text = digits if key == "order_number" else said
+        if not any(re.search(rf"(?<![a-z0-9]){re.escape(normalise(alt))}" + (r"(?!\d)" if alt[-1:].isdigit() else ""), text) for alt in want.split("|")):
+            return False
+    return True
+
+
 def heard_key(key: str, heard: str) -> bool:
     said = f" {normalise(heard)} "
     return any(f" {normalise(alt)} " in said for alt in key.split("|"))
@@ -220,6 +379,7 @@ class Exchange:
     calls: list[tuple[str, str]] = field(default_factory=list)  # (name, arguments)
     call_ids: list[str] = field(default_factory=list)
     said: str = ""  # the server's transcript of what it said
+    heard: str | None = None  # the server's transcript of the request: what the thinker was given
     audio: bytearray = field(default_factory=bytearray)
     call_ms: float | None = None  # end of speech -> the first call's arguments.done
     answer_ms: float | None = None  # end of speech -> the spoken answer's first audio (two-step)
@@ -242,6 +402,8 @@ async def _until_done(conn: Any, ex: Exchange, speech_end: float, answering: boo
                     ex.audio += base64.b64decode(event.delta)
             elif kind == "response.output_audio_transcript.done":
                 ex.said += event.transcript
+            elif kind == "conversation.item.input_audio_transcription.completed" and ex.heard is None:
+                ex.heard = event.transcript
             elif kind == "error":
                 ex.status = f"error: {event.error.message}"
             elif kind == "response.done":
@@ -249,17 +411,29 @@ async def _until_done(conn: Any, ex: Exchange, speech_end: float, answering: boo
                 return
 
 
-async def exchange(url: str, request: Request, output: dict[str, Any] | None = None) -> Exchange:
-    """One fresh session: the request spoken in real time, its response, and with ``output`` the
-    tool's answer sent back and the spoken answer to it."""
+async def _heard(conn: Any, ex: Exchange, within_s: float = 3.0) -> None:
+    """The request's transcript, if it had not come by the response's end."""
+    if ex.heard is not None:
+        return
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(within_s):
+            async for event in conn:
+                if event.type == "conversation.item.input_audio_transcription.completed":
+                    ex.heard = event.transcript
+                    return
+
+
+async def exchange(url: str, request: Request, output: dict[str, Any] | None = None, tools: list[dict[str, Any]] = TOOLS, key: str = "bench") -> Exchange:
+    """One fresh session (opened with API key ``key``): the request spoken in real time, its
+    response, and with ``output`` the tool's answer sent back and the spoken answer to it."""
     from openai import AsyncOpenAI
 
     pcm = espeak(request.text, RATE)
     silence = np.zeros(RATE * 20 // 1000, np.int16)
-    client = AsyncOpenAI(api_key="bench", websocket_base_url=url)
+    client = AsyncOpenAI(api_key=key, websocket_base_url=url)
     ex = Exchange()
     async with client.realtime.connect(model="bench") as conn:
-        await conn.session.update(session={"type": "realtime", "tools": TOOLS})
+        await conn.session.update(session={"type": "realtime", "tools": tools})
         step = RATE * 20 // 1000
         t0 = time.perf_counter()
         lead = 15  # 300 ms of quiet before the speech, 1.2 s after it
@@ -279,6 +453,7 @@ async def exchange(url: str, request: Request, output: dict[str, Any] | None = N
             while not speech_end:
                 await asyncio.sleep(0.01)
             await _until_done(conn, ex, speech_end, answering=output is None and request.tool is None)
+            await _heard(conn, ex)
             if output is not None and ex.call_ids:
                 item = {"type": "function_call_output", "call_id": ex.call_ids[0], "output": json.dumps(output)}
                 await conn.conversation.item.create(item=item)  # type: ignore[arg-type]
@@ -314,30 +489,42 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
 }
 
 
-async def run(url: str, limit: int, ears: Any) -> dict[str, Any]:
-    requests = REQUESTS[:limit] if limit else REQUESTS
-    no_tool = NO_TOOL[: max(1, limit // 2)] if limit else NO_TOOL
-    two_step = TWO_STEP[: max(1, limit // 4)] if limit else TWO_STEP
+async def run(url: str, limit: int, ears: Any, tool_set: str = "default", keys: str = "one") -> dict[str, Any]:
+    """``keys``: "one", every session opened with one API key (a deployment's app: its sessions share
+    the tools' prefix), or "each", every session with a key of its own (each its key's first: the
+    tools prefilled cold)."""
+    ts = TOOL_SETS[tool_set]
+    requests = ts.requests[:limit] if limit else ts.requests
+    no_tool = ts.no_tool[: max(1, limit // 2)] if limit else ts.no_tool
+    two_step = ts.two_step[: max(1, limit // 4)] if limit else ts.two_step
+    run_key = "bench-" + secrets.token_hex(4)  # no earlier run's cache: the first session is cold
+
+    def key() -> str:
+        return run_key if keys == "one" else "bench-" + secrets.token_hex(8)
+
     rows: list[dict[str, Any]] = []
     for r in requests + no_tool:
-        ex = await exchange(url, r)
+        ex = await exchange(url, r, tools=ts.tools, key=key())
         name, args = ex.calls[0] if ex.calls else ("", "")
-        valid, right = arguments_right(r, name, args) if r.tool else (False, False)
-        rows.append({"set": "requests" if r.tool else "no_tool", "request": r.text, "tool": r.tool, "calls": ex.calls, "said": ex.said, "schema_valid": valid, "right": right, "call_ms": ex.call_ms, "status": ex.status})
-        print(f"  {'+' if right or (not r.tool and not ex.calls) else '-'} {r.text[:44]:44} {ex.calls or ex.said[:60]!r}", flush=True)
+        valid, right = arguments_right(r, name, args, ts.schemas) if r.tool else (False, False)
+        rows.append(
+            {"set": "requests" if r.tool else "no_tool", "request": r.text, "tool": r.tool, "ears": ex.heard, "ears_right": heard_right(r, ex.heard) if r.tool else None,
+             "calls": ex.calls, "said": ex.said, "schema_valid": valid, "right": right, "call_ms": ex.call_ms, "status": ex.status}
+        )  # fmt: skip
+        print(f"  {'+' if right or (not r.tool and not ex.calls) else '-'} {r.text[:44]:44} heard {ex.heard!r:46.46} {ex.calls or ex.said[:60]!r}", flush=True)
     for t in two_step:
-        ex = await exchange(url, t.request, t.output)
+        ex = await exchange(url, t.request, t.output, tools=ts.tools, key=key())
         pcm = np.frombuffer(bytes(ex.audio), "<i2")
         heard = await asyncio.to_thread(ears.transcribe, resample(pcm, RATE, 16000)) if len(pcm) else ""
         name, args = ex.calls[0] if ex.calls else ("", "")
-        valid, right = arguments_right(t.request, name, args)
+        valid, right = arguments_right(t.request, name, args, ts.schemas)
         ok = bool(ex.calls) and heard_key(t.key, heard)
         rows.append(
-            {"set": "two_step", "request": t.request.text, "calls": ex.calls, "said": ex.said, "heard": heard, "schema_valid": valid, "right": right,
-             "answer_right": ok, "call_ms": ex.call_ms, "answer_ms": ex.answer_ms, "status": ex.status}
+            {"set": "two_step", "request": t.request.text, "ears": ex.heard, "ears_right": heard_right(t.request, ex.heard), "calls": ex.calls, "said": ex.said,
+             "heard": heard, "schema_valid": valid, "right": right, "answer_right": ok, "call_ms": ex.call_ms, "answer_ms": ex.answer_ms, "status": ex.status}
         )  # fmt: skip
         print(f"  {'+' if ok else '-'} {t.request.text[:44]:44} {ex.calls} -> {heard[:60]!r}", flush=True)
-    return {"summary": summarize(rows), "exchanges": rows}
+    return {"tool_set": tool_set, "keys": keys, "summary": summarize(rows), "exchanges": rows}
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -348,26 +535,91 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def share(xs: list[bool]) -> float | None:
         return round(sum(xs) / len(xs), 3) if xs else None
 
+    wrong = [r for r in asked if not r["right"]]
     return {
         "requests": len(asked),
         "right_tool_and_arguments": share([r["right"] for r in asked]),
         "right_tool": share([bool(r["calls"]) and r["calls"][0][0] == r["tool"] for r in asked]),
         "schema_valid": share([r["schema_valid"] for r in asked]),
+        # whose miss: the ears' (the request was misheard: its values were not in the transcript) or the thinker's
+        "heard_right": share([bool(r["ears_right"]) for r in asked]),
+        "wrong_after_misheard": sum(1 for r in wrong if r["ears_right"] is False),
+        "wrong_after_heard_right": sum(1 for r in wrong if r["ears_right"]),
+        "right_when_heard_right": share([r["right"] for r in asked if r["ears_right"]]),
         "no_tool": len(none),
         "false_calls": share([bool(r["calls"]) for r in none]),
+        "empty_answers": sum(1 for r in none if not r["calls"] and not r["said"].strip()),
+        # a plain question answered about the tools instead ("These tools can help users...")
+        "answers_about_tools": sum(1 for r in none if not r["calls"] and re.search(r"\b(tools?|functions?)\b", r["said"].lower())),
         "two_step": len(two),
         "right_final_answers": share([r["answer_right"] for r in two]),
         "voice_to_voice_call_ms": dist([r["call_ms"] for r in asked + two if r["call_ms"] is not None]),
+        "first_call_ms": next((r["call_ms"] for r in asked if r["call_ms"] is not None), None),  # the run's first session's
         "voice_to_voice_answer_ms": dist([r["answer_ms"] for r in two if r["answer_ms"] is not None]),
         "errors": sum(1 for r in rows if r["status"] != "completed"),
     }
+
+
+async def prefill(config_name: str, tool_set: str, rounds: int) -> dict[str, Any]:
+    """A fresh session's first answer, the thinker alone (in this process): ms to its first token
+    with the instructions and tools cold (a cache salt of its own) and with them prefilled first
+    (what ``prepare`` does when session.update brings them, or what a key's earlier session left)."""
+    import statistics
+
+    import msgspec
+
+    from pipelines.base import Tool
+    from pipelines.cascade.thinker import Generation, ThinkerOptions, Turn, VllmThinker
+    from pipelines.cascade.tools import tool_specs
+
+    cfg = config(config_name)
+    thinker = VllmThinker(msgspec.convert(cfg["pipeline"]["options"]["thinker"], ThinkerOptions))
+    instructions = cfg["session"]["instructions"]
+    await thinker.start(print)
+    ts = TOOL_SETS[tool_set]
+    specs = tool_specs([Tool(t["name"], t["description"], t["parameters"]) for t in ts.tools])
+
+    async def first_token(ids: list[int], salt: str) -> tuple[float, int]:
+        g = Generation()
+        t0 = time.perf_counter()
+        async for _ in thinker.stream(ids, salt, max_tokens=1, generation=g):
+            pass
+        return (time.perf_counter() - t0) * 1000, g.cached_tokens
+
+    cold: list[float] = []
+    prepared: list[float] = []
+    try:
+        prefix = thinker.prefix(instructions, [], tools=specs)
+        for r in ts.requests[:rounds]:
+            ids = thinker.render(instructions, [Turn("user", r.text)], tools=specs)
+            ms, _ = await first_token(ids, secrets.token_hex(8))
+            salt = secrets.token_hex(8)
+            await first_token(prefix, salt)  # prepare
+            ms_prepared, cached = await first_token(ids, salt)
+            cold.append(ms)
+            prepared.append(ms_prepared)
+            print(f"  {len(ids)} tokens: cold {ms:.0f} ms, prepared {ms_prepared:.0f} ms ({cached} cached)", flush=True)
+    finally:
+        await thinker.stop()
+    return {"prompt_tokens": len(ids), "prefix_tokens": len(prefix), "cold_ms_p50": round(statistics.median(cold), 1), "prepared_ms_p50": round(statistics.median(prepared), 1), "cold_ms": cold, "prepared_ms": prepared}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", nargs="+", default=["qwen2.5-coder-0.5b-w8"], help=f"{', '.join(VARIANTS)} or config names (configs/NAME.yaml)")
     parser.add_argument("--limit", type=int, default=0, help="only the first N requests (N/2 without a tool, N/4 two-step)")
+    parser.add_argument("--tool-set", choices=list(TOOL_SETS), default="default", help="heldout: other tools and requests, never tuned on")
+    parser.add_argument(
+        "--keys", choices=["one", "each"], default="one", help="one API key for every session (they share the tools' prefix), or a key each (cold)"
+    )
+    parser.add_argument("--prefill", type=int, metavar="N", default=0, help="only the thinker: a fresh session's first token, tools cold and prepared, N rounds")
     args = parser.parse_args()
+    if args.prefill:
+        out = {"machine": machine(), "configs": {n: asyncio.run(prefill(n, args.tool_set, args.prefill)) for n in args.configs}}
+        for name, data in out["configs"].items():
+            print(f"{name}: {data['prompt_tokens']} tokens, first token p50 cold {data['cold_ms_p50']} ms, tools prepared {data['prepared_ms_p50']} ms")
+        print("saved", save("tools-prefill", out))
+        return
     from pipelines import models
     from pipelines.cascade.listener import WhisperListener
 
@@ -376,14 +628,17 @@ def main() -> None:
     for name in args.configs:
         print(f"{name} ...", flush=True)
         with server_process(config(name), startup_s=900) as url:
-            result["configs"][name] = asyncio.run(run(url, args.limit, ears))
-    print(f"\n{'config':42} {'right':>6} {'valid':>6} {'false':>6} {'answers':>7} {'call p50':>8} {'answer p50':>10} {'errors':>6}")
+            result["configs"][name] = asyncio.run(run(url, args.limit, ears, args.tool_set, args.keys))
+    print(f"\ntool set {args.tool_set}, keys: {args.keys}")
+    head = f"{'config':42} {'right':>6} {'valid':>6} {'false':>6} {'empty':>5} {'answers':>7} {'heard':>6} {'miss e/t':>8} {'call p50':>8} {'answer p50':>10} {'errors':>6}"
+    print(head)
     for name, data in result["configs"].items():
         s = data["summary"]
         call, answer = s["voice_to_voice_call_ms"], s["voice_to_voice_answer_ms"]
+        misses = f"{s['wrong_after_misheard']}/{s['wrong_after_heard_right']}"
         print(
-            f"{name:42} {s['right_tool_and_arguments']!s:>6} {s['schema_valid']!s:>6} {s['false_calls']!s:>6} {s['right_final_answers']!s:>7}"
-            f" {call.get('p50', '-')!s:>8} {answer.get('p50', '-')!s:>10} {s['errors']:>6}"
+            f"{name:42} {s['right_tool_and_arguments']!s:>6} {s['schema_valid']!s:>6} {s['false_calls']!s:>6} {s['empty_answers']!s:>5}"
+            f" {s['right_final_answers']!s:>7} {s['heard_right']!s:>6} {misses:>8} {call.get('p50', '-')!s:>8} {answer.get('p50', '-')!s:>10} {s['errors']:>6}"
         )
     print("saved", save("tools", result))
 

@@ -104,7 +104,7 @@ class Listening(Pipeline):
         self.prefix = [] if thinker is None else thinker.prefix(INSTRUCTIONS, [])
         self.counts: dict[str, int] = {"words_judged": 0, "words_judged_streamed": 0}
 
-    def open(self, session_id: str) -> PipelineSession:
+    def open(self, session_id: str, tenant: str | None = None) -> PipelineSession:
         return _Listening(self, session_id)
 
     async def transcribe(self, pcm: np.ndarray) -> str:

@@ -30,7 +30,7 @@ from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import decode_session
 from realtime_omni.server import Server
 from transports.forward import forward_http, owner_elsewhere
-from transports.http import error_response, json_body, read_body, require_api_key
+from transports.http import error_response, json_body, read_body, request_key, require_api_key
 
 
 def routes() -> list[Route]:
@@ -62,16 +62,17 @@ def _ttl(body: dict[str, Any]) -> int:
     return seconds
 
 
-async def mint_key(server: Server, ttl: int, session: ev.SessionObject | None) -> tuple[keys.EphemeralKey, ev.SessionObject]:
+async def mint_key(server: Server, ttl: int, session: ev.SessionObject | None, issuer: str | None) -> tuple[keys.EphemeralKey, ev.SessionObject]:
     """An ephemeral key granting ``session``, checked against the server's defaults (a bad config
-    fails now, not at connect); minting too fast raises ``Throttled``. The demo page mints here too."""
+    fails now, not at connect); minting too fast raises ``Throttled``. The demo page mints here too.
+    ``issuer``: the API key minting it: the session it opens shares that key's prefix cache."""
     if server.defaults is None:
         raise RealtimeError("The server is still starting.", code="server_unavailable", type="server_error")
     effective = server.defaults
     if session is not None:
         effective = effective.updated(session, server.pipeline.capabilities)
     try:
-        key = await server.store.issue_key(ttl, session)
+        key = await server.store.issue_key(ttl, session, server.tenant(issuer))
     except keys.MintRefused as refused:
         raise Throttled(str(refused), refused.retry_after_s) from None
     server.metrics.keys_minted.inc()
@@ -98,7 +99,7 @@ async def client_secrets(request: Request) -> Response:
         body = await json_body(request)
         ttl = _ttl(body)
         session = decode_session(msgspec.json.encode(body["session"])) if body.get("session") is not None else None
-        key, wire = await mint_key(server, ttl, session)
+        key, wire = await mint_key(server, ttl, session, request_key(request))
     except RealtimeError as err:
         return refused(err)
     session_out = {"id": new_id("sess"), "object": "realtime.session", **msgspec.to_builtins(wire), "expires_at": key.expires_at}
@@ -113,7 +114,7 @@ async def beta_sessions(request: Request) -> Response:
         body = await json_body(request)
         body.pop("client_secret", None)
         session = decode_session(msgspec.json.encode(body)) if body else None
-        key, wire = await mint_key(server, keys.DEFAULT_TTL_S, session)
+        key, wire = await mint_key(server, keys.DEFAULT_TTL_S, session, request_key(request))
     except RealtimeError as err:
         return refused(err)
     out = msgspec.to_builtins(wire)

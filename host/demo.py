@@ -55,7 +55,7 @@ async def mint(request: Request) -> Response:
         err = RealtimeError("This server does not hand out keys to the demo page (web_demo_mints_keys is off).", code="forbidden")
         return error_response(err, 403)
     try:
-        key, _ = await mint_key(server, 60, None)
+        key, _ = await mint_key(server, 60, None, server.config.api_key)
     except RealtimeError as err:
         return refused(err)
     return JSONResponse({"value": key.value, "expires_at": key.expires_at})

@@ -79,6 +79,7 @@ return 1
 class Grant(msgspec.Struct):
     expires_at: int
     session: ev.SessionObject | None
+    tenant: str | None = None
 
 
 class RedisStore:
@@ -161,12 +162,12 @@ class RedisStore:
 
     # ------------------------------------------------------------------ keys
 
-    async def issue_key(self, ttl_s: int, session: ev.SessionObject | None) -> EphemeralKey:
+    async def issue_key(self, ttl_s: int, session: ev.SessionObject | None, tenant: str | None = None) -> EphemeralKey:
         wait = float(await self._call(self._take_token(keys=[self.prefix + "mint"], args=[self.mint_rate, self.mint_burst])))
         if wait > 0:
             raise MintRefused(f"Ephemeral keys are being minted too fast (at most {self.mint_rate:g} a second); try again in {wait:.1f} s.", wait)
-        key = EphemeralKey(PREFIX + os.urandom(24).hex(), int(time.time()) + ttl_s, session)
-        grant = msgspec.json.encode(Grant(key.expires_at, session))
+        key = EphemeralKey(PREFIX + os.urandom(24).hex(), int(time.time()) + ttl_s, session, tenant)
+        grant = msgspec.json.encode(Grant(key.expires_at, session, tenant))
         await self._call(self._redis.set(self.prefix + "key:" + key.value, grant, ex=ttl_s))
         return key
 
@@ -174,7 +175,7 @@ class RedisStore:
         if data is None:
             return None
         grant = msgspec.json.decode(data, type=Grant)
-        return EphemeralKey(value, grant.expires_at, grant.session)
+        return EphemeralKey(value, grant.expires_at, grant.session, grant.tenant)
 
     async def peek_key(self, value: str) -> EphemeralKey | None:
         return self._grant(value, await self._call(self._redis.get(self.prefix + "key:" + value)))

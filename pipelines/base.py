@@ -215,6 +215,11 @@ class PipelineSession(abc.ABC):
     def resume(self) -> None:
         """Speech resumed after ``pause``: speculative work is void."""
 
+    def prepare(self, request: ResponseRequest) -> None:
+        """The session opened, or ``session.update`` changed what every response begins with
+        (instructions, tools): ``request`` is the response the session would request now. A
+        pipeline may prefill that beginning in the background, so the first turn does not."""
+
     def commit(self, item_id: str) -> None:
         """The audio fed since the last commit/clear is now user item ``item_id``."""
 
@@ -322,7 +327,11 @@ class Pipeline(abc.ABC):
         return None
 
     @abc.abstractmethod
-    def open(self, session_id: str) -> PipelineSession: ...
+    def open(self, session_id: str, tenant: str | None = None) -> PipelineSession:
+        """A session. ``tenant``: the prefix-cache namespace of whoever opened it (the server
+        derives it from the API key, or an ephemeral key's issuer, with a secret of its own: never
+        the key): sessions of one tenant may share cached prefixes (their instructions and tools),
+        those of different tenants never do. None: the session's own namespace."""
 
     def stats(self) -> dict[str, float]:
         """The pipeline's own accounting (open sessions, in-flight work), for health and tests."""

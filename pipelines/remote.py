@@ -132,7 +132,8 @@ class RemoteEngine:
     # ------------------------------------------------------------------ requests
 
     def _affinity(self, body: dict[str, Any]) -> dict[str, str] | None:
-        """The session-affinity header: a digest of the body's ``cache_salt`` (one per session),
+        """The session-affinity header: a digest of the body's ``cache_salt`` (one per API key, so a
+        key's sessions meet their shared prefix on one replica; one per session without a key),
         not the salt itself, which stays a secret between this server and the engine."""
         salt = body.get("cache_salt")
         if self.options.affinity_header is None or not isinstance(salt, str):

@@ -32,6 +32,7 @@ import math
 import re
 import time
 import zlib
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -97,8 +98,8 @@ class SyntheticPipeline(Pipeline):
         self.active_responses = 0
         self.responses_started = 0
 
-    def open(self, session_id: str) -> "SyntheticSession":
-        session = SyntheticSession(self, session_id)
+    def open(self, session_id: str, tenant: str | None = None) -> "SyntheticSession":
+        session = SyntheticSession(self, session_id, tenant)
         self.sessions.add(session)
         return session
 
@@ -111,10 +112,12 @@ class SyntheticPipeline(Pipeline):
 
 
 class SyntheticSession(PipelineSession):
-    def __init__(self, pipeline: SyntheticPipeline, session_id: str) -> None:
+    def __init__(self, pipeline: SyntheticPipeline, session_id: str, tenant: str | None = None) -> None:
         self.pipeline = pipeline
         self.options = pipeline.options
         self.session_id = session_id
+        self.tenant = tenant  # (it caches nothing: kept for tests)
+        self.prepared: deque[tuple[str, list[str]]] = deque(maxlen=16)  # what prepare() was told: instructions, tool names
         self.responses = 0
         # what the session engine told us about the open input buffer (observable in tests)
         self.fed_samples = 0
@@ -132,6 +135,9 @@ class SyntheticSession(PipelineSession):
 
     def resume(self) -> None:
         self.resumes += 1
+
+    def prepare(self, request: ResponseRequest) -> None:
+        self.prepared.append((request.instructions, [t.name for t in request.tools]))
 
     def commit(self, item_id: str) -> None:
         self.commits.append((item_id, self._open_samples))

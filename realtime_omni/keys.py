@@ -35,6 +35,7 @@ class EphemeralKey:
     value: str
     expires_at: int
     session: ev.SessionObject | None
+    tenant: str | None = None  # its issuer's prefix-cache namespace (``Server.tenant`` of the key that minted it)
 
 
 class MintRefused(OverflowError):
@@ -64,12 +65,12 @@ class EphemeralKeys:
             raise MintRefused(f"Ephemeral keys are being minted too fast (at most {self.mint_rate:g} a second); try again in {wait:.1f} s.", wait)
         self._tokens -= 1.0
 
-    def issue(self, ttl_s: int, session: ev.SessionObject | None) -> EphemeralKey:
+    def issue(self, ttl_s: int, session: ev.SessionObject | None, tenant: str | None = None) -> EphemeralKey:
         self._purge()
         if len(self._keys) >= self.max_keys:
             raise MintRefused("Too many unused ephemeral keys are outstanding; try again later.", 10.0)
         self._take_token()
-        key = EphemeralKey(PREFIX + os.urandom(24).hex(), int(time.time()) + ttl_s, session)
+        key = EphemeralKey(PREFIX + os.urandom(24).hex(), int(time.time()) + ttl_s, session, tenant)
         self._keys[key.value] = key
         return key
 

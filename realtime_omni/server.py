@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -79,6 +81,7 @@ class Admission:
 
     ephemeral_key: str | None
     session: ev.SessionObject | None
+    tenant: str | None = None  # the prefix-cache namespace of the key (``Server.tenant``); None: the session's own
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
@@ -108,6 +111,7 @@ class Server:
         self.calls = LiveCalls(lambda: self.store)  # live WebRTC / SIP calls (calls.Call) by call_id
         # keys, the session count and who holds which call: in this process, or shared by replicas
         self.store: Store = store or LocalStore(mint_rate=config.limits.key_mints_per_s, mint_burst=config.limits.key_mint_burst)
+        self._tenant_secret = secrets.token_bytes(32)  # (Server.tenant)
         self.replica = new_id("replica")  # this process, among the replicas sharing the store
         self.url = config.advertise_url  # where the other replicas reach this one (host/ fills it in from the bound port)
         self.defaults: SessionConfig | None = None
@@ -247,10 +251,20 @@ class Server:
             grant = await self.store.peek_key(key)  # type: ignore[arg-type]
             if grant is None:
                 raise _unknown_ephemeral_key()
-            return Admission(key, grant.session)
+            return Admission(key, grant.session, grant.tenant)
         if not self.authorized(key):
             raise RealtimeError("Missing or invalid API key (send 'Authorization: Bearer <key>').", code="invalid_api_key", type="authentication_error")
-        return Admission(None, None)
+        return Admission(None, None, self.tenant(key))
+
+    def tenant(self, key: str | None) -> str | None:
+        """The prefix-cache namespace of sessions opened with the API key ``key`` (or with an
+        ephemeral key it minted): a keyed digest of it under this process's own secret, so neither
+        the key nor anything that tells it reaches the engine. Sessions of one key share their
+        cached prefixes (instructions, tools); those of different keys never do. None without a
+        key (an open server's anonymous client): the session's own namespace."""
+        if not key:
+            return None
+        return hmac.new(self._tenant_secret, key.encode(), hashlib.sha256).hexdigest()[:32]
 
     def check_capacity(self, pending: int = 0) -> None:
         """Raise the ``RealtimeError`` a new session would get now (not ready, draining, or full
@@ -314,6 +328,7 @@ class Server:
             timing_metadata=self.config.timing_metadata,
             turn_end=self.turn_end,
             mcp_settings=self.config.mcp,
+            tenant=admission.tenant,
         )
         self.sessions.add(session)
         self.metrics.sessions_total.labels(transport).inc()

@@ -48,7 +48,7 @@ class Store(Protocol):
 
     async def stop(self) -> None: ...
 
-    async def issue_key(self, ttl_s: int, session: ev.SessionObject | None) -> EphemeralKey: ...
+    async def issue_key(self, ttl_s: int, session: ev.SessionObject | None, tenant: str | None = None) -> EphemeralKey: ...
 
     async def peek_key(self, value: str) -> EphemeralKey | None:
         """The key's grant if it could be redeemed now, without spending it."""
@@ -88,8 +88,8 @@ class LocalStore:
     async def stop(self) -> None:
         return None
 
-    async def issue_key(self, ttl_s: int, session: ev.SessionObject | None) -> EphemeralKey:
-        return self.keys.issue(ttl_s, session)
+    async def issue_key(self, ttl_s: int, session: ev.SessionObject | None, tenant: str | None = None) -> EphemeralKey:
+        return self.keys.issue(ttl_s, session, tenant)
 
     async def peek_key(self, value: str) -> EphemeralKey | None:
         return self.keys.peek(value)

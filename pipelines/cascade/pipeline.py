@@ -58,6 +58,7 @@ class CascadePipeline(Pipeline):
         self.sessions: set[CascadeSession] = set()
         self.speed: Speed | None = None  # measured at start (_measure_speed)
         self.counts = {"prefix_warmups": 0, "speculations_started": 0, "speculations_adopted": 0, "speculations_discarded": 0, "responses": 0}
+        self.counts.update(prefix_prepares=0, prefix_prepared_tokens=0, prefix_prepared_cached_tokens=0)
         self.counts.update(words_judged=0, words_judged_streamed=0, tool_calls=0, tool_calls_off_schema=0, tool_calls_unknown=0)
 
     async def start(self) -> None:
@@ -127,8 +128,8 @@ class CascadePipeline(Pipeline):
     def failed(self) -> str | None:
         return self.thinker.failed
 
-    def open(self, session_id: str) -> CascadeSession:
-        session = CascadeSession(self, session_id)
+    def open(self, session_id: str, tenant: str | None = None) -> CascadeSession:
+        session = CascadeSession(self, session_id, tenant)
         self.sessions.add(session)
         return session
 

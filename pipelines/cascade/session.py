@@ -39,7 +39,7 @@ from pipelines.cascade.hearing import Hearing
 from pipelines.cascade.production import CascadeProduction, CascadeSpeculation
 from pipelines.cascade.prompts import Prompts
 from pipelines.cascade.shared import Models
-from pipelines.cascade.thinker import StreamedPrompt
+from pipelines.cascade.thinker import Generation, StreamedPrompt
 from pipelines.speculation import Ahead, Production
 
 log = logging.getLogger(__name__)
@@ -52,11 +52,11 @@ def _settings(request: ResponseRequest) -> tuple[Any, ...]:
 class CascadeSession(PipelineSession):
     MAX_TRANSCRIPTS = 64
 
-    def __init__(self, pipeline: Models, session_id: str) -> None:
+    def __init__(self, pipeline: Models, session_id: str, tenant: str | None = None) -> None:
         self.pipeline = pipeline
         self.options = pipeline.options
         self.session_id = session_id
-        self.salt = secrets.token_hex(16)  # this session's prefix-cache namespace
+        self.salt = tenant or secrets.token_hex(16)  # the prefix-cache namespace: its key's (Pipeline.open), else its own
         self.turn: list[np.ndarray] = []  # audio of the open user turn
         self.clean = False  # noise reduction on the audio the listener hears
         self.prompts = Prompts(pipeline.thinker, lambda: pipeline.capabilities.tools, self.options.tools_after_output)
@@ -100,14 +100,29 @@ class CascadeSession(PipelineSession):
             self.warmed = prefix
             self._background(self._warm(prefix))
 
-    async def _warm(self, prefix: list[int]) -> None:
-        stream = self.pipeline.thinker.stream(prefix, self.salt, max_tokens=1)
+    def prepare(self, request: ResponseRequest) -> None:
+        """The instructions and tools every prompt begins with, prefilled now (off the turn's path):
+        a fresh session's first turn finds them in the prefix cache (its key's sessions share it)."""
+        prefix = self.prompts.prefix(request)
+        if prefix != self.warmed:
+            self.warmed = prefix
+            self._background(self._warm(prefix, prepared=True))
+
+    async def _warm(self, prefix: list[int], prepared: bool = False) -> None:
+        g = Generation()
+        stream = self.pipeline.thinker.stream(prefix, self.salt, max_tokens=1, generation=g)
         try:
             async with contextlib.aclosing(stream):
                 async for _ in stream:
                     pass
         except Exception as exc:  # an optimisation only: the answer itself will meet any real failure
             log.debug("prefix warm-up failed: %s", exc)
+            return
+        if prepared:  # what a session's beginning cost, and how much of it its key's sessions had cached
+            counts = self.pipeline.counts
+            counts["prefix_prepares"] += 1
+            counts["prefix_prepared_tokens"] += g.prompt_tokens
+            counts["prefix_prepared_cached_tokens"] += g.cached_tokens
 
     def _drop_streamed(self) -> None:
         streamed, self.streamed = self.streamed, None

@@ -7,8 +7,9 @@ conversation:
 
 * **prefix caching**: every turn re-renders the history exactly as before, so the engine finds all
   of it but the new tail in its prefix cache;
-* **per-session cache salt**: each session's requests carry its own ``cache_salt``, so one session
-  never hits (or can probe) blocks another session computed;
+* **per-key cache salt**: a session's requests carry its API key's ``cache_salt`` (``Pipeline.open``'s
+  tenant; its own without a key), so sessions of one key share the cached instructions and tools,
+  and a session never hits (or can probe) blocks a session of another key computed;
 * **abort**: closing a ``stream`` aborts its engine request at once (barge-in, cancel).
 
 Context bound: when the prompt plus the answer budget would exceed ``max_model_len``, the oldest

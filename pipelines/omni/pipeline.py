@@ -12,8 +12,8 @@ if the engine's rate is not ``output_rate``.
 
 **History and the prefix cache.** Every request re-sends the conversation as the same messages,
 byte for byte (user turns as their audio, encoded once per item; assistant turns as the text that
-was delivered, cut at barge-in or truncation), with this session's ``cache_salt``, so a deployment
-with prefix caching prefills only the new turn and no session ever hits another's cache. Audio
+was delivered, cut at barge-in or truncation), with the session's ``cache_salt`` (its API key's: ``Pipeline.open``), so a deployment
+with prefix caching prefills only the new turn and no session ever hits the cache of another key's. Audio
 turns cost many tokens, so history is bounded: user audio older than ``history_audio_s`` (counted
 from the newest turn back) goes as its transcript when one is known, otherwise the turn is left
 out. The boundary moves in steps (down to half the budget at once), so the prefix stays stable
@@ -150,8 +150,8 @@ class OmniPipeline(Pipeline):
     def healthy(self) -> bool:
         return self.engine.healthy
 
-    def open(self, session_id: str) -> OmniSession:
-        session = OmniSession(self, session_id)
+    def open(self, session_id: str, tenant: str | None = None) -> OmniSession:
+        session = OmniSession(self, session_id, tenant)
         self.sessions.add(session)
         return session
 
@@ -195,11 +195,11 @@ class OmniSpeculation(Speculation[OmniProduction]):
 
 
 class OmniSession(PipelineSession):
-    def __init__(self, pipeline: OmniPipeline, session_id: str) -> None:
+    def __init__(self, pipeline: OmniPipeline, session_id: str, tenant: str | None = None) -> None:
         self.pipeline = pipeline
         self.options = pipeline.options
         self.session_id = session_id
-        self.salt = secrets.token_hex(16)  # this session's prefix-cache namespace
+        self.salt = tenant or secrets.token_hex(16)  # the prefix-cache namespace: its key's (Pipeline.open), else its own
         self.turn: list[np.ndarray] = []  # audio of the open user turn
         self.ahead: Ahead[OmniSpeculation] = Ahead(pipeline.counts)  # the request sent ahead of the turn's end
         self._encoded: OrderedDict[tuple[str, int], list[Clip]] = OrderedDict()

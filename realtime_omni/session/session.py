@@ -99,10 +99,12 @@ class Session:
         timing_metadata: bool = False,
         turn_end: TurnEndPolicy | None = None,
         mcp_settings: McpConfig | None = None,
+        tenant: str | None = None,
     ) -> None:
         session_id = new_id("sess")
         caps = pipeline.capabilities
-        self.ctx = ctx = SessionContext(session_id, caps, defaults, limits, metrics, pipeline.open(session_id), timing_metadata=timing_metadata)
+        pipe = pipeline.open(session_id, tenant)  # tenant: the prefix-cache namespace (Pipeline.open)
+        self.ctx = ctx = SessionContext(session_id, caps, defaults, limits, metrics, pipe, timing_metadata=timing_metadata)
         if defaults.noise_reduction is not None:
             ctx.pipe.reduce_noise(defaults.noise_reduction)
         self.beta = beta
@@ -152,6 +154,7 @@ class Session:
     async def start(self) -> None:
         await self.ctx.emit(ev.SessionCreated(session=self.config.public))
         await self.ctx.emit(ev.ConversationCreated(conversation=ev.Conversation(id=self.conversation.id)))
+        self._prepare()
 
     async def handle(self, data: bytes | str) -> None:
         """One client message. Never raises for anything the client sent."""
@@ -220,12 +223,22 @@ class Session:
         await ctx.emit(ev.SessionUpdated(session=new.public))
         if tools is not None and new.responds:
             self.mcp.spawn(self._connect_mcp(tools))
+        self._prepare()
 
     async def _connect_mcp(self, tools: list[ev.Tool]) -> None:
         try:
             await self.responses.connect_mcp(tools, keep_others=False)
         except Exception:  # (the outbox closed under it: the session is going)
             log.exception("session %s: connecting its MCP servers failed", self.ctx.id)
+
+    def _prepare(self) -> None:
+        """Tell the pipeline what every response begins with now (instructions, tools), so it can
+        prefill that off the first turn's path."""
+        try:
+            request = self.responses.build_request(ev.ResponseParams())[0]
+        except RealtimeError:
+            return  # a response itself will report it
+        self.ctx.pipe.prepare(request)
 
     # ================================================================== ending
 

@@ -34,3 +34,40 @@ def test_the_answer_key_is_heard_in_words_or_digits():
     assert tools.heard_key("31", "It is 31 degrees in Madrid.")
     assert tools.heard_key("9|nine", "It's nine fifteen in Tokyo.")
     assert not tools.heard_key("snow|snowing", "It is sunny.")
+
+
+def test_the_heldout_set_is_apart_and_complete():
+    """Other tools, other requests: no name, request or no-tool request shared with the tuned set."""
+    held = tools.TOOL_SETS["heldout"]
+    names = {t["name"] for t in held.tools}
+    assert not names & {t["name"] for t in tools.TOOLS} and {r.tool for r in held.requests} == names
+    assert not {r.text for r in held.requests + held.no_tool} & {r.text for r in tools.REQUESTS + tools.NO_TOOL}
+    assert all(t["parameters"]["required"] for t in held.tools) and all(t.request in held.requests for t in held.two_step)
+    forecast, money = held.requests[0], held.requests[4]
+    assert tools.arguments_right(forecast, "forecast", '{"location": "Denver", "day": "tomorrow"}', held.schemas) == (True, True)
+    assert tools.arguments_right(forecast, "forecast", '{"location": "Denver", "day": "monday"}', held.schemas) == (False, False)  # not in its enum
+    assert tools.arguments_right(money, "convert_currency", '{"amount": 50, "from_currency": "USD", "to_currency": "EUR"}', held.schemas) == (True, True)
+
+
+def test_whose_miss_the_ears_heard_the_values_or_not():
+    order, sums, table = tools.REQUESTS[32], tools.REQUESTS[25], tools.REQUESTS[16]
+    assert tools.heard_right(order, "Where is my order number 4512?") is True
+    assert tools.heard_right(order, "Where is my order number 4 5 1 2?") is True
+    assert tools.heard_right(order, "Where is my order number 451?") is False  # (Whisper tiny.en, as heard)
+    assert tools.heard_right(sums, "Calculate 15 plus 27.") is True
+    assert tools.heard_right(sums, "Calculate fifteen plus twenty-seven.") is True
+    assert tools.heard_right(sums, "Calculate fifty plus 27.") is False
+    assert tools.heard_right(table, "Book a table for two people at 8pm.") is True
+    assert tools.heard_right(table, "Book a table for two people at 18pm.") is False
+    assert tools.heard_right(tools.HELDOUT_REQUESTS[4], "How much is $50 in euros?") is True
+    assert tools.heard_right(order, None) is None  # no transcript came
+    rows = [
+        {"set": "requests", "right": False, "ears_right": False, "calls": [("lookup_order", "{}")], "tool": "lookup_order", "schema_valid": True, "call_ms": 1, "status": "completed"},
+        {"set": "requests", "right": False, "ears_right": True, "calls": [], "tool": "get_weather", "schema_valid": False, "call_ms": None, "status": "completed"},
+        {"set": "requests", "right": True, "ears_right": True, "calls": [("get_weather", "{}")], "tool": "get_weather", "schema_valid": True, "call_ms": 2, "status": "completed"},
+        {"set": "no_tool", "calls": [], "said": " ", "status": "completed"},
+        {"set": "no_tool", "calls": [], "said": "These tools can help users query the weather.", "status": "completed"},
+    ]  # fmt: skip
+    s = tools.summarize(rows)
+    assert (s["wrong_after_misheard"], s["wrong_after_heard_right"], s["heard_right"], s["right_when_heard_right"]) == (1, 1, 0.667, 0.5)
+    assert s["empty_answers"] == 1 and s["answers_about_tools"] == 1 and s["false_calls"] == 0

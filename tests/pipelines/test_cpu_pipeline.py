@@ -109,15 +109,16 @@ async def test_the_conversation_so_far_is_prefilled_while_the_user_speaks(cpu_se
         assert answer.usage.input_token_details.cached_tokens >= history - 32
 
 
-async def test_sessions_do_not_share_cached_prefixes(cpu_server):
-    """Two sessions with identical history: the second finds nothing of the first's in the cache."""
-    async with connect(cpu_server.ws_base) as a:
+async def test_sessions_of_two_keys_do_not_share_cached_prefixes(cpu_server):
+    """Two sessions with identical history, opened with two API keys: the second finds nothing of
+    the first's in the cache (sessions of one key may: tests/pipelines/test_cpu_tools.py)."""
+    async with connect(cpu_server.ws_base, api_key="key-one") as a:
         await a.expect("session.created")
         await a.send({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"]}})
         await text_turn(a, "Say hello to my friend Rosalind.")
         again = (await text_turn(a, "Say hello to my friend Rosalind.")).response
         assert again.usage.input_token_details.cached_tokens > 0  # the same session does hit
-        async with connect(cpu_server.ws_base) as b:
+        async with connect(cpu_server.ws_base, api_key="key-two") as b:
             await b.expect("session.created")
             await b.send({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"]}})
             before = cpu_server.stats()

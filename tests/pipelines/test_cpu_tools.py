@@ -4,13 +4,16 @@ as it streams), Whisper and Piper, through the official SDK with every event val
 
 from __future__ import annotations
 
+import asyncio
 import json
+import secrets
 
 import pytest
 
-from tests.pipelines.test_cpu_pipeline import RESPONSE_TIMEOUT, transcribe, words
+from tests.pipelines.test_cpu_pipeline import RESPONSE_TIMEOUT, text_turn, transcribe, words
 from tests.support.audio import utterance
 from tests.support.client import audio_of, connect
+from tests.support.server import wait_until
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
 
@@ -161,3 +164,38 @@ async def test_bad_tools_are_refused_and_the_session_survives(cpu_server):
         await c.send({"type": "response.create", "response": {"tool_choice": "required"}})
         done = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
         assert done.status == "completed" and done.output[-1].type == "function_call"
+
+
+async def test_sessions_of_one_key_share_the_tools_prefix_and_two_keys_do_not(cpu_server):
+    """The instructions and tools are prefilled when the session starts and when session.update
+    brings them (``prepare``), in the key's prefix-cache namespace: a second session of one key
+    finds them in vLLM's cache (its ``num_cached_tokens``), a session of another key finds none of
+    them; either way the first answer finds them prefilled."""
+    run = secrets.token_hex(4)  # keys no other test used: nothing of theirs is cached yet
+
+    async def session(key: str) -> tuple[float, float, int, int]:
+        before = await asyncio.to_thread(cpu_server.stats)
+
+        async def prepared() -> bool:  # the start's (the defaults) and the update's (the tools)
+            return (await asyncio.to_thread(cpu_server.stats))["prefix_prepares"] >= before["prefix_prepares"] + 2
+
+        async with connect(cpu_server.ws_base, api_key=key) as c:
+            await setup(c, output_modalities=["text"])
+            assert await wait_until(prepared, 120), "the session's beginning was never prefilled"
+            after = await asyncio.to_thread(cpu_server.stats)
+            answer = (await text_turn(c, "Say hello.")).response
+        assert answer.status == "completed", answer.status_details
+        tokens = after["prefix_prepared_tokens"] - before["prefix_prepared_tokens"]
+        cached = after["prefix_prepared_cached_tokens"] - before["prefix_prepared_cached_tokens"]
+        return tokens, cached, answer.usage.input_tokens, answer.usage.input_token_details.cached_tokens
+
+    first = await session(f"key-a-{run}")
+    again = await session(f"key-a-{run}")
+    other = await session(f"key-b-{run}")
+    tools_prefix = first[0]
+    assert tools_prefix > 200, (first, again, other)  # the defaults' few tokens, then two tools' definitions and the instructions
+    assert first[1] == 0  # the key's first session computed them
+    assert again[1] >= tools_prefix - 2 * 32  # all but each prefix's partial last block, from the first session
+    assert other[1] == 0  # another key's session shares nothing
+    for _, _, prompt, cached in (first, again, other):  # the first answer found the beginning prefilled
+        assert cached >= prompt - 64 - 32 and cached > 200, (first, again, other)

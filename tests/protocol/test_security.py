@@ -154,3 +154,42 @@ async def test_sessions_racing_the_same_item_ids_never_see_each_other(server):
         assert len(transcripts) == rounds and all(me in t for t in transcripts)  # each answer heard its own words
         audio = [e for e in events if e.type == "response.output_audio.delta"]
         assert audio and all(e.response_id in mine and base64.b64decode(e.delta) for e in audio)
+
+
+async def test_sessions_share_a_prefix_cache_namespace_per_key_and_never_across_keys():
+    """``Pipeline.open``'s tenant: one for every session of an API key and of the ephemeral keys it
+    minted, another for another key, none without a key; never the key itself. The pipeline is told
+    what every response begins with at the start and at each session.update (``prepare``)."""
+    srv = ServerThread(synthetic_config(server={"api_key": KEY})).start()
+    tool = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+
+    async def tenant_of(key: str, update: bool = False) -> tuple[str | None, list]:  # type: ignore[type-arg]
+        async with connect(srv.ws_base, api_key=key) as c:
+            await c.expect("session.created")
+            if update:
+                await c.send({"type": "session.update", "session": {"type": "realtime", "instructions": "Be brief.", "tools": [tool]}})
+                await c.expect("session.updated")
+            (session,) = await srv.acall(lambda: list(srv.server.sessions))
+            pipe = session.ctx.pipe
+            return pipe.tenant, list(pipe.prepared)
+
+    try:
+        first, prepared = await tenant_of(KEY, update=True)
+        second, _ = await tenant_of(KEY)
+        async with httpx.AsyncClient(base_url=srv.http_url) as http:
+            ephemeral = (await _mint(http)).json()["value"]
+        minted, _ = await tenant_of(ephemeral)
+        assert first is not None and first == second == minted
+        assert KEY not in first and ephemeral not in first
+        assert prepared[-1] == ("Be brief.", ["get_weather"]) and len(prepared) == 2  # at the start, then the update's
+    finally:
+        srv.stop()
+    srv = ServerThread(synthetic_config()).start()  # no API key: any key opens a session, each its own namespace
+    try:
+        a, _ = await tenant_of("key-a")
+        b, _ = await tenant_of("key-b")
+        again, _ = await tenant_of("key-a")
+        assert a is not None and b is not None and a != b and again == a
+        assert srv.server.tenant(None) is None  # an anonymous client: the session's own
+    finally:
+        srv.stop()

@@ -106,7 +106,7 @@ class FakePipeline(Pipeline):
     async def stop(self) -> None:
         return None
 
-    def open(self, session_id: str) -> FakeSession:
+    def open(self, session_id: str, tenant: str | None = None) -> FakeSession:
         session = FakeSession(self)
         self.sessions.append(session)
         return session
