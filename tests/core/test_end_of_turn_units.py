@@ -159,3 +159,36 @@ def test_prepare_refuses_a_model_file_that_is_not_the_released_one(tmp_path, mon
     with pytest.raises(models.ModelUnavailable, match="sha256"):
         models.ensure("smart-turn-v3.2", progress=lambda _: None)
     assert not (tmp_path / "home" / "models" / "smart-turn-v3.2").exists()
+
+
+async def test_the_policy_asks_for_the_sound_once_the_words_are_in():
+    """On two cores Smart Turn beside the thinker's judgement step slowed that step (docs/turn-taking.md):
+    the policy runs the sound model after the hearing has answered, never while it runs."""
+    import asyncio
+
+    import numpy as np
+
+    from pipelines.base import Heard, TurnModel, TurnVerdict
+    from pipelines.turn_end.policy import TurnEndConfig, TurnEndPolicy
+
+    order: list[str] = []
+
+    class Sound(TurnModel):
+        max_seconds = 8.0
+
+        def load(self) -> None:
+            pass
+
+        async def judge(self, pcm: np.ndarray, rate: int) -> TurnVerdict:
+            order.append("sound")
+            return TurnVerdict(0.9, 1.0)
+
+    async def hear(within_s: float) -> Heard:
+        order.append("hearing")
+        await asyncio.sleep(0.05)
+        order.append("heard")
+        return Heard("What time is it?", 0.9)
+
+    decision = await TurnEndPolicy(TurnEndConfig(), Sound()).decide(np.zeros(16000, np.int16), 16000, "auto", hear)
+    assert order == ["hearing", "heard", "sound"]
+    assert decision.verdict is not None and decision.verdict.words_probability == 0.9
