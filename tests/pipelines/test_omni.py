@@ -105,16 +105,22 @@ async def test_the_second_turn_resends_the_first_byte_for_byte_and_hits_the_pref
     assert first.response.usage.input_token_details.cached_tokens <= second.response.usage.input_token_details.cached_tokens
 
 
-async def test_sessions_never_share_a_cache_salt(omni, deployment):
-    async with connect(omni.ws_base) as a, connect(omni.ws_base) as b:
-        for c in (a, b):
+async def test_sessions_of_two_keys_never_share_a_cache_salt(omni, deployment):
+    """The salt is the API key's (docs/reliability.md): two keys, two cache namespaces; two sessions
+    of one key, one."""
+    seen = len(deployment.fake.requests)
+    async with connect(omni.ws_base, api_key="key-a") as a, connect(omni.ws_base, api_key="key-b") as b, connect(omni.ws_base, api_key="key-a") as a2:
+        for c in (a, b, a2):
             await c.expect("session.created")
             await c.send({"type": "conversation.item.create", "item": TEXT_ITEM})
             await c.send({"type": "response.create"})
-        await a.expect("response.done")
-        await b.expect("response.done")
-    salts = {r.body["cache_salt"] for r in deployment.fake.requests}
+        for c in (a, b, a2):
+            await c.expect("response.done")
+    requests = deployment.fake.requests[seen:]
+    assert len(requests) == 3
+    salts = {r.body["cache_salt"] for r in requests}
     assert len(salts) == 2
+    assert "key-a" not in salts and "key-b" not in salts  # a digest, never the key
 
 
 async def test_barge_in_aborts_the_upstream_request(omni, deployment):

@@ -147,7 +147,7 @@ async def test_barge_in_aborts_the_in_process_request(streamed):
 
 async def test_a_whole_request_carries_the_salt_the_speaker_and_the_answer_budget(whole):
     engine = engine_of(whole)
-    async with connect(whole.ws_base) as a, connect(whole.ws_base) as b:
+    async with connect(whole.ws_base, api_key="key-a") as a, connect(whole.ws_base, api_key="key-b") as b:
         for c in (a, b):
             await c.expect("session.created")
         await a.send({"type": "session.update", "session": {"type": "realtime", "audio": {"output": {"voice": "Chelsie"}}}})
@@ -161,7 +161,7 @@ async def test_a_whole_request_carries_the_salt_the_speaker_and_the_answer_budge
     (_, first), (_, second) = engine.inputs[-2:]
     assert first["prompt"] == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello there.<|im_end|>\n<|im_start|>assistant\n"
     assert first["additional_information"] == {"speaker": ["Chelsie"]}
-    assert first["cache_salt"] != second["cache_salt"]  # two sessions, two cache namespaces
+    assert first["cache_salt"] != second["cache_salt"]  # two keys, two cache namespaces
 
 
 async def test_ming_reports_its_rate_and_the_audio_is_resampled_once():
