@@ -96,17 +96,19 @@ class CascadeSession(PipelineSession):
         self._drop_streamed()
         self.pipeline.counts["prefix_warmups"] += 1
         self.streamed = self.pipeline.thinker.open_prompt(prefix, self.salt, judging)
-        if self.streamed is None and prefix != self.warmed:
-            self.warmed = prefix
-            self._background(self._warm(prefix))
+        if self.streamed is None:
+            self._warm_once(prefix)
 
     def prepare(self, request: ResponseRequest) -> None:
         """The instructions and tools every prompt begins with, prefilled now (off the turn's path):
         a fresh session's first turn finds them in the prefix cache (its key's sessions share it)."""
-        prefix = self.prompts.prefix(request)
+        self._warm_once(self.prompts.prefix(request), prepared=True)
+
+    def _warm_once(self, prefix: list[int], prepared: bool = False) -> None:
+        """Prefill ``prefix`` in the background, unless it was the last one prefilled."""
         if prefix != self.warmed:
             self.warmed = prefix
-            self._background(self._warm(prefix, prepared=True))
+            self._background(self._warm(prefix, prepared))
 
     async def _warm(self, prefix: list[int], prepared: bool = False) -> None:
         g = Generation()
