@@ -108,9 +108,17 @@ def nginx(upstreams: list[int]) -> Iterator[int]:
     """nginx (in the foreground, as a user's would run the site file) balancing ``upstreams``;
     yields its port."""
     port = free_port()
+    with nginx_site(nginx_conf(port, upstreams), [port]):
+        yield port
+
+
+@contextlib.contextmanager
+def nginx_site(site_text: str, ports: list[int]) -> Iterator[None]:
+    """nginx in the foreground with ``site_text`` in its http block (as a user's conf.d would hold
+    it), once it listens on every one of ``ports``; stopped gracefully after."""
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
-        (root / "site.conf").write_text(nginx_conf(port, upstreams))
+        (root / "site.conf").write_text(site_text)
         main = f"""
 daemon off;
 worker_processes 1;
@@ -131,8 +139,9 @@ http {{
         binary = shutil.which("nginx") or "/usr/sbin/nginx"
         proc = subprocess.Popen([binary, "-c", str(root / "nginx.conf"), "-p", folder], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         try:
-            _wait_port(port, proc, f"nginx (see {root}/error.log)")
-            yield port
+            for port in ports:
+                _wait_port(port, proc, f"nginx (see {root}/error.log)")
+            yield
         finally:
             proc.send_signal(signal.SIGQUIT)  # graceful: finish the requests in flight
             try:

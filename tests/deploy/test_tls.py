@@ -6,15 +6,10 @@ trust the certificate refused."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
-import signal
-import socket
 import ssl
 import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +19,7 @@ import pytest
 from tests.conftest import synthetic_config
 from tests.support.client import connect
 from tests.support.peers import RtcClient
-from tests.support.processes import free_port, server_process
+from tests.support.processes import free_port, nginx_site, server_process
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
@@ -59,54 +54,17 @@ def site(upstream: int, http_port: int, https_port: int, cert: Path, key: Path) 
     return text
 
 
-def wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"nginx exited: {log.read_text() if log.exists() else ''}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"nginx did not listen on {port}")
-
-
-@contextlib.contextmanager
-def nginx(site_text: str, ports: list[int]) -> Iterator[None]:
-    """nginx in the foreground with the site file in its http block, as a user's conf.d would hold it."""
-    assert NGINX is not None
-    with tempfile.TemporaryDirectory() as folder:
-        root = Path(folder)
-        (root / "site.conf").write_text(site_text)
-        temp = "\n".join(f"    {kind}_temp_path {root}/{kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-        (root / "nginx.conf").write_text(
-            f"daemon off;\nworker_processes 1;\npid {root}/nginx.pid;\nerror_log {root}/error.log warn;\n"
-            f"events {{ worker_connections 1024; }}\nhttp {{\n    access_log off;\n{temp}\n    include {root}/site.conf;\n}}\n"
-        )
-        proc = subprocess.Popen([NGINX, "-c", str(root / "nginx.conf"), "-p", folder], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        try:
-            for port in ports:
-                wait_port(port, proc, root / "error.log")
-            yield
-        finally:
-            proc.send_signal(signal.SIGQUIT)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
 @pytest.fixture(scope="module")
 def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int, Path]]:
     """(nginx's http port, its https port, the certificate) in front of a synthetic server."""
-    if NGINX is None or shutil.which("openssl") is None:
-        pytest.skip("needs nginx and openssl (scripts/test installs nginx)")
+    # scripts/test installs both: missing, the setup is broken (a failure, not a skip)
+    assert NGINX is not None and shutil.which("openssl") is not None, "needs nginx and openssl (scripts/test installs them)"
     cert, key = self_signed(tmp_path_factory.mktemp("tls"))
     config = synthetic_config(server={"api_key": API_KEY, "webrtc": {"host_addresses": ["127.0.0.1"]}})
     with server_process(config, startup_s=120) as url:
         upstream = int(url.split(":")[2].split("/")[0])
         http_port, https_port = free_port(), free_port()
-        with nginx(site(upstream, http_port, https_port, cert, key), [http_port, https_port]):
+        with nginx_site(site(upstream, http_port, https_port, cert, key), [http_port, https_port]):
             yield http_port, https_port, cert
 
 

@@ -6,7 +6,7 @@ The benchmarks start their servers the same way, so these live in ``bench/common
 tests take them from here: bench never imports the tests (the tests test the benches), and a
 test of the product names no bench module."""
 
-from bench.cluster import cluster, redis_server, replica
+from bench.cluster import cluster, nginx_site, redis_server, replica
 from bench.common import free_port, server_process, vllm_serve
 
-__all__ = ["cluster", "free_port", "redis_server", "replica", "server_process", "vllm_serve"]
+__all__ = ["cluster", "free_port", "nginx_site", "redis_server", "replica", "server_process", "vllm_serve"]
