@@ -124,7 +124,7 @@ def go_offline_unless_reachable(progress: Callable[[str], None]) -> bool:
             os.environ["HF_HUB_OFFLINE"] = "1"
             constants = sys.modules.get("huggingface_hub.constants")
             if constants is not None:
-                constants.HF_HUB_OFFLINE = True
+                setattr(constants, "HF_HUB_OFFLINE", True)  # its is_offline_mode() reads it at each call
     return _reached
 
 
