@@ -421,3 +421,78 @@ class RtpMic:
                 return
             seq += 1
             time.sleep(max(0.0, start + seq * 0.02 - time.monotonic()))
+
+
+def routed_call_scenario(media_port: int, moved_port: int, *, hold_ms: int) -> str:
+    """A call through a proxy that record-routes (a balancer in front of several replicas): every
+    request after the INVITE goes to the Contact of the 200 OK along its Record-Route
+    (``[next_url]``, ``[routes]``). INVITE (media at ``media_port``) -> 200 -> ACK; a re-INVITE that
+    moves the media to ``moved_port`` -> 200 -> ACK; then the call is held ``hold_ms``: a BYE from
+    the network in that time is answered 200 and ends it, else the caller's BYE ends it, answered
+    200 (the replica holding the call), or 408/503 (the proxy: that replica is gone)."""
+
+    def sdp(port: int, version: int) -> str:
+        return (f"v=0\no=sipp 53655765 {version} IN IP4 127.0.0.1\ns=-\nc=IN IP4 127.0.0.1\nt=0 0\n"
+                f"m=audio {port} RTP/AVP 0\na=rtpmap:0 PCMU/8000\na=ptime:20\na=sendrecv")
+
+    dialog = """      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+      To: <sip:agent@[remote_ip]:[remote_port]>[peer_tag_param]
+      Call-ID: [call_id]"""
+    tail = """      Contact: <sip:caller@[local_ip]:[local_port]>
+      Max-Forwards: 70"""
+
+    def in_dialog(method: str, cseq: int, body: str = "") -> str:
+        content = "Content-Type: application/sdp\n      Content-Length: [len]\n\n" + body if body else "Content-Length: 0"
+        return f"""
+  <send retrans="500">
+    <![CDATA[
+      {method} [next_url] SIP/2.0
+{dialog}
+      CSeq: {cseq} {method}
+      [routes]
+{tail}
+      {content}
+    ]]>
+  </send>"""
+
+    def ack(cseq: int) -> str:
+        return f"""
+  <send>
+    <![CDATA[
+      ACK [next_url] SIP/2.0
+{dialog}
+      CSeq: {cseq} ACK
+      [routes]
+{tail}
+      Content-Length: 0
+    ]]>
+  </send>"""
+
+    return _wrap(f"""
+  <send retrans="500">
+    <![CDATA[
+      INVITE sip:agent@[remote_ip]:[remote_port] SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+      To: <sip:agent@[remote_ip]:[remote_port]>
+      Call-ID: [call_id]
+      CSeq: 1 INVITE
+{tail}
+      Content-Type: application/sdp
+      Content-Length: [len]
+
+{sdp(media_port, 1)}
+    ]]>
+  </send>
+  <recv response="100" optional="true"/>
+  <recv response="200" rrs="true"/>{ack(1)}
+  <pause milliseconds="500"/>{in_dialog("INVITE", 2, sdp(moved_port, 2))}
+  <recv response="100" optional="true"/>
+  <recv response="200"/>{ack(2)}
+  <recv request="BYE" timeout="{hold_ms}" ontimeout="1"/>""" + reply_to_last("200 OK").replace("<send>", '<send next="2">') + f"""
+  <label id="1"/>{in_dialog("BYE", 3)}
+  <recv response="408" optional="true" next="2"/>
+  <recv response="503" optional="true" next="2"/>
+  <recv response="200"/>
+  <label id="2"/>""")

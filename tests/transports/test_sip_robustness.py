@@ -207,3 +207,38 @@ async def test_a_burst_of_invites_beyond_max_sessions(bridge: ServerThread, uac:
         assert answer(uac, uac.request("OPTIONS", "c-after"), "c-after", "OPTIONS") == 200  # still serving
     finally:
         media.close()
+
+
+async def test_options_say_whether_a_call_is_held_and_whether_new_calls_are_taken(bridge: ServerThread, uac: RawUac) -> None:
+    """What a balancer in front of several replicas asks (deploy/kamailio.cfg): a keep-alive OPTIONS
+    in a call's dialog is 200 while the bridge holds the call and 481 once it does not (a replica
+    restarted under the call); a probe outside any dialog is 200 while new calls are taken, 503
+    while the server drains (tests/deploy/test_sip_balancer.py runs the balancer itself)."""
+    media = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    media.bind(("127.0.0.1", 0))
+    try:
+        ok = establish(uac, "c-keepalive", media.getsockname()[1])
+        tag = _tag(ok)
+        assert answer(uac, uac.request("OPTIONS", "c-keepalive", cseq=2, to_tag=tag), "c-keepalive", "OPTIONS") == 200
+        assert answer(uac, uac.request("OPTIONS", "c-keepalive-lost", to_tag="not-ours"), "c-keepalive-lost", "OPTIONS") == 481
+        assert answer(uac, uac.request("BYE", "c-keepalive", cseq=3, to_tag=tag), "c-keepalive", "BYE") == 200
+        assert await wait_until(lambda: clean(bridge))
+        assert answer(uac, uac.request("OPTIONS", "c-keepalive", cseq=4, to_tag=tag), "c-keepalive", "OPTIONS") == 481
+    finally:
+        media.close()
+
+
+def test_a_draining_server_answers_probes_503() -> None:
+    config = synthetic_config()
+    config["sip"] = {"port": 0}
+    server = ServerThread(config).start()
+    uac = RawUac(tuple(server.app.state.sip.address))
+    try:
+        assert answer(uac, uac.request("OPTIONS", "c-probe-1"), "c-probe-1", "OPTIONS") == 200
+        server.call(server.server.stop_admitting)
+        uac.send(uac.request("OPTIONS", "c-probe-2"))
+        reply = uac.final("c-probe-2", "OPTIONS")
+        assert reply is not None and reply.status == 503 and reply.get("Retry-After") == "5"
+    finally:
+        uac.close()
+        server.stop()

@@ -1,5 +1,5 @@
-"""The SIP bridge's pure parts: SDP offer/answer, SIP message parsing, the RTP jitter buffer, DTMF
-de-duplication, and the RTP sender's header state (the low-delay resampler: tests/dsp)."""
+"""The SIP bridge's pure parts: SDP offer/answer, SIP message parsing, where a dialog's requests go,
+the RTP jitter buffer, DTMF de-duplication, and the RTP sender's header state (the low-delay resampler: tests/dsp)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from dsp.g711 import pcm_to_ulaw
 from transports.sip import message as sipmsg
 from transports.sip import rtp, sdp
+from transports.sip.dialog import dialog_for
 
 
 def offer(formats: str, rtpmap: str = "", proto: str = "RTP/AVP") -> str:
@@ -117,3 +118,28 @@ def test_advertised_address() -> None:
     bridge.address = ("0.0.0.0", 5060)
     assert bridge.advertised(("127.0.0.1", 5000)) == "127.0.0.1"
     assert SipBridge(None, SipConfig(host="0.0.0.0", advertise="203.0.113.7")).advertised(("127.0.0.1", 5000)) == "203.0.113.7"  # type: ignore[arg-type]
+
+
+def _invite(*record_route: str) -> sipmsg.SipMessage:
+    rr = "".join(f"Record-Route: {r}\r\n" for r in record_route)
+    return sipmsg.parse(
+        ("INVITE sip:agent@10.0.0.9 SIP/2.0\r\nVia: SIP/2.0/UDP 10.0.0.5:5060;branch=z9hG4bKx\r\n"
+         f"From: <sip:caller@example.com>;tag=a\r\nTo: <sip:agent@10.0.0.9>\r\nCall-ID: c\r\nCSeq: 1 INVITE\r\n{rr}"
+         "Contact: <sip:caller@192.0.2.7:5070>\r\nContent-Length: 0\r\n\r\n").encode()
+    )
+
+
+def test_dialog_requests_go_to_the_proxy_that_record_routed_the_call() -> None:
+    """Behind a balancer our BYE and REFER go along the route set (RFC 3261 12.2.1.1): to the first
+    loose router's address, which may differ from the address the INVITE came from; with no route
+    set, a strict router, or a host name (not looked up on the event loop), where the INVITE came from."""
+    came_from = ("10.0.0.5", 5060)
+    routed = dialog_for(_invite("<sip:10.0.0.6:5080;lr;ftag=a;did=1.2>", "<sip:203.0.113.1;lr>"), "ours", came_from)
+    assert routed.next_hop == ("10.0.0.6", 5080) and routed.route[0].startswith("<sip:10.0.0.6:5080")
+    bye = routed.request("BYE", "10.0.0.9", 5060)
+    assert bye.uri == "sip:caller@192.0.2.7:5070" and bye.get_all("Route") == routed.route
+    assert dialog_for(_invite("<sip:[2001:db8::1]:5090;lr>"), "ours", came_from).next_hop == ("2001:db8::1", 5090)
+    assert dialog_for(_invite("<sip:10.0.0.6;lr>"), "ours", came_from).next_hop == ("10.0.0.6", 5060)
+    assert dialog_for(_invite(), "ours", came_from).next_hop == came_from
+    assert dialog_for(_invite("<sip:10.0.0.6:5080>"), "ours", came_from).next_hop == came_from  # strict router
+    assert dialog_for(_invite("<sip:proxy.example.com;lr>"), "ours", came_from).next_hop == came_from

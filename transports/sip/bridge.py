@@ -11,8 +11,8 @@ finds the dialog an in-dialog request belongs to (``dialog``), and says what eac
   PCMU/PCMA, 486 when the server is full, 503 when it is not serving.
 * re-INVITE: the new offer's address is taken (a hold, a media move) and the same answer given.
 * ACK ends the final response's retransmissions; CANCEL ends a call still ringing (487); BYE ends
-  a call (200); OPTIONS and REGISTER get 200 (trunks probe with OPTIONS, softphones register
-  first); NOTIFY in a call we REFERred is taken; anything else is 405, and requests for dialogs
+  a call (200); OPTIONS gets 200 (trunks and balancers probe with it; 503 while the server
+  starts or drains, 481 in a dialog we do not hold) and REGISTER 200 (softphones register first); NOTIFY in a call we REFERred is taken; anything else is 405, and requests for dialogs
   that do not exist get 481. Max-Forwards 0 is 483, a Require we do not know 420, a message we
   cannot parse 400 (505 for another SIP version) when it says where an answer would go.
 
@@ -289,6 +289,17 @@ class SipBridge(asyncio.DatagramProtocol):
         self.spawn(call.hangup("caller_hangup"), "sip-bye")
 
     def _on_options(self, msg: SipMessage, tx: ServerTransaction) -> None:
+        """Out of a dialog, a probe (a trunk's, a balancer's): 200 while the server takes calls, 503
+        while it starts or drains, so that a balancer sends new calls elsewhere. In a dialog (a
+        proxy's keep-alive of a call): 200 while we hold the call, 481 once we do not (a restarted
+        replica), so the proxy ends it."""
+        if param(msg.get("To") or "", "tag") is not None:
+            if self._dialog_call(msg) is None:
+                self.respond(tx, response(msg, 481))
+                return
+        elif not self.server.healthy:
+            self.respond(tx, response(msg, 503, extra=[("Retry-After", "5")]))
+            return
         self.respond(tx, response(msg, 200, extra=[("Allow", ALLOW), ("Accept", "application/sdp")]))
 
     def _on_register(self, msg: SipMessage, tx: ServerTransaction) -> None:

@@ -298,7 +298,7 @@ class SipCall(Call):
         if self.state is not CallState.ANSWERED:
             raise RealtimeError(f"Call {self.id!r} is not answered (it is {self.state.value}).", code="call_state")
         msg = self.bridge.request(self.dialog, "REFER", [("Refer-To", f"<{target_uri}>"), ("Referred-By", f"<{self.dialog.local_uri}>")])
-        reply = await self.bridge.transact(msg, self.dialog.addr)
+        reply = await self.bridge.transact(msg, self.dialog.next_hop)
         if reply is None or not 200 <= reply.status < 300:
             status = f"{reply.status} {reply.reason}" if reply else "no answer"
             raise RealtimeError(f"The caller's side refused the transfer ({status}).", code="refer_failed")
@@ -317,7 +317,7 @@ class SipCall(Call):
         if self.state in _BEFORE_THE_ANSWER:  # hung up before the answer: decline it
             self.bridge.respond(self.tx, response(self.invite, 603, to_tag=self.dialog.local_tag))
         elif self.state is CallState.ANSWERED and self.end_reason not in ("caller_hangup",):
-            self.bridge.spawn(self.bridge.transact(self.bridge.request(self.dialog, "BYE"), self.dialog.addr), f"sip-bye-out:{self.id}")
+            self.bridge.spawn(self.bridge.transact(self.bridge.request(self.dialog, "BYE"), self.dialog.next_hop), f"sip-bye-out:{self.id}")
         self._move(CallState.ENDED)  # (the bridge stops pacing and forgets it)
         await self.tasks.cancel()
         self._close_media()
@@ -354,6 +354,7 @@ class SipCall(Call):
         host, port = self.bridge.advertised(self.dialog.addr), self._rtp_port()
         self.answer_sdp = sdp.answer(self.offer, host, port, session_id=self._sdp_id).encode()
         self.tx = tx
+        log.info("call %s: re-INVITE (caller's media at %s:%d)", self.id, *self.remote)
         self.bridge.respond(tx, self._ok(msg))
         return True
 

@@ -3,11 +3,14 @@
 A dialog is made from the INVITE that opened the call (12.1.1): its Call-ID, the caller's tag and
 ours, the URIs the two ends go by, the caller's Contact (the target of our requests) and the
 Record-Route set. In-dialog requests from the caller must match Call-ID and both tags (12.2.2);
-ours carry the next local CSeq, the route set and a fresh branch (12.2.1.1). No I/O here.
+ours carry the next local CSeq, the route set and a fresh branch (12.2.1.1), and go to the first
+route's address when a proxy record-routed the call (a balancer in front of several replicas), else
+where the caller's requests come from. No I/O here.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from .message import Addr, SipMessage, param, token, uri_of
@@ -38,6 +41,20 @@ class Dialog:
             and param(msg.get("From") or "", "tag") == self.remote_tag
         )
 
+    @property
+    def next_hop(self) -> Addr:
+        """Where our requests in this dialog go. With a route set whose first entry is a loose
+        router (``;lr``, RFC 3261 12.2.1.1 and 8.1.2), that entry's address: the proxy that
+        record-routed the call, which may listen at another address than the one it sent the
+        INVITE from. Without one, or when its host is a name (no lookup blocks the event loop
+        here), where the caller's requests come from."""
+        if self.route:
+            first = uri_of(self.route[0])
+            hop = _sip_uri_addr(first)
+            if hop is not None and any(p.strip().lower().split("=")[0] == "lr" for p in first.split(";")[1:]):
+                return hop
+        return self.addr
+
     def request(self, method: str, host: str, port: int, extra: list[tuple[str, str]] | None = None, body: bytes = b"") -> SipMessage:
         """Our next request in this dialog; ``host:port`` is where we take its responses."""
         self.local_cseq += 1
@@ -55,6 +72,26 @@ class Dialog:
             *(extra or []),
         ]
         return SipMessage(method=method, uri=self.remote_target, headers=headers, body=body)
+
+
+def _sip_uri_addr(uri: str) -> Addr | None:
+    """The (IP literal, port) of a ``sip:`` URI, None when its host is a name or it is not one."""
+    scheme, _, rest = uri.partition(":")
+    if scheme.lower() not in ("sip", "sips"):
+        return None
+    hostport = rest.split(";")[0].split("?")[0].rpartition("@")[2]
+    if hostport.startswith("["):  # [v6]:port
+        host, _, tail = hostport[1:].partition("]")
+        port = tail[1:] if tail.startswith(":") else ""
+    else:
+        host, _, port = hostport.partition(":")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if port and not port.isdigit():
+        return None
+    return host, int(port) if port else (5061 if scheme.lower() == "sips" else 5060)
 
 
 def dialog_for(msg: SipMessage, local_tag: str, addr: Addr) -> Dialog:
