@@ -294,7 +294,8 @@ async def test_a_replica_that_does_not_answer_hands_the_new_call_to_the_next(dep
 
 async def test_a_draining_replica_ends_its_calls_with_its_own_bye_through_the_balancer(deployment: Any) -> None:
     """SIGTERM: the replica's probe answer turns 503 (no new calls) and its calls end with its own
-    BYE, which goes along the route set, through the balancer, to the caller."""
+    BYE, which goes along the route set, through the balancer, to the caller; with no replica left,
+    the balancer answers probes 503 itself."""
     _, _, tmp = deployment
     with sip_replica(2, tmp) as draining, balancer([draining.sip_port], tmp, name="kamailio-drain") as lb:
         caller = place(lb.target, tmp, "drained", hold_ms=20000)
@@ -311,6 +312,8 @@ async def test_a_draining_replica_ends_its_calls_with_its_own_bye_through_the_ba
         vias = re.findall(r"^Via: SIP/2.0/UDP ([0-9.]+:\d+)", bye.group(1), re.MULTILINE)
         assert vias[0] == lb.target and len(vias) == 2, f"the BYE did not come through the balancer: {vias}"
         assert draining.process.wait(30) in (0, -signal.SIGTERM)
+        # its only replica gone, the balancer tells a trunk's probe it takes no calls
+        await wait_for(lambda: options_answer(lb.port, 0.3) == 503, 10, "the balancer still says 200 with no replica")
 
 
 def in_dialog_request(caller: Caller, method: str = "OPTIONS") -> bytes:
