@@ -132,13 +132,15 @@ def _invite(*record_route: str) -> sipmsg.SipMessage:
 def test_dialog_requests_go_to_the_proxy_that_record_routed_the_call() -> None:
     """Behind a balancer our BYE and REFER go along the route set (RFC 3261 12.2.1.1): to the first
     loose router's address, which may differ from the address the INVITE came from; with no route
-    set, a strict router, or a host name (not looked up on the event loop), where the INVITE came from."""
+    set, a strict router, a host name (not looked up on the event loop) or the other IP family,
+    where the INVITE came from."""
     came_from = ("10.0.0.5", 5060)
     routed = dialog_for(_invite("<sip:10.0.0.6:5080;lr;ftag=a;did=1.2>", "<sip:203.0.113.1;lr>"), "ours", came_from)
     assert routed.next_hop == ("10.0.0.6", 5080) and routed.route[0].startswith("<sip:10.0.0.6:5080")
     bye = routed.request("BYE", "10.0.0.9", 5060)
     assert bye.uri == "sip:caller@192.0.2.7:5070" and bye.get_all("Route") == routed.route
-    assert dialog_for(_invite("<sip:[2001:db8::1]:5090;lr>"), "ours", came_from).next_hop == ("2001:db8::1", 5090)
+    assert dialog_for(_invite("<sip:[2001:db8::1]:5090;lr>"), "ours", ("2001:db8::9", 5060)).next_hop == ("2001:db8::1", 5090)
+    assert dialog_for(_invite("<sip:[2001:db8::1]:5090;lr>"), "ours", came_from).next_hop == came_from  # not on our IPv4 socket
     assert dialog_for(_invite("<sip:10.0.0.6;lr>"), "ours", came_from).next_hop == ("10.0.0.6", 5060)
     assert dialog_for(_invite(), "ours", came_from).next_hop == came_from
     assert dialog_for(_invite("<sip:10.0.0.6:5080>"), "ours", came_from).next_hop == came_from  # strict router

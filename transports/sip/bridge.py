@@ -12,7 +12,8 @@ finds the dialog an in-dialog request belongs to (``dialog``), and says what eac
 * re-INVITE: the new offer's address is taken (a hold, a media move) and the same answer given.
 * ACK ends the final response's retransmissions; CANCEL ends a call still ringing (487); BYE ends
   a call (200); OPTIONS gets 200 (trunks and balancers probe with it; 503 while the server
-  starts or drains, 481 in a dialog we do not hold) and REGISTER 200 (softphones register first); NOTIFY in a call we REFERred is taken; anything else is 405, and requests for dialogs
+  starts or drains, 481 in a dialog we do not hold) and REGISTER 200 (softphones register
+  first); NOTIFY in a call we REFERred is taken; anything else is 405, and requests for dialogs
   that do not exist get 481. Max-Forwards 0 is 483, a Require we do not know 420, a message we
   cannot parse 400 (505 for another SIP version) when it says where an answer would go.
 

@@ -46,12 +46,13 @@ class Dialog:
         """Where our requests in this dialog go. With a route set whose first entry is a loose
         router (``;lr``, RFC 3261 12.2.1.1 and 8.1.2), that entry's address: the proxy that
         record-routed the call, which may listen at another address than the one it sent the
-        INVITE from. Without one, or when its host is a name (no lookup blocks the event loop
-        here), where the caller's requests come from."""
+        INVITE from. Without one, when its host is a name (no lookup blocks the event loop here) or
+        an address of the other IP family than our socket's, where the caller's requests come from."""
         if self.route:
             first = uri_of(self.route[0])
             hop = _sip_uri_addr(first)
-            if hop is not None and any(p.strip().lower().split("=")[0] == "lr" for p in first.split(";")[1:]):
+            loose = any(p.strip().lower().split("=")[0] == "lr" for p in first.split(";")[1:])
+            if hop is not None and loose and (":" in hop[0]) == (":" in self.addr[0]):
                 return hop
         return self.addr
 
