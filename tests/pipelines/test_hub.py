@@ -103,3 +103,18 @@ def test_an_unreachable_hub_is_checked_once_and_the_run_goes_offline_at_once(tmp
     assert "Retrying" not in run.stderr, run.stderr  # huggingface_hub was never asked
     assert json.loads((tmp_path / "models" / "smart-turn-v3.2" / "prepared.json").read_text())["origin"] == "pypi:pipecat-ai"
     assert "whisper-tiny.en: ready at" in run.stdout
+
+
+def test_the_check_goes_where_huggingface_hub_connects_first(monkeypatch: pytest.MonkeyPatch):
+    """Behind a proxy the hub itself is not reached directly, so the check connects to the proxy
+    (unless NO_PROXY names the hub's host), as huggingface_hub's HTTP client would."""
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "all_proxy", "no_proxy", "HF_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    assert hub.endpoint() == ("huggingface.co", 443)
+    monkeypatch.setenv("HTTPS_PROXY", "http://10.1.2.3:3128")
+    assert hub.endpoint() == ("10.1.2.3", 3128)
+    monkeypatch.setenv("NO_PROXY", "huggingface.co")
+    assert hub.endpoint() == ("huggingface.co", 443)
+    monkeypatch.setenv("HF_ENDPOINT", "http://mirror.internal:8080")
+    monkeypatch.setenv("HTTP_PROXY", "http://10.1.2.4:3128")
+    assert hub.endpoint() == ("10.1.2.4", 3128)
