@@ -6,7 +6,10 @@ New calls spread over both replicas; each call's re-INVITE and BYE reach the rep
 (its RTP moves to the re-INVITE's new address from the same replica, that replica answers the BYE
 and logs the re-INVITE); a replica killed mid-call has its calls ended by a BYE from the balancer
 (and an in-dialog request to it gets a 408, not silence) while the other replica's calls go on
-to their own BYE; new calls after the kill go to the live replica."""
+to their own BYE; new calls after the kill go to the live replica. A replica that never answers
+hands a new call on to the next; a draining one (SIGTERM) takes no new call and ends its own with
+a BYE through the balancer; a call whose replica restarted under it is ended by the balancer's
+in-dialog keepalive (slow: about 40 s)."""
 
 from __future__ import annotations
 
@@ -48,7 +51,7 @@ PROBE_INTERVAL_S = 1
 RELAY_TIMEOUT_MS = 1500
 REINVITE_LOGGED = ": re-INVITE (caller's media at"  # transports/sip/call.py, at info
 BYE_LOGGED = "ended (caller_hangup)"  # realtime_omni/calls.py
-RTP_PORTS = [(24000, 24998), (26000, 26998), (28000, 28998)]  # each replica's own RTP range: a packet's source says whose
+RTP_PORTS = [(24000, 24998), (26000, 26998), (28000, 28998), (22000, 22998)]  # each replica's own RTP range: a packet's source says whose
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -80,16 +83,17 @@ class SipReplica:
 
 
 @contextlib.contextmanager
-def sip_replica(index: int, tmp: Path) -> Iterator[SipReplica]:
-    """``realtime-omni serve`` with its SIP bridge on a port of its own, logging at info."""
-    http_port, sip_port = free_port(), free_udp_port()
+def sip_replica(index: int, tmp: Path, sip_port: int | None = None, name: str = "replica") -> Iterator[SipReplica]:
+    """``realtime-omni serve`` with its SIP bridge on a port of its own (or ``sip_port``), logging
+    at info, its RTP from ``RTP_PORTS[index]``."""
+    http_port, sip_port = free_port(), sip_port or free_udp_port()
     low, high = RTP_PORTS[index]
     config = synthetic_config(audio="tone", chunk_interval_ms=40)
     config.update(port=http_port, shutdown_grace_s=1.0)
     config["sip"] = {"port": sip_port, "host": "127.0.0.1", "rtp_port_min": low, "rtp_port_max": high, "rtp_timeout_s": 60.0}
-    path = tmp / f"replica-{index}.yaml"
+    path = tmp / f"{name}-{index}.yaml"
     path.write_text(yaml.safe_dump(config))
-    log = tmp / f"replica-{index}.log"
+    log = tmp / f"{name}-{index}.log"
     with open(log, "w") as out:
         cmd = [sys.executable, "-m", "host", "serve", "--config", str(path), "--log-level", "info"]
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -314,6 +318,34 @@ async def test_a_draining_replica_ends_its_calls_with_its_own_bye_through_the_ba
         assert draining.process.wait(30) in (0, -signal.SIGTERM)
         # its only replica gone, the balancer tells a trunk's probe it takes no calls
         await wait_for(lambda: options_answer(lb.port, 0.3) == 503, 10, "the balancer still says 200 with no replica")
+
+
+@pytest.mark.slow
+async def test_a_call_its_restarted_replica_lost_is_ended_by_the_keepalive(deployment: Any) -> None:
+    """A replica restarted on the same address between two probes (none notices it gone: probes
+    off here) has lost its calls. kamailio's in-dialog OPTIONS (every 30 s, the least its dialog
+    module allows) gets 481 from the new bridge, and the dialog module ends the call with a BYE to
+    the caller 10 s later: about 40 s after the call began."""
+    _, _, tmp = deployment
+    with contextlib.ExitStack() as stack:
+        first = stack.enter_context(sip_replica(3, tmp, name="restarted"))
+        lb = stack.enter_context(balancer([first.sip_port], tmp, probe_interval_s=0, name="kamailio-keepalive"))
+        caller = place(lb.target, tmp, "lost", hold_ms=90000)
+        try:
+            await wait_for(lambda: caller.source(caller.moved) is not None, 15, "the call was not answered and moved")
+            began = time.monotonic()
+            first.process.send_signal(signal.SIGKILL)
+            first.process.wait(10)
+            again = stack.enter_context(sip_replica(3, tmp, sip_port=first.sip_port, name="restarted-again"))
+            assert open_sessions(again) == 0
+            await wait_for(lambda: received_bye(caller), 75, "the lost call was never ended")
+            ended_after = time.monotonic() - began
+            result = await caller.task
+        finally:
+            caller.close()
+        assert result.returncode == 0, result.stdout[-2000:] + caller.messages()[-3000:]
+        assert 25 < ended_after < 75, ended_after
+        print(f"the call the restarted replica lost got its BYE {ended_after:.0f} s after the restart")
 
 
 def in_dialog_request(caller: Caller, method: str = "OPTIONS") -> bytes:
