@@ -49,16 +49,18 @@ MAX_METADATA_KEYS = 16  # of a session's ``tracing.metadata`` put on its span
 MAX_VALUE_CHARS = 512
 
 
-_clock = [0.0, 0]  # when the offset below was taken (perf_counter), and wall clock ns - perf_counter ns then
+_offset_taken = -1e9  # when (perf_counter) the offset below was taken
+_offset_ns = 0  # wall clock ns - perf_counter ns, then
 
 
 def _ns(perf: float) -> int:
     """A ``time.perf_counter()`` reading (the clock the session's timings use) as nanoseconds since
     the epoch (what spans carry). The offset between the two clocks is taken again each minute, so
     a wall clock that steps is followed; readings converted together are exactly consistent."""
-    if perf - _clock[0] > 60.0 or not _clock[1]:
-        _clock[0], _clock[1] = time.perf_counter(), time.time_ns() - time.perf_counter_ns()
-    return _clock[1] + int(perf * 1e9)
+    global _offset_taken, _offset_ns
+    if perf - _offset_taken > 60.0:
+        _offset_taken, _offset_ns = time.perf_counter(), time.time_ns() - time.perf_counter_ns()
+    return _offset_ns + int(perf * 1e9)
 
 
 def _now() -> int:
