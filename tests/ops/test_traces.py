@@ -307,7 +307,7 @@ async def test_nothing_set_nothing_exported_and_no_sdk_loaded(receiver, otel_env
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
-@pytest.mark.parametrize("collector", ["refusing", "hung"])
+@pytest.mark.parametrize("collector", ["refusing", pytest.param("hung", marks=pytest.mark.slow)])  # hung: each export waits out its 3 s
 async def test_a_collector_down_costs_the_sessions_nothing(otel_env, collector):
     """Nobody listening, or a collector that takes connections and never answers: the sessions are
     answered as fast as ever, the spans queue up to the bound and the rest are dropped, and the
@@ -321,7 +321,8 @@ async def test_a_collector_down_costs_the_sessions_nothing(otel_env, collector):
         hung.close()
     otel_env.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{port}/v1/traces")
     otel_env.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
-    srv = _started(synthetic_config(server={"tracing": {"max_queue_spans": 4, "export_timeout_s": 1.0}}))
+    timeout_s = 3.0 if collector == "hung" else 1.0
+    srv = _started(synthetic_config(server={"tracing": {"max_queue_spans": 4, "export_timeout_s": timeout_s}}))
     try:
         assert srv.server.tracing.enabled
         queue = srv.server.tracing.processor._batch_processor._queue  # (the SDK's; read to see the bound hold)
@@ -337,7 +338,7 @@ async def test_a_collector_down_costs_the_sessions_nothing(otel_env, collector):
         srv.stop()
         stopped_in = time.monotonic() - t0
         hung.close()
-    assert answered_in < 3, answered_in  # (about 0.1 s a session on two shared cores)
+    assert answered_in < 8, answered_in  # (about 0.1 s a session on two shared cores; waiting on exports, 18 s or more)
     assert stopped_in < 10, stopped_in  # the exporter's retries do not hold the stop up
     if collector == "hung":  # each export waits its whole timeout: the spans pile up to the bound, then are dropped
         assert fullest == 4, fullest
