@@ -20,9 +20,11 @@ import asyncio
 import contextlib
 import http.server
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from bench.audio import espeak
@@ -104,16 +106,32 @@ async def run(url: str, turns: int, warmup: int = 20) -> list[float]:
     return out
 
 
-async def compare(off_url: str, on_url: str, turns: int, rounds: int) -> tuple[list[float], list[float]]:
-    """The same turns against both servers, in ``rounds`` alternating blocks (which goes first alternates too)."""
-    off: list[float] = []
-    on: list[float] = []
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``)."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Side:
+    def __init__(self, url: Any) -> None:
+        self.url = url
+        self.samples: list[float] = []
+        self.cpu_s = 0.0  # the server's CPU time during its own blocks of turns
+        self.turns = 0  # in those blocks, warm-up turns included
+
+
+async def compare(off: Side, on: Side, turns: int, rounds: int) -> None:
+    """The same turns against both servers, in ``rounds`` alternating blocks (which goes first
+    alternates too), with each server's CPU time over its own blocks."""
     per = max(1, turns // rounds)
     for r in range(rounds):
-        order = [(off_url, off), (on_url, on)] if r % 2 == 0 else [(on_url, on), (off_url, off)]
-        for url, out in order:
-            out += await run(url, per, warmup=20 if r == 0 else 2)
-    return off, on
+        for side in (off, on) if r % 2 == 0 else (on, off):
+            warmup = 20 if r == 0 else 2
+            before = cpu_seconds(side.url.process.pid)
+            side.samples += await run(side.url, per, warmup=warmup)
+            side.cpu_s += cpu_seconds(side.url.process.pid) - before
+            side.turns += per + warmup
 
 
 def main() -> None:
@@ -126,9 +144,18 @@ def main() -> None:
     if args.traces == "compare":
         with dropping_receiver() as receiver:
             with server_process(CONFIG) as off_url, server_process(traced(receiver.url)) as on_url:
-                off, on = asyncio.run(compare(off_url, on_url, args.turns, args.rounds))
-        a, b = dist(off), dist(on)
-        result = {**base, "traces_off": a, "traces_on": b, "p50_ratio": round(b["p50"] / a["p50"], 3), "p99_ratio": round(b["p99"] / a["p99"], 3)}
+                off, on = Side(off_url), Side(on_url)
+                asyncio.run(compare(off, on, args.turns, args.rounds))
+        a, b = dist(off.samples), dist(on.samples)
+        cpu = [round(side.cpu_s / side.turns * 1e6) for side in (off, on)]  # (clock ticks: 10 ms each, summed over ~500 turns a side)
+        result = {
+            **base,
+            "traces_off": a,
+            "traces_on": b,
+            "p50_ratio": round(b["p50"] / a["p50"], 3),
+            "p99_ratio": round(b["p99"] / a["p99"], 3),
+            "server_cpu_us_per_turn": {"traces_off": cpu[0], "traces_on": cpu[1]},
+        }
     else:
         with dropping_receiver() as receiver:
             with server_process(traced(receiver.url) if args.traces == "on" else CONFIG) as url:

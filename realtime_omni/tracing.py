@@ -312,7 +312,7 @@ class OtelSessionTrace(SessionTrace):
             "realtime.turn_end",
             context=context,
             start_time=end - int(silence_ms * 1e6),
-            attributes={**self.common, "realtime.item.id": item_id, "realtime.turn_end.silence_ms": silence_ms},
+            attributes={"realtime.item.id": item_id, "realtime.turn_end.silence_ms": silence_ms},
         )
         span.end(end_time=end)
 
@@ -342,7 +342,7 @@ class OtelSessionTrace(SessionTrace):
         return trace
 
     def transcription(self, item_id: str) -> CallTrace:
-        span = self.tracer.start_span("realtime.transcription", context=self.context, start_time=_now(), attributes={**self.common, "realtime.item.id": item_id})
+        span = self.tracer.start_span("realtime.transcription", context=self.context, start_time=_now(), attributes={"realtime.item.id": item_id})
         return OtelCallTrace(span)
 
     def close(self) -> None:
@@ -356,7 +356,7 @@ class OtelResponseTrace(ResponseTrace):
         self.span = span
         self.t0 = t0  # its start (the trigger) in ns: its children's times are offsets from it
         self.context = context
-        self.ids = {**session.common, "realtime.response.id": response_id}
+        self.ids = {"realtime.response.id": response_id}  # (each attribute costs every span its encoding: the rest is on the parents)
 
     def _child(self, name: str, attributes: dict[str, Any], start_time: int | None = None) -> Any:
         start = _now() if start_time is None else start_time

@@ -207,8 +207,9 @@ async def test_a_session_is_one_trace_of_its_responses_stages_calls_and_barge_in
     assert sa["realtime.tracing"] == "custom"
     assert sa["realtime.workflow_name"] == "support-line" and sa["realtime.group_id"] == "caller-42"
     assert sa["realtime.metadata.tier"] == "gold" and sa["realtime.metadata.attempt"] == 2
-    for s in receiver.spans:
-        assert s["attributes"]["realtime.session.id"] == sa["realtime.session.id"], s["name"]
+    for s in receiver.named("realtime.response"):
+        assert s["attributes"]["realtime.session.id"] == sa["realtime.session.id"]
+        assert s["attributes"]["realtime.transport"] == "websocket" and s["attributes"]["realtime.pipeline"] == "synthetic"
 
     responses = {s["attributes"]["realtime.response.id"]: s for s in receiver.named("realtime.response")}
     assert set(responses) == {first, second, third, fourth}
