@@ -369,6 +369,50 @@ async def test_the_config_section_alone_turns_traces_on(receiver, otel_env):
     assert response["resource"]["service.name"] == "from-config"
 
 
+async def test_a_cascade_s_stages_and_speculation_become_spans(receiver, otel_env):
+    """The stage spans of a pipeline with more stages than the synthetic one (the CPU cascade's
+    names), one of them done ahead of the trigger, and an MCP call that failed: the trace module
+    itself, exporting to the receiver."""
+    from pipelines.base import Usage
+    from realtime_omni.session.run import Outcome
+    from realtime_omni.tracing import configure
+
+    tracing = configure(TracingConfig(endpoint=receiver.url))
+    session = tracing.session("sess_1", transport="sip", pipeline="cascade")
+    session.configure("auto")
+    session.turn_ended("item_1", 520.0)
+    started = time.perf_counter()
+    response = session.response("resp_1", started, in_band=True, trigger=None, last_item_id="item_1")
+    response.mcp_call("item_2", "tools", "weather").end("MCP server 'tools' offers no tool 'weather'.")
+    stages = {"asr": -120.0, "judged": -60.0, "thinker_first_token": 80.0, "first_clause": 150.0, "first_audio": 260.0}
+    outcome = Outcome("completed", Usage(input_tokens=40, output_tokens=12), True, started, started + 1.5, first_audio_at=started + 0.27)
+    outcome.first_delta_at, outcome.stage_times, outcome.stage_info = started + 0.2, stages, {"speculated": True}
+    response.finished(outcome, ["item_3"])
+    session.turn_ended("item_9", 500.0)  # a turn no response follows by itself (create_response off)
+    session.close()
+    await tracing.shutdown()
+
+    (r,) = receiver.named("realtime.response")
+    assert r["attributes"]["realtime.response.trigger"] == "turn_end" and r["attributes"]["realtime.item.id"] == "item_1"
+    assert r["attributes"]["realtime.info.speculated"] is True and r["attributes"]["realtime.transport"] == "sip"
+    assert r["end"] - r["start"] == 1_500_000_000
+    for name, ms in stages.items():
+        (s,) = receiver.named(f"realtime.stage.{name}")
+        assert s["parent"] == r["span_id"] and s["attributes"]["realtime.stage.ms"] == ms == r["attributes"][f"realtime.stage.{name}_ms"]
+        if ms >= 0:  # the trigger to the stage's first output
+            assert (s["start"], s["end"]) == (r["start"], r["start"] + int(ms * 1e6))
+        else:  # done ahead: from then to the trigger
+            assert (s["start"], s["end"]) == (r["start"] + int(ms * 1e6), r["start"])
+    (mcp,) = receiver.named("realtime.mcp_call")
+    assert mcp["parent"] == r["span_id"] and mcp["status"] == 2  # STATUS_CODE_ERROR
+    assert mcp["attributes"]["realtime.mcp.server_label"] == "tools" and mcp["attributes"]["realtime.item.id"] == "item_2"
+    (s,) = receiver.named("realtime.session")
+    ends = {t["attributes"]["realtime.item.id"]: t for t in receiver.named("realtime.turn_end")}
+    assert ends["item_1"]["parent"] == r["span_id"] and ends["item_1"]["attributes"]["realtime.turn_end.silence_ms"] == 520.0
+    assert ends["item_9"]["parent"] == s["span_id"] and set(ends) == {"item_1", "item_9"}
+    assert s["attributes"]["realtime.tracing"] == "auto" and "realtime.workflow_name" not in s["attributes"]
+
+
 def test_settings_from_the_environment_and_the_config():
     on = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}
     assert settings(TracingConfig(), {}) is None  # nothing set: off
