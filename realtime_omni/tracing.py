@@ -357,6 +357,7 @@ class OtelResponseTrace(ResponseTrace):
         self.t0 = t0  # its start (the trigger) in ns: its children's times are offsets from it
         self.context = context
         self.ids = {"realtime.response.id": response_id}  # (each attribute costs every span its encoding: the rest is on the parents)
+        self.ended = False  # (a response cancelled as its session closes is both abandoned and finished)
 
     def _child(self, name: str, attributes: dict[str, Any], start_time: int | None = None) -> Any:
         start = _now() if start_time is None else start_time
@@ -372,10 +373,16 @@ class OtelResponseTrace(ResponseTrace):
         self.span.add_event("realtime.cancel", {"realtime.cancel.reason": reason, "realtime.barge_in": reason == "turn_detected"})
 
     def abandoned(self) -> None:
+        if self.ended:
+            return
+        self.ended = True
         self.span.set_attribute("realtime.response.status", "abandoned")
         self.span.end(end_time=_now())
 
     def finished(self, outcome: Any, output_ids: list[str]) -> None:
+        if self.ended:
+            return
+        self.ended = True
         span, started, t0 = self.span, outcome.started_at, self.t0
         for stage, ms in outcome.stage_times.items():  # ms from the trigger; < 0: done ahead (speculation)
             at = t0 + int(ms * 1e6)

@@ -53,6 +53,9 @@ class Transcriber:
             async with asyncio.timeout(ctx.limits.stage_timeout_s):  # a hung recogniser fails this transcript only
                 result = await ctx.pipe.transcribe(item.id, part.audio)
             span.end()
+        except asyncio.CancelledError:  # the session closed
+            span.end("cancelled")
+            raise
         except Exception as exc:
             span.end(str(exc) or type(exc).__name__)
             log.exception("transcription of %s failed", item.id)
