@@ -22,8 +22,10 @@ from typing import Any
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
 
+from pipelines.base import Usage
 from realtime_omni.config import TracingConfig
-from realtime_omni.tracing import NO_TRACING, settings
+from realtime_omni.session.run import Outcome
+from realtime_omni.tracing import NO_TRACING, configure, settings
 from tests.conftest import synthetic_config
 from tests.support.audio import utterance
 from tests.support.client import connect
@@ -90,7 +92,7 @@ class Receiver:
 
         self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
-        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
     def take(self, path: str, content_type: str | None, request: ExportTraceServiceRequest) -> None:
@@ -373,10 +375,6 @@ async def test_a_cascade_s_stages_and_speculation_become_spans(receiver, otel_en
     """The stage spans of a pipeline with more stages than the synthetic one (the CPU cascade's
     names), one of them done ahead of the trigger, and an MCP call that failed: the trace module
     itself, exporting to the receiver."""
-    from pipelines.base import Usage
-    from realtime_omni.session.run import Outcome
-    from realtime_omni.tracing import configure
-
     tracing = configure(TracingConfig(endpoint=receiver.url))
     session = tracing.session("sess_1", transport="sip", pipeline="cascade")
     session.configure("auto")
@@ -411,6 +409,17 @@ async def test_a_cascade_s_stages_and_speculation_become_spans(receiver, otel_en
     assert ends["item_1"]["parent"] == r["span_id"] and ends["item_1"]["attributes"]["realtime.turn_end.silence_ms"] == 520.0
     assert ends["item_9"]["parent"] == s["span_id"] and set(ends) == {"item_1", "item_9"}
     assert s["attributes"]["realtime.tracing"] == "auto" and "realtime.workflow_name" not in s["attributes"]
+
+
+async def test_grpc_when_its_exporter_is_installed(otel_env):
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="OTLP over grpc needs opentelemetry-exporter-otlp-proto-grpc")
+    otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+    otel_env.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    tracing = configure(TracingConfig())
+    try:
+        assert type(tracing.processor.span_exporter).__module__ == "opentelemetry.exporter.otlp.proto.grpc.trace_exporter"
+    finally:
+        await tracing.shutdown()
 
 
 def test_settings_from_the_environment_and_the_config():
