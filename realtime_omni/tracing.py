@@ -105,14 +105,16 @@ class SessionTrace:
     """One session's span; this base does nothing (tracing off, or not sampled)."""
 
     def configure(self, tracing: Any) -> None:
-        """The session's ``tracing`` (None, ``"auto"`` or a ``TracingConfig``) as it stands now."""
+        """The session's ``tracing`` field (None, ``"auto"`` or the wire's ``TracingConfig``) as it stands now."""
 
     def turn_ended(self, item_id: str, silence_ms: float) -> None:
         """A user's turn was judged over after ``silence_ms`` of silence (audio time)."""
 
     def response(self, response_id: str, started_at: float, *, in_band: bool, trigger: str | None, last_item_id: str | None) -> ResponseTrace:
-        """A response triggered at ``started_at`` (``time.perf_counter()``): by ``trigger``
-        (``response.create``, ...) or, None, by the end of the turn whose item is ``last_item_id``."""
+        """A response triggered at ``started_at`` (``time.perf_counter()``) by ``trigger``
+        (``response.create``) or, None, by the session itself (a turn's end, the idle timeout, an
+        approval): it answers the turn last judged over when that turn's item is
+        ``last_item_id``, the conversation's last item."""
         return NO_RESPONSE
 
     def transcription(self, item_id: str) -> CallTrace:
