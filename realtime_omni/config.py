@@ -128,6 +128,25 @@ class McpConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_servers: int = 4  # MCP servers per session
 
 
+class TracingConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Per-turn traces in OpenTelemetry (realtime_omni/tracing.py, docs/deployment.md#traces): on when an
+    OTLP endpoint is set here or in the standard environment (``OTEL_EXPORTER_OTLP_ENDPOINT``, ...)."""
+
+    enabled: bool = True  # false: no traces even when the environment names an endpoint
+    endpoint: str | None = None  # the collector's OTLP base URL (http://host:4318: spans go to /v1/traces); None: OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT
+    protocol: Literal["http/protobuf", "grpc"] | None = None  # None: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf
+    service_name: str | None = None  # the traces' service.name; None: OTEL_SERVICE_NAME, else realtime-omni
+    sample_ratio: float | None = None  # the share of sessions traced (0..1, per session); None: OTEL_TRACES_SAMPLER
+    max_queue_spans: int = 2048  # spans waiting for export; a full queue drops new spans (the sessions go on)
+    export_timeout_s: float | None = None  # one export's limit, retries included; None: OTEL_EXPORTER_OTLP_TIMEOUT (10 s)
+
+    def __post_init__(self) -> None:
+        if self.sample_ratio is not None and not 0.0 <= self.sample_ratio <= 1.0:
+            raise ValueError("tracing.sample_ratio is a share of sessions: between 0 and 1")
+        if self.max_queue_spans < 1:
+            raise ValueError("tracing.max_queue_spans must be at least 1")
+
+
 class PipelineConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Which pipeline, and its own options: the Struct its kind declares (``pipelines.options_type``:
     ``CascadeOptions``, ``OmniOptions``, ``SyntheticOptions``), typed when the config is loaded."""
@@ -178,6 +197,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     timing_metadata: bool = True
     webrtc: WebRTCConfig = msgspec.field(default_factory=WebRTCConfig)
     sip: SipConfig = msgspec.field(default_factory=SipConfig)
+    tracing: TracingConfig = msgspec.field(default_factory=TracingConfig)  # per-turn traces in OpenTelemetry (OTLP): off unless an endpoint is set here or in OTEL_EXPORTER_OTLP_ENDPOINT
     mcp: McpConfig = msgspec.field(default_factory=McpConfig)  # the MCP servers sessions' `type: "mcp"` tools may make the server call (docs/tools.md): none unless listed (`serve --mcp-allow`)
     web_demo: bool = True  # serve the browser demo at /
     # let the demo page mint itself an ephemeral key when the server has an API key: anyone who can

@@ -27,6 +27,8 @@ from .protocol import events as ev
 from .session import Media, Session
 from .session.config import SessionConfig
 from .store import LocalStore, Store, unavailable
+from .tracing import NO_TRACING, Tracing
+from .tracing import configure as configure_tracing
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,7 @@ class Server:
         self.turn_end = TurnEndPolicy(config.turn_end, turn_model)
         self.metrics.watch_pipeline(self.pipeline.stats)
         self.loop_watch = LoopWatch(self.metrics.registry)
+        self.tracing: Tracing = NO_TRACING  # per-turn traces (tracing.py): configured by start(), flushed by stop()
         self.sessions: set[Session] = set()
         self.calls = LiveCalls(lambda: self.store)  # live WebRTC / SIP calls (calls.Call) by call_id
         # keys, the session count and who holds which call: in this process, or shared by replicas
@@ -152,6 +155,7 @@ class Server:
             self.defaults = SessionConfig.default(caps, self.config.model).updated(self.config.session, caps)
         except RealtimeError as err:
             raise ValueError(f"invalid 'session' in the server config: {err.message}") from None
+        self.tracing = configure_tracing(self.config.tracing)
         await self._load_turn_end()
         await self.store.start(self.replica, self.url, lambda: len(self.sessions))
         self.loop_watch.start()
@@ -225,6 +229,8 @@ class Server:
         await self.loop_watch.stop()
         await self.pipeline.stop()
         self.turn_end.close()
+        tracing, self.tracing = self.tracing, NO_TRACING
+        await tracing.shutdown()  # the spans still queued, then the exporter's thread
 
     def authorized(self, key: str | None) -> bool:
         """The server's own API key (or any key when it has none). Ephemeral keys: see ``admit``."""
@@ -329,6 +335,8 @@ class Server:
             turn_end=self.turn_end,
             mcp_settings=self.config.mcp,
             tenant=admission.tenant,
+            tracing=self.tracing,
+            transport=transport,
         )
         self.sessions.add(session)
         self.metrics.sessions_total.labels(transport).inc()

@@ -25,6 +25,7 @@ from ..protocol import events as ev
 from ..protocol.audio import samples_to_ms
 from ..states import move
 from ..tasks import TaskSet
+from ..tracing import NO_SESSION, SessionTrace
 from .config import SessionConfig
 from .draft import Weight
 from .outbox import EventOwner, Outbox
@@ -54,6 +55,7 @@ class SessionContext:
         pipe: PipelineSession,
         *,
         timing_metadata: bool,
+        trace: SessionTrace = NO_SESSION,
     ) -> None:
         self.id = session_id
         self.caps = caps
@@ -62,6 +64,7 @@ class SessionContext:
         self.metrics = metrics
         self.pipe = pipe
         self.timing_metadata = timing_metadata
+        self.trace = trace  # its spans (tracing.py): hooks that do nothing unless traces are on
         self.outbox = Outbox(limits.outbox_events)
         self.tasks = TaskSet(session_id)  # transcriptions, timers, events emitted from callbacks
         self.lifecycle = Lifecycle.OPEN

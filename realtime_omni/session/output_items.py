@@ -23,6 +23,7 @@ from pipelines.base import FunctionCall, Message, ToolCall, ToolCallDelta
 
 from ..ids import new_id
 from ..protocol import events as ev
+from ..tracing import NO_CALL, NO_RESPONSE, CallTrace, ResponseTrace
 from .conversation import Alignment, to_wire
 from .mcp import McpApprovalRequest, McpCall, McpFailure, McpItem, needs_approval
 
@@ -38,8 +39,10 @@ class OutputItems:
     """A response's items. It holds no reference to the response (a run is freed by reference
     counting alone when its session closes)."""
 
-    def __init__(self, port: Port, response_id: str, *, in_band: bool) -> None:
+    def __init__(self, port: Port, response_id: str, *, in_band: bool, trace: ResponseTrace = NO_RESPONSE) -> None:
         self.port = port
+        self.trace = trace  # the response's span: a span per call under it
+        self._call_trace: CallTrace = NO_CALL  # the span of the call being written
         self.response_id = response_id
         self.in_band = in_band
         self.items: list[OutputItem] = []  # the response's output, in order
@@ -77,6 +80,7 @@ class OutputItems:
     async def _open_call(self, call_id: str, name: str, before: Before) -> tuple[FunctionCall, int]:
         await before()
         item = FunctionCall(new_id("item"), call_id or new_id("call"), name, "", status="in_progress")
+        self._call_trace = self.trace.tool_call(item.id, item.call_id, name)
         return item, await self.open(item)
 
     def _ids(self, item: FunctionCall, index: int) -> dict[str, Any]:
@@ -102,6 +106,7 @@ class OutputItems:
             item, index = await self._open_call(call.call_id, call.name, before)
             await port.emit(ev.ResponseFunctionCallArgumentsDelta(**self._ids(item, index), delta=call.arguments))
         item.arguments, item.status = call.arguments, "completed"
+        self._call_trace.end()
         await port.emit(ev.ResponseFunctionCallArgumentsDone(**self._ids(item, index), name=item.name, arguments=call.arguments))
         await self.done(item, index)
 
@@ -110,6 +115,7 @@ class OutputItems:
         open_call, self._call = self._call, None
         if open_call is not None:
             open_call[0].status = "incomplete"
+            self._call_trace.end("cut off while being written")
             await self.done(*open_call)
         mcp_call, self._mcp = self._mcp, None
         if mcp_call is not None:
@@ -179,13 +185,19 @@ class OutputItems:
         self._mcp = (item, index)  # a cancel while it runs closes it incomplete
         ids: dict[str, Any] = dict(item_id=item.id, output_index=index)
         await port.emit(ev.ResponseMcpCallInProgress(**ids))
+        span = self.trace.mcp_call(item.id, item.server_label, item.name)
         try:
             item.output = await port.mcp.call(item.server_label, item.name, item.arguments)
             item.status = "completed"
+            span.end()
             await port.emit(ev.ResponseMcpCallCompleted(**ids))
         except McpFailure as failure:
             item.error, item.status = failure.error, "failed"
+            span.end(failure.error.message or "failed")
             await port.emit(ev.ResponseMcpCallFailed(**ids))
+        except BaseException:  # cancelled (barge-in, response.cancel) while it ran
+            span.end("cancelled")
+            raise
         self._mcp = None
         self.mcp_calls_run += 1
         await self.done(item, index)

@@ -101,9 +101,11 @@ class Responses:
                 code="unsupported_value",
                 param="session.type",
             )
-        await self.start(e.response or ev.ResponseParams(), started_at=time.perf_counter())
+        await self.start(e.response or ev.ResponseParams(), started_at=time.perf_counter(), trigger="response.create")
 
-    async def start(self, params: ev.ResponseParams, started_at: float) -> ResponseRun:
+    async def start(self, params: ev.ResponseParams, started_at: float, trigger: str | None = None) -> ResponseRun:
+        """Start a response triggered at ``started_at``: by ``trigger`` (for its trace: ``response.create``), or
+        None, by the session itself (a turn's end, the idle timeout, an approval)."""
         runs, limits = self.runs, self.ctx.limits
         conversation = params.conversation if params.conversation is not UNSET else "auto"
         if conversation not in ("auto", "none"):
@@ -123,7 +125,7 @@ class Responses:
         await self.mcp.ready()
         if in_band and runs.active is not None:  # (started while this one waited for the listings)
             raise RealtimeError(f"Conversation already has an active response in progress: {runs.active.id}.", code="conversation_already_has_active_response")
-        run = self._build_run(params, in_band, started_at)
+        run = self._build_run(params, in_band, started_at, trigger)
         self.idle.cancel()
         if in_band:
             runs.active = run
@@ -135,9 +137,11 @@ class Responses:
     async def _respond(self, run: ResponseRun) -> None:
         self._finished(run, await run.run())
 
-    def _build_run(self, params: ev.ResponseParams, in_band: bool, started_at: float) -> ResponseRun:
+    def _build_run(self, params: ev.ResponseParams, in_band: bool, started_at: float, trigger: str | None) -> ResponseRun:
         request, out = self.build_request(params)
         ctx, caps, wire_format = self.ctx, self.ctx.caps, sc.wire_format(out.format)
+        items = self.conversation.items
+        trace = ctx.trace.response(request.response_id, started_at, in_band=in_band, trigger=trigger, last_item_id=items[-1].id if items else None)
         audio_out = PacedAudio(self.playout, caps.output_rate) if self.playout else EventAudio(self.port, caps.output_rate, wire_format)
         run = ResponseRun(
             self.port,
@@ -151,6 +155,7 @@ class Responses:
             metadata=params.metadata if params.metadata is not UNSET else None,
             started_at=started_at,
             stage_timeout_s=ctx.limits.stage_timeout_s,
+            trace=trace,
         )
         run.items.mcp_tools = self._mcp_offer(out.tools)[1]
         return run
@@ -270,6 +275,7 @@ class Responses:
                 **outcome.stage_info,
             }
         )
+        run.trace.finished(outcome, [item.id for item in run.output])
         if outcome.in_band:
             self.port.context_tokens = outcome.usage.input_tokens + outcome.usage.output_tokens
         if self.runs.active is run:

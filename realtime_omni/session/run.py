@@ -57,6 +57,7 @@ from ..ids import new_id
 from ..protocol import events as ev
 from ..protocol.audio import WireFormat
 from ..states import move
+from ..tracing import NO_RESPONSE, ResponseTrace
 from .config import format_struct
 from .draft import MessageDraft, Weight
 from .mcp import approved_calls
@@ -123,6 +124,7 @@ class Outcome:
     started_at: float
     done_at: float
     first_audio_at: float = 0.0
+    first_delta_at: float = 0.0  # the first text or audio delta queued for the client
     cancel_requested_at: float = 0.0
     audio_seconds: float = 0.0  # of answer audio kept in the output
     stage_times: dict[str, float] = field(default_factory=dict)
@@ -148,8 +150,10 @@ class ResponseRun:
         metadata: dict[str, str] | None,
         started_at: float,
         stage_timeout_s: float = 30.0,
+        trace: ResponseTrace = NO_RESPONSE,
     ) -> None:
         self.port = port
+        self.trace = trace  # its span (tracing.py): ended by the session when the run has finished
         self.request = request
         self.id = request.response_id
         self.in_band = in_band
@@ -158,7 +162,7 @@ class ResponseRun:
         self.voice = voice
         self.max_output_tokens = max_output_tokens
         self.metadata = metadata
-        self.items = OutputItems(port, self.id, in_band=in_band)
+        self.items = OutputItems(port, self.id, in_band=in_band, trace=trace)
         self.output = self.items.items
         self.status: str = "in_progress"  # the wire status response.done reports
         self.state = RunState.CREATED
@@ -212,6 +216,7 @@ class ResponseRun:
         if self._output_open:
             self.cancel_reason = reason
             self.outcome.cancel_requested_at = time.perf_counter()
+            self.trace.cancelled(reason)
             # A task cancelled before its first step never runs a line of ``run`` (so nothing
             # would ever say response.done): one not yet started sees ``cancel_reason`` instead.
             if self.state is RunState.STREAMING:
@@ -223,6 +228,7 @@ class ResponseRun:
         """The session is closing: stop without telling anyone (the outbox is closed)."""
         if self.task is not None and not self.task.done():
             self.task.cancel()
+            self.trace.abandoned()
 
     # ------------------------------------------------------------------ the run
 
@@ -354,6 +360,7 @@ class ResponseRun:
             weight = Weight(msg, chars=len(text))
             if await self.port.emit(delta, self, weight):
                 draft.sent = draft.sent.plus(weight)
+                self.outcome.first_delta_at = self.outcome.first_delta_at or time.perf_counter()
 
     async def _on_audio(self, pcm: np.ndarray) -> None:
         if not self.audio or not len(pcm):
@@ -364,6 +371,7 @@ class ResponseRun:
             draft.sent = draft.sent.plus(Weight(draft.message, samples=len(pcm)))
             if not self.outcome.first_audio_at:
                 self.outcome.first_audio_at = time.perf_counter()
+                self.outcome.first_delta_at = self.outcome.first_delta_at or self.outcome.first_audio_at
 
     # ------------------------------------------------------------------ endings
 

@@ -41,6 +41,7 @@ from ..ids import new_id
 from ..metrics import Metrics
 from ..protocol import events as ev
 from ..protocol.codec import decode_client_event
+from ..tracing import NO_TRACING, Tracing
 from . import config as sc
 from . import mcp
 from .context import Lifecycle, SessionContext
@@ -100,11 +101,15 @@ class Session:
         turn_end: TurnEndPolicy | None = None,
         mcp_settings: McpConfig | None = None,
         tenant: str | None = None,
+        tracing: Tracing = NO_TRACING,
+        transport: str = "",
     ) -> None:
         session_id = new_id("sess")
         caps = pipeline.capabilities
         pipe = pipeline.open(session_id, tenant)  # tenant: the prefix-cache namespace (Pipeline.open)
-        self.ctx = ctx = SessionContext(session_id, caps, defaults, limits, metrics, pipe, timing_metadata=timing_metadata)
+        trace = tracing.session(session_id, transport=transport, pipeline=caps.name)
+        self.ctx = ctx = SessionContext(session_id, caps, defaults, limits, metrics, pipe, timing_metadata=timing_metadata, trace=trace)
+        trace.configure(defaults.wire.tracing)
         if defaults.noise_reduction is not None:
             ctx.pipe.reduce_noise(defaults.noise_reduction)
         self.beta = beta
@@ -214,6 +219,7 @@ class Session:
         if tools is not None:  # the allow-list, before anything changes or connects
             mcp.check_tools(tools, self.mcp.settings, "session.tools", beta=self.beta)
         ctx.config = new
+        ctx.trace.configure(new.wire.tracing)
         if new.input_format is not old.input_format:
             self.turns.set_input_format(new.input_format)
         if new.noise_reduction != old.noise_reduction:
@@ -270,6 +276,7 @@ class Session:
         await ctx.tasks.cancel()
         await asyncio.gather(*(r.task for r in runs if r.task), return_exceptions=True)
         self.runs.clear()
+        ctx.trace.close()
         try:
             await self.mcp.close()
         except Exception:

@@ -48,10 +48,16 @@ class Transcriber:
     async def _transcribe(self, item: Message, index: int, part: Part) -> None:
         assert part.audio is not None
         ctx = self.ctx
+        span = ctx.trace.transcription(item.id)
         try:
             async with asyncio.timeout(ctx.limits.stage_timeout_s):  # a hung recogniser fails this transcript only
                 result = await ctx.pipe.transcribe(item.id, part.audio)
+            span.end()
+        except asyncio.CancelledError:  # the session closed
+            span.end("cancelled")
+            raise
         except Exception as exc:
+            span.end(str(exc) or type(exc).__name__)
             log.exception("transcription of %s failed", item.id)
             if ctx.config.transcription is not None:
                 error = ev.InputTranscriptionError(type="server_error", code="transcription_failed", message=str(exc) or type(exc).__name__)

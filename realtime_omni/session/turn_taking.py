@@ -281,6 +281,7 @@ class TurnTaking:
             return
         user.feed_to(end)  # the turn's last audio, before the turn closes
         user.turn = None
+        ctx.trace.turn_ended(turn.item_id, ctx.ms(user.buffer.end - (self.detector.last_speech_end if self.detector else end)))  # the silence waited
         await ctx.emit(ev.InputAudioBufferSpeechStopped(audio_end_ms=ctx.ms(end), item_id=turn.item_id))
         await user.commit(turn.item_id, turn.start, end)
         vad = ctx.config.vad
