@@ -206,6 +206,9 @@ class Groups:
             acct = self.acct_root / self.folder / name
             acct.mkdir()
         group = self.groups[name] = Group(name, cpu, acct, quota_cores, self.period_us)
+        # the run's folder is one entity beside the box's other processes: it weighs what its groups
+        # would weigh each on its own (else all of them together would weigh as one process)
+        (self.cpu_root / self.folder / "cpu.shares").write_text(str(min(self.shares * len(self.groups), 262144)))
         return group
 
     def samples(self) -> dict[str, Sample]:
