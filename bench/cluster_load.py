@@ -205,8 +205,8 @@ def main() -> None:
                     disturbed.append(level)
                 level["disturbed_tries"] = disturbed
                 levels.append(level)
-                if level["lateness_ms"].get("p99", 1e9) > args.budget_ms * 3:
-                    break  # far past the budget: the next level only costs time
+                if all(lv["lateness_ms"].get("p99", 1e9) > args.budget_ms * 3 for lv in levels[-2:]) and len(levels) >= 2:
+                    break  # two levels in a row far past the budget (one alone may be the shared box): the next only costs time
             results.append({"layout": name, "replicas": replicas, "workers": workers, "max_sessions_within_budget": most_held(levels, args.budget_ms), "levels": levels})
     quota_info = None
     if quota is not None:
