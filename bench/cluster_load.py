@@ -12,11 +12,14 @@ A layout is ``R`` (R replicas of one process) or ``RxW`` (R replicas of W worker
 
 ``--quota CORES`` measures it the way capacity is planned: every replica process (for ``RxW``, every
 worker, and the supervisor beside them) runs in a cgroup of its own capped at CORES of a core
-(cgroup v1 ``cpu.cfs_quota_us``; needs root), while the load generator (this process), nginx and
-Redis run uncapped in groups of their own, so their CPU time is read too. Each level then reports
-every group's cores used and throttled periods, the machine's busy and idle cores (what the
-processes outside these groups took), and Redis's commands per session (INFO commandstats). The
-groups are removed at the end, on Ctrl-C and on failure as well.
+(cgroup v1 ``cpu.cfs_quota_us`` per ``--period-ms``; needs root), while the load generator (this
+process), nginx and Redis run uncapped in groups of their own, so their CPU time is read too. A
+quota caps and guarantees nothing on a shared machine: every group weighs ``--cpu-shares`` (8192, as
+eight ordinary processes) against the rest of the box, and each level reports every group's cores
+used, throttled periods and time waited runnable, the machine's busy and idle cores (and what the
+processes outside these groups took), and Redis's commands per session (INFO commandstats). A level
+whose load generator missed its own 20 ms clock is run again (``--retries``). The groups are removed
+at the end, on Ctrl-C, SIGTERM and failure as well (a SIGKILLed run's, by the next run).
 
     python -m bench cluster_load --quota 0.5 --layouts 1 2 1x2 --sessions 20 40 60 80 --seconds 10
 """

@@ -214,7 +214,7 @@ SMALL = {
     # each worker in a cgroup of its own, capped (root and cgroup v1's cpu controller, else skipped)
     "cluster_load --quota": Small(
         ["--layouts", "1x2", "--sessions", "1", "--seconds", "1", "--quota", "0.5", "--retries", "0"], quota_read_back, (pytest.mark.slow, pytest.mark.system, needs_cgroup)
-    ),  # 15 s
+    ),  # 12 s
 }
 
 
