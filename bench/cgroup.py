@@ -175,14 +175,19 @@ class Groups:
         for root in filter(None, (self.cpu_root, self.acct_root)):
             _remove_stale(root)
             (root / self.folder).mkdir()
-        self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        # both unwind through __exit__, which removes the groups; SIGINT raises at once even inside an
+        # event loop (asyncio.run's own handler only cancels its task, which a level may outlive)
+        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         return self
 
-    def _on_sigterm(self, sig: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + sig)  # unwinds through __exit__, which removes the groups
+    def _on_signal(self, sig: int, frame: FrameType | None) -> None:
+        if sig == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + sig)
 
     def __exit__(self, *exc: object) -> None:
-        signal.signal(signal.SIGTERM, self._previous)
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
         self.close()
 
     def close(self) -> None:

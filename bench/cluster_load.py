@@ -142,7 +142,9 @@ def cpu_line(level: dict[str, Any], quota: Quota | None) -> str:
     parts = [f"generator {level['generator_cores']:.2f} cores", f"redis {level['redis_calls_per_session']} calls/session"]
     if quota and "cpu" in level:
         cpu = level["cpu"]
-        capped = [u for name, u in cpu.items() if name.startswith("replica") and name in quota.capped(list(cpu)) and u["cores"] > 0.005]
+        # the server processes: a replica's own group, or for RxW its workers' (not the supervisor's)
+        supervisors = {name for name in cpu if any(other.startswith(f"{name}-worker-") for other in cpu)}
+        capped = [u for name, u in cpu.items() if name in quota.capped(list(cpu)) and name not in supervisors]
         parts.insert(
             0,
             "replicas "

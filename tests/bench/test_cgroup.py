@@ -73,19 +73,20 @@ def test_the_groups_are_removed_on_an_error_and_their_processes_go_back_to_the_r
 
 
 @needs_cgroup
-def test_sigterm_removes_the_groups_and_a_killed_runs_folder_goes_at_the_next_run():
+def test_sigterm_and_ctrl_c_remove_the_groups_and_a_killed_runs_folder_goes_at_the_next_run():
     run = (
         "import sys, time\nfrom bench import cgroup\n"
         "with cgroup.Groups() as g:\n    g.make('replica-0', 0.5)\n    print('ready', flush=True)\n    time.sleep(30)\n"
     )
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
         proc = subprocess.Popen([sys.executable, "-c", run], cwd=ROOT, stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
         assert mine(proc.pid) in cgroup.leftovers()
         proc.send_signal(sig)
         proc.wait(timeout=10)
-        if sig == signal.SIGTERM:
-            assert proc.returncode == 128 + signal.SIGTERM
+        if sig != signal.SIGKILL:
+            # SIGTERM: SystemExit(143); SIGINT: KeyboardInterrupt, which Python ends by its signal
+            assert proc.returncode == (128 + signal.SIGTERM if sig == signal.SIGTERM else -signal.SIGINT), proc.returncode
             assert mine(proc.pid) not in cgroup.leftovers()
     assert mine(proc.pid) in cgroup.leftovers()  # SIGKILL: nothing ran
     with cgroup.Groups():
