@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ import yaml
 from .common import ServerURL, free_port, stop, wait_ready
 
 NGINX_CONF = Path(__file__).parents[1] / "deploy" / "nginx.conf"
+Preexec = Callable[[], None] | None  # run in a child before its program (subprocess's preexec_fn)
 
 
 def missing() -> list[str]:
@@ -74,13 +75,14 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout_s: f
 
 
 @contextlib.contextmanager
-def redis_server(port: int | None = None) -> Iterator[ServerURL]:
+def redis_server(port: int | None = None, *, preexec_fn: Preexec = None) -> Iterator[ServerURL]:
     """A throwaway ``redis-server`` on a loopback port (``port``, or a free one), nothing saved;
-    yields its URL (``.process``: the server, to stop it early)."""
+    yields its URL (``.process``: the server, to stop it early). ``preexec_fn`` runs in the child
+    before the program (bench.cgroup: a group to start in)."""
     port = port or free_port()
     with tempfile.TemporaryDirectory() as folder:
         cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", folder, "--loglevel", "warning"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
         try:
             _wait_port(port, proc, "redis-server")
             url = ServerURL(f"redis://127.0.0.1:{port}/0")
@@ -104,16 +106,16 @@ def nginx_conf(port: int, upstreams: list[int]) -> str:
 
 
 @contextlib.contextmanager
-def nginx(upstreams: list[int]) -> Iterator[int]:
+def nginx(upstreams: list[int], *, preexec_fn: Preexec = None) -> Iterator[int]:
     """nginx (in the foreground, as a user's would run the site file) balancing ``upstreams``;
     yields its port."""
     port = free_port()
-    with nginx_site(nginx_conf(port, upstreams), [port]):
+    with nginx_site(nginx_conf(port, upstreams), [port], preexec_fn=preexec_fn):
         yield port
 
 
 @contextlib.contextmanager
-def nginx_site(site_text: str, ports: list[int]) -> Iterator[None]:
+def nginx_site(site_text: str, ports: list[int], *, preexec_fn: Preexec = None) -> Iterator[None]:
     """nginx in the foreground with ``site_text`` in its http block (as a user's conf.d would hold
     it), once it listens on every one of ``ports``; stopped gracefully after."""
     with tempfile.TemporaryDirectory() as folder:
@@ -137,7 +139,7 @@ http {{
 """
         (root / "nginx.conf").write_text(main)
         binary = shutil.which("nginx") or "/usr/sbin/nginx"
-        proc = subprocess.Popen([binary, "-c", str(root / "nginx.conf"), "-p", folder], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([binary, "-c", str(root / "nginx.conf"), "-p", folder], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
         try:
             for port in ports:
                 _wait_port(port, proc, f"nginx (see {root}/error.log)")
@@ -152,7 +154,7 @@ http {{
 
 
 @contextlib.contextmanager
-def replica(config: dict[str, Any], redis_url: str, *, workers: int = 1, port: int | None = None) -> Iterator[Replica]:
+def replica(config: dict[str, Any], redis_url: str, *, workers: int = 1, port: int | None = None, preexec_fn: Preexec = None) -> Iterator[Replica]:
     """``realtime-omni serve`` sharing ``redis_url``, ready (``/healthz`` 200) when yielded."""
     port = port or free_port()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
@@ -161,7 +163,7 @@ def replica(config: dict[str, Any], redis_url: str, *, workers: int = 1, port: i
     log = Path(tempfile.gettempdir()) / f"realtime-omni-replica-{port}.log"
     with open(log, "w") as out:
         cmd = [sys.executable, "-m", "host", "serve", "--config", path, "--state-url", redis_url, "--workers", str(workers), "--log-level", "warning"]
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=preexec_fn)
         try:
             wait_ready(proc, f"http://127.0.0.1:{port}/healthz", 120, "a replica", log, every_s=0.1)
             yield Replica(port, proc, log)
@@ -172,10 +174,16 @@ def replica(config: dict[str, Any], redis_url: str, *, workers: int = 1, port: i
 
 
 @contextlib.contextmanager
-def cluster(config: dict[str, Any], replicas: int = 2, *, workers: int = 1) -> Iterator[Cluster]:
-    """Redis, ``replicas`` servers (each of ``workers`` processes) sharing it, nginx in front."""
+def cluster(config: dict[str, Any], replicas: int = 2, *, workers: int = 1, place: Callable[[str], Preexec] | None = None) -> Iterator[Cluster]:
+    """Redis, ``replicas`` servers (each of ``workers`` processes) sharing it, nginx in front.
+    ``place(role)`` ("redis", "replica-0", "replica-1", ..., "nginx") gives the ``preexec_fn`` each
+    starts with (bench.cluster_load --quota: the cgroup it runs in)."""
+
+    def where(role: str) -> Preexec:
+        return place(role) if place is not None else None
+
     with contextlib.ExitStack() as stack:
-        redis_url = stack.enter_context(redis_server())
-        started = [stack.enter_context(replica(config, redis_url, workers=workers)) for _ in range(replicas)]
-        port = stack.enter_context(nginx([r.port for r in started]))
+        redis_url = stack.enter_context(redis_server(preexec_fn=where("redis")))
+        started = [stack.enter_context(replica(config, redis_url, workers=workers, preexec_fn=where(f"replica-{i}"))) for i in range(replicas)]
+        port = stack.enter_context(nginx([r.port for r in started], preexec_fn=where("nginx")))
         yield Cluster(redis_url, port, started)

@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 
+from bench import cgroup
 from bench.__main__ import benches
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,6 +159,32 @@ cmd = [sys.executable, "-m", "bench.nowhere", "--port", "1"]
     assert "no module 'bench.nowhere'" in found[3][0]
 
 
+def quota_read_back(result: dict[str, Any]) -> bool:
+    """Both workers and the supervisor were capped at the quota, and what they used was read back."""
+    (level,) = result["layouts"][0]["levels"]
+    cpu = level["cpu"]
+    capped = {name for name in cpu if name.startswith("replica-0")}
+    return (
+        result["quota"]["cores_per_process"] == 0.5
+        and capped == {"replica-0", "replica-0-worker-0", "replica-0-worker-1"}
+        and all(cpu[name]["periods"] > 0 for name in capped - {"replica-0"})  # the workers ran in their groups
+        and {"generator", "nginx", "redis"} <= set(cpu)
+        and level["redis_calls_per_session"] > 0
+        and not Path(result["quota"]["cgroups"]).exists()  # removed at the end
+    )
+
+
+def cgroup_unavailable() -> str | None:
+    try:
+        cgroup.check()
+    except cgroup.Unavailable as e:
+        return str(e)
+    return None
+
+
+needs_cgroup = pytest.mark.skipif(cgroup_unavailable() is not None, reason=f"cannot run here: {cgroup_unavailable()}")
+
+
 @dataclass
 class Small:
     args: list[str]
@@ -184,13 +211,17 @@ SMALL = {
     "cluster_load": Small(
         ["--layouts", "1", "--sessions", "1", "--seconds", "1"], lambda r: len(r["layouts"]) == 1, (pytest.mark.slow, pytest.mark.system)
     ),  # 12 s: nginx, redis-server
+    # each worker in a cgroup of its own, capped (root and cgroup v1's cpu controller, else skipped)
+    "cluster_load --quota": Small(
+        ["--layouts", "1x2", "--sessions", "1", "--seconds", "1", "--quota", "0.5", "--retries", "0"], quota_read_back, (pytest.mark.slow, pytest.mark.system, needs_cgroup)
+    ),  # 12 s
 }
 
 
 @pytest.mark.parametrize("name", [pytest.param(name, marks=small.marks) for name, small in SMALL.items()])
 def test_the_bench_runs_at_its_smallest_size(name):
     small = SMALL[name]
-    ran = run("-m", "bench", name, *small.args, timeout=240)
+    ran = run("-m", "bench", name.split()[0], *small.args, timeout=240)
     assert ran.returncode == 0, (ran.stdout[-2000:], ran.stderr[-2000:])
     written = re.findall(r"^(?:saved|wrote) (\S+\.json)", ran.stdout, re.MULTILINE)
     assert written, ran.stdout[-2000:]
