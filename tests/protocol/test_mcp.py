@@ -500,9 +500,12 @@ def _text_run(port: McpPort, chunks: AsyncIterator[Any], where: dict[str, Any]) 
 
 
 async def _pieces(name: str, gate: asyncio.Event | None = None) -> AsyncIterator[Any]:
+    """A call as the cascade's parser streams it (pipelines/base.py's contract): only its first
+    delta names the tool, the others carry its call_id and pieces of the arguments."""
     yield TextDelta("Let me check.")
-    yield ToolCallDelta("c1", name, '{"city": ')
-    yield ToolCallDelta("c1", name, '"Oslo"}')
+    yield ToolCallDelta("c1", name, "")
+    yield ToolCallDelta("c1", "", '{"city": ')
+    yield ToolCallDelta("c1", "", '"Oslo"}')
     yield ToolCall("c1", name, '{"city": "Oslo"}')
     yield Usage(output_tokens=9)
 
