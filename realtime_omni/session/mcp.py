@@ -235,6 +235,25 @@ def needs_approval(tool: ev.McpTool, listed: ev.McpListedTool) -> bool:
     return True
 
 
+def forced(choice: ev.ToolChoiceMcp, where: dict[str, tuple[ev.McpTool, ev.McpListedTool]], param: str) -> tuple[str, set[str] | None]:
+    """``tool_choice: {type: "mcp", server_label, name}`` for one response, against what the server
+    listed (``McpServers.offer``'s ``where``): the pipeline's tool_choice, a call of that tool (its
+    name), or with no name a call of any of that server's tools ("required", and the names of the
+    tools the response then offers: that server's only). Refused when the server offers no such tool
+    (its listing failed or is under way, ``allowed_tools`` left the tool out, a function took its name)."""
+    label = choice.server_label
+    names = {name for name, (tool, _) in where.items() if tool.server_label == label}
+    if isinstance(choice.name, str):
+        if choice.name not in names:
+            listed = ", ".join(sorted(names)) or "none"
+            message = f"Invalid '{param}.name': MCP server {label!r} offers no tool {choice.name!r} to this response (its tools offered: {listed})."
+            raise invalid_value(f"{param}.name", message)
+        return choice.name, None
+    if not names:
+        raise invalid_value(f"{param}.server_label", f"Invalid '{param}.server_label': MCP server {label!r} offers no tools to this response (was its listing completed?).")
+    return "required", names
+
+
 # ---------------------------------------------------------------------------------------------
 # Connections
 # ---------------------------------------------------------------------------------------------

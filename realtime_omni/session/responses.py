@@ -182,6 +182,14 @@ class Responses:
         items = self._response_input(params.input) if params.input is not UNSET and params.input is not None else mcp.pipeline_view(self.conversation)
         voice_name = out.voice.id if isinstance(out.voice, ev.VoiceId) else out.voice
         choice = out.tool_choice
+        offered, where = self._mcp_offer(out.tools)
+        tools = [Tool(t.name, t.description or "", t.parameters or {}) for t in out.tools if isinstance(t, ev.FunctionTool)] + offered
+        if isinstance(choice, ev.ToolChoiceMcp):  # a call of that server's tool (of one of its tools: only its tools offered)
+            param = "response.tool_choice" if params.tool_choice is not UNSET and params.tool_choice is not None else "session.tool_choice"
+            pipeline_choice, only = mcp.forced(choice, where, param)
+            tools = tools if only is None else [t for t in tools if t.name in only]
+        else:
+            pipeline_choice = choice.name if isinstance(choice, ev.ToolChoiceFunction) else choice
         request = ResponseRequest(
             response_id=new_id("resp"),
             items=items,
@@ -191,8 +199,8 @@ class Responses:
             speed=cfg.speed,
             max_output_tokens=None if out.max_output_tokens == "inf" else out.max_output_tokens,
             temperature=params.temperature if params.temperature is not UNSET else cfg.temperature,
-            tools=[Tool(t.name, t.description or "", t.parameters or {}) for t in out.tools if isinstance(t, ev.FunctionTool)] + self._mcp_offer(out.tools)[0],
-            tool_choice=choice.name if isinstance(choice, ev.ToolChoiceFunction) else choice,
+            tools=tools,
+            tool_choice=pipeline_choice,
             parallel_tool_calls=_parallel(params.parallel_tool_calls, wire.parallel_tool_calls),
         )
         return request, out
