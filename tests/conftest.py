@@ -109,15 +109,12 @@ def cpu_config(**thinker: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def cpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CpuServer]:
-    import socket
-
+    from tests.support.processes import free_port
     from tests.support.sip import free_udp_port
 
     log = tmp_path_factory.mktemp("cpu") / "timings.jsonl"
     sip_port = free_udp_port()
-    with socket.socket() as s:  # a port for the MCP server a test serves (tests/pipelines/test_cpu_mcp.py)
-        s.bind(("127.0.0.1", 0))
-        mcp_url = f"http://127.0.0.1:{s.getsockname()[1]}/mcp"
+    mcp_url = f"http://127.0.0.1:{free_port()}/mcp"  # the MCP server a test serves (tests/pipelines/test_cpu_mcp.py)
     # three sentences at most: answers long enough to interrupt while the thinker still writes
     config = cpu_config(max_sentences=3)
     # semantic_vad's decisions wait for the words and the thinker's judgement however slow the box:

@@ -20,17 +20,12 @@ from typing import Any
 import pytest
 
 from tests.support.client import connect
+from tests.support.processes import free_port
 
 NODE = Path(__file__).parent / "node"
 EVERYTHING = NODE / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +34,7 @@ def everything() -> Iterator[str]:
     on the port its ``PORT`` names, bound to 127.0.0.1 only (loopback_only.mjs)."""
     if not EVERYTHING.exists():
         pytest.fail(f"{EVERYTHING} is not installed: run tests/clients/setup (./scripts/test does)")
-    port = _free_port()
+    port = free_port()
     command = ["node", "--import", "./loopback_only.mjs", str(EVERYTHING), "streamableHttp"]
     proc = subprocess.Popen(command, cwd=NODE, env={**os.environ, "PORT": str(port)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:

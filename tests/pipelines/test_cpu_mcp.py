@@ -6,9 +6,8 @@ speaks its output in the same response."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import pytest
@@ -19,48 +18,30 @@ from tests.pipelines.test_cpu_pipeline import RESPONSE_TIMEOUT, transcribe, word
 from tests.pipelines.test_cpu_tools import INSTRUCTIONS
 from tests.support.audio import utterance
 from tests.support.client import audio_of, connect
+from tests.support.mcp_server import Served
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
 
 
-class WeatherServer:
+def weather_server(calls: list[str]) -> MCPServer:
     """The function tests' ``get_weather`` as an MCP server's tool."""
+    server = MCPServer("weather")
 
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        self.port = int(parts.port or 0)
-        self.calls: list[str] = []
-        server = self.server = MCPServer("weather")
+    @server.tool()
+    def get_weather(city: Annotated[str, Field(description="The city, e.g. Paris")]) -> str:
+        """Get the current weather in a city."""
+        calls.append(city)
+        return json.dumps({"city": city, "sky": "snowing", "celsius": -3})
 
-        @server.tool()
-        def get_weather(city: Annotated[str, Field(description="The city, e.g. Paris")]) -> str:
-            """Get the current weather in a city."""
-            self.calls.append(city)
-            return json.dumps({"city": city, "sky": "snowing", "celsius": -3})
-
-        self.task: asyncio.Task[Any] | None = None
-
-    async def __aenter__(self) -> "WeatherServer":
-        self.task = asyncio.create_task(self.server.run_streamable_http_async(host="127.0.0.1", port=self.port))
-        for _ in range(200):
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-                writer.close()
-                return self
-            except OSError:
-                await asyncio.sleep(0.05)
-        raise RuntimeError("the MCP server did not start")
-
-    async def __aexit__(self, *exc: Any) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)
+    return server
 
 
 async def test_a_spoken_request_runs_the_mcp_tool_and_its_output_is_spoken_in_the_same_turn(cpu_server):
     before = cpu_server.stats()
     tool = {"type": "mcp", "server_label": "weather", "server_url": cpu_server.mcp_url, "require_approval": "never"}
-    async with WeatherServer(cpu_server.mcp_url) as weather, connect(cpu_server.ws_base) as c:
+    calls: list[str] = []
+    port = urlsplit(cpu_server.mcp_url).port
+    async with Served(weather_server(calls), port), connect(cpu_server.ws_base) as c:
         await c.expect("session.created")
         await c.send({"type": "session.update", "session": {"type": "realtime", "instructions": INSTRUCTIONS, "tools": [tool]}})
         await c.expect("session.updated")
@@ -75,7 +56,7 @@ async def test_a_spoken_request_runs_the_mcp_tool_and_its_output_is_spoken_in_th
         (call,) = [o for o in response.output if o.type == "mcp_call"]
         assert call.server_label == "weather" and call.name == "get_weather" and call.error is None
         assert json.loads(call.arguments)["city"].lower() == "paris"
-        assert weather.calls and weather.calls[0].lower() == "paris"
+        assert calls and calls[0].lower() == "paris"
         assert json.loads(call.output or "")["sky"] == "snowing"
         # the client was never asked to run it
         assert not c.of("response.function_call_arguments.delta") and not c.of("response.function_call_arguments.done")
