@@ -269,6 +269,22 @@ async def test_tool_choice_of_an_mcp_server_and_tool_is_honoured(mcp_server_url)
         assert len(tools.calls) == 3
 
 
+async def test_the_listed_tools_are_prepared_once_listed(mcp_server_url, make_server):
+    """The pipeline is told what every response begins with (``prepare``: the cascade prefills it)
+    again when the listing completes, so an MCP server's tools are prefilled off the turn's path as
+    a function's are."""
+    srv = make_server(server={"mcp": MCP_SETTINGS})
+    async with ToolServer() as tools, connect(mcp_server_url) as c:
+        await _configure(c, mcp_tool(tools, allowed_tools=["weather", "broken"]))
+        await c.until("mcp_list_tools.completed")
+        (session,) = [s for s in await srv.acall(lambda: list(srv.server.sessions)) if "tools" in s.mcp.listings and not s.mcp.closed]
+        for _ in range(100):  # (prepared just after the listing's events)
+            if list(session.ctx.pipe.prepared)[-1][1]:
+                break
+            await asyncio.sleep(0.02)
+        assert [names for _, names in session.ctx.pipe.prepared][-2:] == [[], ["weather", "broken"]]
+
+
 async def test_tool_choice_of_an_mcp_tool_not_offered_is_refused(mcp_server_url):
     async with ToolServer() as tools, connect(mcp_server_url) as c:
         await _configure(c, mcp_tool(tools, allowed_tools=["weather"]))
