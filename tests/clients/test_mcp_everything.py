@@ -21,6 +21,7 @@ import pytest
 
 from tests.support.client import connect
 from tests.support.processes import free_port
+from tests.support.validation import validate
 
 NODE = Path(__file__).parent / "node"
 EVERYTHING = NODE / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
@@ -143,3 +144,23 @@ async def test_calls_approved_and_declined(ws_base, everything):
         events = await c.until("response.done", timeout=30)
         assert not any(e.type.startswith("response.mcp_call") for e in events) and not output_items(events, "mcp_call")
         assert "declined" in answer(events) and "not now" in answer(events)
+
+
+@pytest.mark.parametrize("approval", [False, True], ids=["never", "approved"])
+def test_the_openai_agents_sdk_with_a_hosted_mcp_tool(ws_base, everything, approval, tmp_path):
+    """@openai/agents-realtime, unmodified, with agents-core's ``hostedMcpTool`` naming the server:
+    the server lists and runs it; approvals go through the SDK's own ``session.approve``."""
+    config = {"url": f"{ws_base}/realtime?model=gpt-realtime", "apiKey": "test-key", "mcpUrl": everything, "approval": approval,
+              "question": "Please echo Hello", "events": str(tmp_path / "events.jsonl")}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    proc = subprocess.run(["node", str(NODE / "agents_realtime_mcp.mjs"), str(tmp_path / "config.json")], capture_output=True, text=True, timeout=60, cwd=NODE)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    events = [validate(json.loads(line)) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert "failure" not in result, result["failure"]
+    assert result["errors"] == [] and not [e for e in events if e.type == "error"], result["errors"]
+    assert result["tools"] == ["echo"]
+    assert result["approvals"] == (["mcp_approval_request"] if approval else [])
+    assert [(c["name"], json.loads(c["arguments"]), c["output"]) for c in result["calls"]] == [("echo", {"message": "Hello"}, "Echo: Hello")]
+    assert len(result["answers"]) == 1 and "Echo: Hello" in result["answers"][0]  # one answer, in the call's response
+    assert [e.item.output for e in events if e.type == "response.output_item.done" and e.item.type == "mcp_call"] == ["Echo: Hello"]
