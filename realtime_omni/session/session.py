@@ -231,7 +231,7 @@ class Session:
         except Exception:  # (the outbox closed under it: the session is going)
             log.exception("session %s: connecting its MCP servers failed", self.ctx.id)
             return
-        if not self.mcp.closed:
+        if not self.mcp.closed and any(isinstance(t, ev.McpTool) for t in tools):
             self._prepare()  # the tools just listed begin every prompt now: prefilled off the turn's path too
 
     def _prepare(self) -> None:
