@@ -136,7 +136,7 @@ class Responses:
         self._finished(run, await run.run())
 
     def _build_run(self, params: ev.ResponseParams, in_band: bool, started_at: float) -> ResponseRun:
-        request, out = self.build_request(params)
+        request, out, mcp_tools = self._request(params)
         ctx, caps, wire_format = self.ctx, self.ctx.caps, sc.wire_format(out.format)
         audio_out = PacedAudio(self.playout, caps.output_rate) if self.playout else EventAudio(self.port, caps.output_rate, wire_format)
         run = ResponseRun(
@@ -152,7 +152,7 @@ class Responses:
             started_at=started_at,
             stage_timeout_s=ctx.limits.stage_timeout_s,
         )
-        run.items.mcp_tools = self._mcp_offer(out.tools)[1]
+        run.items.mcp_tools = mcp_tools
         return run
 
     async def connect_mcp(self, tools: list[ev.Tool], keep_others: bool) -> None:
@@ -176,6 +176,11 @@ class Responses:
     def build_request(self, params: ev.ResponseParams) -> tuple[ResponseRequest, sc.OutputChoice]:
         """The pipeline request for ``params`` over this session's settings, and the output settings
         (voice, audio format, max tokens) the response reports."""
+        request, out, _ = self._request(params)
+        return request, out
+
+    def _request(self, params: ev.ResponseParams) -> tuple[ResponseRequest, sc.OutputChoice, dict[str, Any]]:
+        """``build_request``'s, and the MCP tools it offers by name (with their servers)."""
         cfg, caps, wire = self.ctx.config, self.ctx.caps, self.ctx.config.wire
         # ``input`` and ``instructions`` read null as not given (never None): ``is not None`` tells mypy so
         out = sc.fold_output(params, sc.OutputChoice.of(cfg), caps, "response")
@@ -203,7 +208,7 @@ class Responses:
             tool_choice=pipeline_choice,
             parallel_tool_calls=_parallel(params.parallel_tool_calls, wire.parallel_tool_calls),
         )
-        return request, out
+        return request, out, where
 
     def _response_input(self, entries: list[ev.InputItem]) -> list[Any]:
         cfg = self.ctx.config
