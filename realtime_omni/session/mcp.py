@@ -7,11 +7,11 @@ again. ``headers`` and ``authorization`` go to the MCP server only: the session 
 without them (what ``session.updated`` shows), and nothing here logs them.
 
 One connection per server (``server_label``) per session, opened with the official ``mcp`` SDK
-(Streamable HTTP; the older HTTP+SSE transport where a server refuses that with 404/405, or for the
-URL prefixes of ``mcp.sse_servers``) when a ``session.update`` or a ``response.create`` names it, kept for the
-session, closed with it. Each connection lives in a task of its own (the SDK's transports are
-anyio task groups, which must be left by the task that entered them); calls reach its
-``ClientSession`` from the responses' tasks. Listing and each call are bounded in time, an
+(Streamable HTTP; the older HTTP+SSE transport where a server refuses that with 404/405, or for
+the URL prefixes of ``mcp.sse_servers``) when a ``session.update`` or a ``response.create`` names
+it, kept for the session, closed with it. Each connection lives in a task of its own (the SDK's
+transports are anyio task groups, which must be left by the task that entered them); calls reach
+its ``ClientSession`` from the responses' tasks. Listing and each call are bounded in time, an
 output in size, the servers of a session in number.
 
 The items this adds to a conversation (``McpListTools``, ``McpCall``, ``McpApprovalRequest``,
@@ -308,7 +308,6 @@ class McpConnection:
         self._session: Any = None
         self._ready: asyncio.Future[list[ev.McpListedTool]] = asyncio.get_running_loop().create_future()
         self._closing = asyncio.Event()
-        self.transport = ""  # "streamable_http" or "sse", once connected
         self.off_list = False  # a request of this connection went to a URL off the allow-list (and was refused)
         self._task = asyncio.create_task(self._hold(), name=f"mcp:{session_id}:{tool.server_label}")
 
@@ -340,14 +339,13 @@ class McpConnection:
                         session = await self._open(stack, transport, refused)
                         await session.initialize()
                         tools = await self._list(session)
-                        self.transport = transport
                         self._session = session
                         if not self._ready.done():
                             self._ready.set_result(tools)
                         await self._closing.wait()
                         return
                 except Exception:
-                    if transport == "streamable_http" and refused and not self._closing.is_set():
+                    if transport == "streamable_http" and refused and not self._ready.done() and not self._closing.is_set():
                         log.info("MCP server %r answered HTTP %d to Streamable HTTP: trying SSE", self.tool.server_label, refused[0])
                         continue
                     raise
