@@ -25,11 +25,19 @@ arguments, other phrasing) with their own requests, never used to tune the promp
 session with one API key (default: they share the tools' prefix in the cache, as one application's
 sessions do) or each with a key of its own (every session's tools prefilled cold).
 
+--mcp: the same tools served by an MCP server (loopback, in this process: the same names,
+descriptions and JSON schemas), offered as one ``type: "mcp"`` tool (``require_approval: never``),
+so the server runs each call and the agent answers from its output in the same response. The same
+scoring of the calls; times: to the call (``response.mcp_call_arguments.done``), the tool's own time
+as the client sees it (``response.mcp_call.in_progress`` -> ``.completed``), and the spoken answer's
+first audio after it. ``answer_after_call_ms``: answer - (call + the tool's time), in both modes
+(a function's tool time is nil: the client answers at once, so there it is the client's round trip).
+
 --prefill N: the thinker alone, in this process: a fresh session's first token with the tools cold
 and with them prepared (prefilled first, as a session does when session.update brings them), N
 requests' prompts.
 
-    python -m bench.tools [--configs qwen2.5-coder-0.5b-w8 ...] [--limit N] [--tool-set heldout] [--keys each]
+    python -m bench.tools [--configs qwen2.5-coder-0.5b-w8 ...] [--limit N] [--tool-set heldout] [--keys each] [--mcp]
     python -m bench.tools --prefill 12
 
 Results go to bench/results/tools-*.json with every exchange.
@@ -44,6 +52,7 @@ import contextlib
 import json
 import secrets
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +61,7 @@ import numpy as np
 
 from bench.answers import NUMBERS, normalise
 from bench.audio import espeak
-from bench.common import machine, save, server_process
+from bench.common import free_port, machine, save, server_process
 from bench.metrics import dist
 from dsp.resample import resample
 from realtime_omni import config as config_file
@@ -382,8 +391,12 @@ class Exchange:
     heard: str | None = None  # the server's transcript of the request: what the thinker was given
     audio: bytearray = field(default_factory=bytearray)
     call_ms: float | None = None  # end of speech -> the first call's arguments.done
-    answer_ms: float | None = None  # end of speech -> the spoken answer's first audio (two-step)
+    answer_ms: float | None = None  # end of speech -> the spoken answer's first audio (two-step; --mcp: after a call)
+    tool_ms: float | None = None  # --mcp: the first call's response.mcp_call.in_progress -> .completed
     status: str = ""
+    mcp_names: dict[str, str] = field(default_factory=dict)  # --mcp: item id -> the tool its mcp_call names
+    mcp_started: float | None = None
+    mcp_done: float | None = None  # --mcp: when the first call's output came (audio after it is the answer)
 
 
 async def _until_done(conn: Any, ex: Exchange, speech_end: float, answering: bool) -> None:
@@ -395,10 +408,22 @@ async def _until_done(conn: Any, ex: Exchange, speech_end: float, answering: boo
                 ex.call_ids.append(event.call_id)
                 if ex.call_ms is None:
                     ex.call_ms = (time.perf_counter() - speech_end) * 1000
+            elif kind == "response.output_item.added" and event.item.type == "mcp_call":
+                ex.mcp_names[event.item.id] = event.item.name
+            elif kind == "response.mcp_call_arguments.done":
+                ex.calls.append((ex.mcp_names.get(event.item_id, ""), event.arguments))
+                if ex.call_ms is None:
+                    ex.call_ms = (time.perf_counter() - speech_end) * 1000
+            elif kind == "response.mcp_call.in_progress" and ex.mcp_started is None:
+                ex.mcp_started = time.perf_counter()
+            elif kind in ("response.mcp_call.completed", "response.mcp_call.failed") and ex.mcp_done is None:
+                ex.mcp_done = time.perf_counter()
+                ex.tool_ms = (ex.mcp_done - (ex.mcp_started or ex.mcp_done)) * 1000
             elif kind == "response.output_audio.delta":
-                if answering and ex.answer_ms is None:
+                after_call = ex.mcp_done is not None  # (--mcp: the answer to the call's output, in the same response)
+                if (answering or after_call) and ex.answer_ms is None:
                     ex.answer_ms = (time.perf_counter() - speech_end) * 1000
-                if answering:
+                if answering or after_call:
                     ex.audio += base64.b64decode(event.delta)
             elif kind == "response.output_audio_transcript.done":
                 ex.said += event.transcript
@@ -423,9 +448,13 @@ async def _heard(conn: Any, ex: Exchange, within_s: float = 3.0) -> None:
                     return
 
 
-async def exchange(url: str, request: Request, output: dict[str, Any] | None = None, tools: list[dict[str, Any]] = TOOLS, key: str = "bench") -> Exchange:
+async def exchange(
+    url: str, request: Request, output: dict[str, Any] | None = None, tools: list[dict[str, Any]] = TOOLS, key: str = "bench", mcp: McpTools | None = None
+) -> Exchange:
     """One fresh session (opened with API key ``key``): the request spoken in real time, its
-    response, and with ``output`` the tool's answer sent back and the spoken answer to it."""
+    response, and with ``output`` the tool's answer sent back and the spoken answer to it. With
+    ``mcp``, the tools are its server's (listed before the request is spoken), the server runs the
+    call and answers from its output in the same response: ``output`` is what the tool returns."""
     from openai import AsyncOpenAI
 
     pcm = espeak(request.text, RATE)
@@ -433,7 +462,17 @@ async def exchange(url: str, request: Request, output: dict[str, Any] | None = N
     client = AsyncOpenAI(api_key=key, websocket_base_url=url)
     ex = Exchange()
     async with client.realtime.connect(model="bench") as conn:
-        await conn.session.update(session={"type": "realtime", "tools": tools})
+        if mcp is not None:
+            mcp.output = output if output is not None else TOOL_OUTPUTS.get(request.tool or "", {"ok": True})
+            tool = {"type": "mcp", "server_label": "bench", "server_url": mcp.url, "require_approval": "never"}
+            await conn.session.update(session={"type": "realtime", "tools": [tool]})  # type: ignore[list-item]
+            async with asyncio.timeout(TURN_TIMEOUT_S):  # listed (and prefilled) off the turn's path, as a function's tools are
+                async for event in conn:
+                    if event.type in ("mcp_list_tools.completed", "mcp_list_tools.failed"):
+                        break
+            output = None  # (the server sends it back, not this client)
+        else:
+            await conn.session.update(session={"type": "realtime", "tools": tools})
         step = RATE * 20 // 1000
         t0 = time.perf_counter()
         lead = 15  # 300 ms of quiet before the speech, 1.2 s after it
@@ -468,6 +507,65 @@ async def exchange(url: str, request: Request, output: dict[str, Any] | None = N
     return ex
 
 
+# ------------------------------------------------------------------------------------- --mcp
+
+# what each tool returns to a request outside the two-step set (the two-step set has its own outputs)
+TOOL_OUTPUTS: dict[str, dict[str, Any]] = {
+    "get_weather": {"sky": "cloudy", "celsius": 14},
+    "get_time": {"time": "3:20 pm"},
+    "book_table": {"booked": True, "table": 7},
+    "calculate": {"result": "computed"},
+    "lookup_order": {"status": "in transit"},
+    "forecast": {"sky": "clear"},
+    "convert_currency": {"result": "converted"},
+    "set_timer": {"timer": "started"},
+    "find_flights": {"flights": 2},
+    "call_contact": {"status": "ringing"},
+}
+
+
+class McpTools:
+    """A tool set served by an MCP server (Streamable HTTP on loopback, the ``mcp`` SDK's low-level
+    server, in a thread of this process): the function tools' names, descriptions and JSON schemas
+    as they are; each call answered at once with ``output`` (the exchange under way sets it: one at
+    a time)."""
+
+    def __init__(self, tools: list[dict[str, Any]]) -> None:
+        import uvicorn
+        from mcp import types
+        from mcp.server.lowlevel import Server
+
+        self.tools = [types.Tool(name=t["name"], description=t["description"], input_schema=t["parameters"]) for t in tools]
+        self.output: dict[str, Any] = {}
+        self.calls = 0
+
+        async def listed(ctx: Any, params: Any) -> Any:
+            return types.ListToolsResult(tools=self.tools)
+
+        async def call(ctx: Any, params: Any) -> Any:
+            self.calls += 1
+            return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(self.output))])
+
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        app = Server("bench-tools", on_list_tools=listed, on_call_tool=call).streamable_http_app(host="127.0.0.1")
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, name="bench-mcp", daemon=True)
+
+    def __enter__(self) -> "McpTools":
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the bench's MCP server did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True  # (after the realtime server: its sessions' connections are gone)
+        self.thread.join(timeout=10)
+
+
 # ------------------------------------------------------------------------------------- the run
 
 
@@ -489,7 +587,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
 }
 
 
-async def run(url: str, limit: int, ears: Any, tool_set: str = "default", keys: str = "one") -> dict[str, Any]:
+async def run(url: str, limit: int, ears: Any, tool_set: str = "default", keys: str = "one", mcp: McpTools | None = None) -> dict[str, Any]:
     """``keys``: "one", every session opened with one API key (a deployment's app: its sessions share
     the tools' prefix), or "each", every session with a key of its own (each its key's first: the
     tools prefilled cold)."""
@@ -504,16 +602,17 @@ async def run(url: str, limit: int, ears: Any, tool_set: str = "default", keys: 
 
     rows: list[dict[str, Any]] = []
     for r in requests + no_tool:
-        ex = await exchange(url, r, tools=ts.tools, key=key())
+        ex = await exchange(url, r, tools=ts.tools, key=key(), mcp=mcp)
         name, args = ex.calls[0] if ex.calls else ("", "")
         valid, right = arguments_right(r, name, args, ts.schemas) if r.tool else (False, False)
         rows.append(
             {"set": "requests" if r.tool else "no_tool", "request": r.text, "tool": r.tool, "ears": ex.heard, "ears_right": heard_right(r, ex.heard) if r.tool else None,
-             "calls": ex.calls, "said": ex.said, "schema_valid": valid, "right": right, "call_ms": ex.call_ms, "status": ex.status}
+             "calls": ex.calls, "said": ex.said, "schema_valid": valid, "right": right, "call_ms": ex.call_ms, "tool_ms": ex.tool_ms,
+             "answer_ms": ex.answer_ms if mcp is not None and ex.calls else None, "status": ex.status}
         )  # fmt: skip
         print(f"  {'+' if right or (not r.tool and not ex.calls) else '-'} {r.text[:44]:44} heard {ex.heard!r:46.46} {ex.calls or ex.said[:60]!r}", flush=True)
     for t in two_step:
-        ex = await exchange(url, t.request, t.output, tools=ts.tools, key=key())
+        ex = await exchange(url, t.request, t.output, tools=ts.tools, key=key(), mcp=mcp)
         pcm = np.frombuffer(bytes(ex.audio), "<i2")
         heard = await asyncio.to_thread(ears.transcribe, resample(pcm, RATE, 16000)) if len(pcm) else ""
         name, args = ex.calls[0] if ex.calls else ("", "")
@@ -521,10 +620,11 @@ async def run(url: str, limit: int, ears: Any, tool_set: str = "default", keys: 
         ok = bool(ex.calls) and heard_key(t.key, heard)
         rows.append(
             {"set": "two_step", "request": t.request.text, "ears": ex.heard, "ears_right": heard_right(t.request, ex.heard), "calls": ex.calls, "said": ex.said,
-             "heard": heard, "schema_valid": valid, "right": right, "answer_right": ok, "call_ms": ex.call_ms, "answer_ms": ex.answer_ms, "status": ex.status}
+             "heard": heard, "schema_valid": valid, "right": right, "answer_right": ok, "call_ms": ex.call_ms, "tool_ms": ex.tool_ms, "answer_ms": ex.answer_ms,
+             "status": ex.status}
         )  # fmt: skip
         print(f"  {'+' if ok else '-'} {t.request.text[:44]:44} {ex.calls} -> {heard[:60]!r}", flush=True)
-    return {"tool_set": tool_set, "keys": keys, "summary": summarize(rows), "exchanges": rows}
+    return {"tool_set": tool_set, "keys": keys, "tools": "mcp" if mcp is not None else "function", "summary": summarize(rows), "exchanges": rows}
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -556,6 +656,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "voice_to_voice_call_ms": dist([r["call_ms"] for r in asked + two if r["call_ms"] is not None]),
         "first_call_ms": next((r["call_ms"] for r in asked if r["call_ms"] is not None), None),  # the run's first session's
         "voice_to_voice_answer_ms": dist([r["answer_ms"] for r in two if r["answer_ms"] is not None]),
+        # the spoken answer after the call and the tool's own time (--mcp: every answered call; functions: the two-step set)
+        "tool_ms": dist([r["tool_ms"] for r in rows if r.get("tool_ms") is not None]),
+        "answer_after_call_ms": dist(
+            [r["answer_ms"] - r["call_ms"] - (r.get("tool_ms") or 0.0) for r in rows if r.get("answer_ms") is not None and r["call_ms"] is not None]
+        ),
         "errors": sum(1 for r in rows if r["status"] != "completed"),
     }
 
@@ -612,6 +717,7 @@ def main() -> None:
     parser.add_argument(
         "--keys", choices=["one", "each"], default="one", help="one API key for every session (they share the tools' prefix), or a key each (cold)"
     )
+    parser.add_argument("--mcp", action="store_true", help="the tools served by an MCP server (loopback, in the bench) instead of function tools")
     parser.add_argument("--prefill", type=int, metavar="N", default=0, help="only the thinker: a fresh session's first token, tools cold and prepared, N rounds")
     args = parser.parse_args()
     if args.prefill:
@@ -627,10 +733,18 @@ def main() -> None:
     result: dict[str, Any] = {"machine": machine(), "configs": {}}
     for name in args.configs:
         print(f"{name} ...", flush=True)
-        with server_process(config(name), startup_s=900) as url:
-            result["configs"][name] = asyncio.run(run(url, args.limit, ears, args.tool_set, args.keys))
-    print(f"\ntool set {args.tool_set}, keys: {args.keys}")
-    head = f"{'config':42} {'right':>6} {'valid':>6} {'false':>6} {'empty':>5} {'answers':>7} {'heard':>6} {'miss e/t':>8} {'call p50':>8} {'answer p50':>10} {'errors':>6}"
+        with contextlib.ExitStack() as stack:
+            cfg = config(name)
+            mcp = stack.enter_context(McpTools(TOOL_SETS[args.tool_set].tools)) if args.mcp else None
+            if mcp is not None:
+                cfg["mcp"] = {"allowed_servers": [mcp.url]}
+            url = stack.enter_context(server_process(cfg, startup_s=900))
+            result["configs"][name] = asyncio.run(run(url, args.limit, ears, args.tool_set, args.keys, mcp))
+    print(f"\ntool set {args.tool_set}, keys: {args.keys}, tools: {'MCP' if args.mcp else 'function'}")
+    head = (
+        f"{'config':42} {'right':>6} {'valid':>6} {'false':>6} {'empty':>5} {'answers':>7} {'heard':>6} {'miss e/t':>8} {'call p50':>8} {'answer p50':>10}"
+        f" {'after p50':>9} {'errors':>6}"
+    )
     print(head)
     for name, data in result["configs"].items():
         s = data["summary"]
@@ -638,9 +752,10 @@ def main() -> None:
         misses = f"{s['wrong_after_misheard']}/{s['wrong_after_heard_right']}"
         print(
             f"{name:42} {s['right_tool_and_arguments']!s:>6} {s['schema_valid']!s:>6} {s['false_calls']!s:>6} {s['empty_answers']!s:>5}"
-            f" {s['right_final_answers']!s:>7} {s['heard_right']!s:>6} {misses:>8} {call.get('p50', '-')!s:>8} {answer.get('p50', '-')!s:>10} {s['errors']:>6}"
+            f" {s['right_final_answers']!s:>7} {s['heard_right']!s:>6} {misses:>8} {call.get('p50', '-')!s:>8} {answer.get('p50', '-')!s:>10}"
+            f" {s['answer_after_call_ms'].get('p50', '-')!s:>9} {s['errors']:>6}"
         )
-    print("saved", save("tools", result))
+    print("saved", save("tools-mcp" if args.mcp else "tools", result))
 
 
 if __name__ == "__main__":

@@ -122,6 +122,7 @@ class McpConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     The server fetches URLs that clients name: none is allowed unless listed here."""
 
     allowed_servers: list[str] = []  # URL prefixes (scheme, host and port exact; the path a prefix); serve --mcp-allow
+    sse_servers: list[str] = []  # URL prefixes of servers reached over the older HTTP+SSE transport at once (others: Streamable HTTP, SSE if refused 404/405)
     list_timeout_s: float = 10.0  # connecting and listing one server's tools
     call_timeout_s: float = 30.0  # one tool call
     max_output_bytes: int = 64 * 1024  # a call's output, UTF-8: more fails the call

@@ -81,9 +81,10 @@ class CpuServer:
     """``realtime-omni serve`` with the embedded CPU cascade (configs/cpu.yaml), in its own process
     (vLLM starts its engine in a child process), shared by every test that needs it."""
 
-    def __init__(self, ws_base: str, timings_log: Path, sip_port: int) -> None:
+    def __init__(self, ws_base: str, timings_log: Path, sip_port: int, mcp_url: str) -> None:
         self.ws_base = ws_base
         self.sip_port = sip_port  # its SIP bridge (UDP)
+        self.mcp_url = mcp_url  # the one MCP server its sessions may call (a test serves it: tests/pipelines/test_cpu_mcp.py)
         self.http = ws_base.replace("ws://", "http://").removesuffix("/v1")
         self.timings_log = timings_log
 
@@ -108,10 +109,12 @@ def cpu_config(**thinker: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def cpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CpuServer]:
+    from tests.support.processes import free_port
     from tests.support.sip import free_udp_port
 
     log = tmp_path_factory.mktemp("cpu") / "timings.jsonl"
     sip_port = free_udp_port()
+    mcp_url = f"http://127.0.0.1:{free_port()}/mcp"  # the MCP server a test serves (tests/pipelines/test_cpu_mcp.py)
     # three sentences at most: answers long enough to interrupt while the thinker still writes
     config = cpu_config(max_sentences=3)
     # semantic_vad's decisions wait for the words and the thinker's judgement however slow the box:
@@ -119,5 +122,6 @@ def cpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CpuServer]:
     # has taken over 1.5 s (the default bound), and the decision then went on the sound alone
     # (docs/turn-taking.md; how fast it must be is issue 37's).
     config["turn_end"]["hearing_wait_ms"] = 10_000
+    config["mcp"] = {"allowed_servers": [mcp_url]}
     with server_process({**config, "timings_log": str(log), "sip": {"port": sip_port}}, startup_s=900) as ws_base:
-        yield CpuServer(ws_base, log, sip_port)
+        yield CpuServer(ws_base, log, sip_port, mcp_url)

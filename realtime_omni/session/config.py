@@ -29,7 +29,8 @@ from ..protocol.audio import WireFormat
 T = TypeVar("T")
 S = TypeVar("S", bound=msgspec.Struct)
 Modality = Literal["text", "audio"]
-FunctionChoice = Literal["auto", "none", "required"] | ev.ToolChoiceFunction  # the ToolChoice values this server serves
+# every ToolChoice; an MCP server's is resolved per response, against its listing (session/mcp.py's ``forced``)
+FunctionChoice = Literal["auto", "none", "required"] | ev.ToolChoiceFunction | ev.ToolChoiceMcp
 
 OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar"})
 
@@ -188,8 +189,8 @@ class SessionConfig:
     @property
     def tool_choice(self) -> FunctionChoice:
         choice = self.wire.tool_choice
-        if choice is None or choice is UNSET or isinstance(choice, ev.ToolChoiceMcp):
-            missing("tool_choice (a function's or auto|none|required)")
+        if choice is None or choice is UNSET:
+            missing("tool_choice (a function's, an MCP server's or auto|none|required)")
         return choice
 
     @classmethod
@@ -309,8 +310,9 @@ def check_tools(tools: list[ev.Tool], caps: Capabilities, param: str) -> list[ev
 
 
 def check_tool_choice(choice: ev.ToolChoice, tools: list[ev.Tool], param: str) -> FunctionChoice:
-    if isinstance(choice, ev.ToolChoiceMcp):
-        raise RealtimeError(f"Invalid '{param}': a tool_choice of type 'mcp' is not supported by this server (use 'auto').", code="unsupported_value", param=param)
+    if isinstance(choice, ev.ToolChoiceMcp) and choice.server_label not in {t.server_label for t in tools if isinstance(t, ev.McpTool)}:
+        message = f"Invalid '{param}.server_label': no MCP server labelled {choice.server_label!r} is among the tools."
+        raise invalid_value(f"{param}.server_label", message)
     if isinstance(choice, ev.ToolChoiceFunction) and choice.name not in {t.name for t in tools if isinstance(t, ev.FunctionTool)}:
         raise invalid_value(f"{param}.name", f"Invalid '{param}.name': no tool named {choice.name!r} is configured.")
     return choice

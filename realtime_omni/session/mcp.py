@@ -7,10 +7,11 @@ again. ``headers`` and ``authorization`` go to the MCP server only: the session 
 without them (what ``session.updated`` shows), and nothing here logs them.
 
 One connection per server (``server_label``) per session, opened with the official ``mcp`` SDK
-(Streamable HTTP) when a ``session.update`` or a ``response.create`` names it, kept for the
-session, closed with it. Each connection lives in a task of its own (the SDK's transports are
-anyio task groups, which must be left by the task that entered them); calls reach its
-``ClientSession`` from the responses' tasks. Listing and each call are bounded in time, an
+(Streamable HTTP; the older HTTP+SSE transport where a server refuses that with 404/405, or for
+the URL prefixes of ``mcp.sse_servers``) when a ``session.update`` or a ``response.create`` names
+it, kept for the session, closed with it. Each connection lives in a task of its own (the SDK's
+transports are anyio task groups, which must be left by the task that entered them); calls reach
+its ``ClientSession`` from the responses' tasks. Listing and each call are bounded in time, an
 output in size, the servers of a session in number.
 
 The items this adds to a conversation (``McpListTools``, ``McpCall``, ``McpApprovalRequest``,
@@ -41,6 +42,7 @@ from ..protocol import events as ev
 log = logging.getLogger(__name__)
 
 DECLINED = "The user declined this tool call."
+SSE_IDLE_S = 24 * 3600.0  # the longest an SSE server's event stream may stay silent
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,6 +237,25 @@ def needs_approval(tool: ev.McpTool, listed: ev.McpListedTool) -> bool:
     return True
 
 
+def forced(choice: ev.ToolChoiceMcp, where: dict[str, tuple[ev.McpTool, ev.McpListedTool]], param: str) -> tuple[str, set[str] | None]:
+    """``tool_choice: {type: "mcp", server_label, name}`` for one response, against what the server
+    listed (``McpServers.offer``'s ``where``): the pipeline's tool_choice, a call of that tool (its
+    name), or with no name a call of any of that server's tools ("required", and the names of the
+    tools the response then offers: that server's only). Refused when the server offers no such tool
+    (its listing failed or is under way, ``allowed_tools`` left the tool out, a function took its name)."""
+    label = choice.server_label
+    names = {name for name, (tool, _) in where.items() if tool.server_label == label}
+    if isinstance(choice.name, str):
+        if choice.name not in names:
+            listed = ", ".join(sorted(names)) or "none"
+            message = f"Invalid '{param}.name': MCP server {label!r} offers no tool {choice.name!r} to this response (its tools offered: {listed})."
+            raise invalid_value(f"{param}.name", message)
+        return choice.name, None
+    if not names:
+        raise invalid_value(f"{param}.server_label", f"Invalid '{param}.server_label': MCP server {label!r} offers no tools to this response (was its listing completed?).")
+    return "required", names
+
+
 # ---------------------------------------------------------------------------------------------
 # Connections
 # ---------------------------------------------------------------------------------------------
@@ -287,6 +308,7 @@ class McpConnection:
         self._session: Any = None
         self._ready: asyncio.Future[list[ev.McpListedTool]] = asyncio.get_running_loop().create_future()
         self._closing = asyncio.Event()
+        self.off_list = False  # a request of this connection went to a URL off the allow-list (and was refused)
         self._task = asyncio.create_task(self._hold(), name=f"mcp:{session_id}:{tool.server_label}")
 
     @property
@@ -300,10 +322,47 @@ class McpConnection:
                 return await asyncio.shield(self._ready)
         except Exception as exc:
             await self.close()
-            raise _failure(exc, "listing of its tools") from None
+            # (a refused request can surface as a timeout: the SSE client logs its send's failure and waits on)
+            raise _failure(NotAllowed() if self.off_list else exc, "listing of its tools") from None
 
     async def _hold(self) -> None:
+        url = str(self.tool.server_url)
+        # Streamable HTTP first, then the older HTTP+SSE transport where the server refused the
+        # first with 404/405 (the MCP spec's backwards-compatible client), or at once for a server
+        # under ``mcp.sse_servers``
+        transports = ["sse"] if allowed(url, self.settings.sse_servers) else ["streamable_http", "sse"]
+        try:
+            for transport in transports:
+                refused: list[int] = []  # what a POST of Streamable HTTP got back, if it was 404 or 405
+                try:
+                    async with contextlib.AsyncExitStack() as stack:
+                        session = await self._open(stack, transport, refused)
+                        await session.initialize()
+                        tools = await self._list(session)
+                        self._session = session
+                        if not self._ready.done():
+                            self._ready.set_result(tools)
+                        await self._closing.wait()
+                        return
+                except Exception:
+                    if transport == "streamable_http" and refused and not self._ready.done() and not self._closing.is_set():
+                        log.info("MCP server %r answered HTTP %d to Streamable HTTP: trying SSE", self.tool.server_label, refused[0])
+                        continue
+                    raise
+        except BaseException as exc:  # (cancellation included: the session closed while connecting)
+            if not self._ready.done():
+                self._ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError("closed"))
+            if not isinstance(exc, Exception):
+                raise  # (cancelled: the session closed while connecting)
+            log.info("MCP server %r: connection ended: %s", self.tool.server_label, type(exc).__name__)
+        finally:
+            self._session = None
+
+    async def _open(self, stack: contextlib.AsyncExitStack, transport: str, refused: list[int]) -> Any:
+        """A ``ClientSession`` over ``transport`` (not yet initialized), its HTTP client checking
+        every request (a redirect's, SSE's message endpoint) against the allow-list."""
         from mcp import ClientSession
+        from mcp.client.sse import sse_client
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -314,36 +373,39 @@ class McpConnection:
 
         async def check(request: Any) -> None:
             if not allowed(str(request.url), prefixes):
+                self.off_list = True
                 raise NotAllowed("a request to a URL outside mcp.allowed_servers")
 
-        try:
-            async with contextlib.AsyncExitStack() as stack:
-                http = create_mcp_http_client(headers=headers)  # (listing and calls are bounded here, with asyncio)
-                http.event_hooks = {"request": [check], "response": []}
-                await stack.enter_async_context(http)
-                read, write = await stack.enter_async_context(streamable_http_client(str(self.tool.server_url), http_client=http))
-                session = await stack.enter_async_context(ClientSession(read, write, read_timeout_seconds=self.settings.call_timeout_s))
-                await session.initialize()
-                tools: list[ev.McpListedTool] = []
-                cursor: str | None = None
-                for _ in range(100):  # pages
-                    page = await session.list_tools(params=_page(cursor))
-                    tools += [_listed(t) for t in page.tools]
-                    cursor = page.next_cursor
-                    if not cursor:
-                        break
-                self._session = session
-                if not self._ready.done():
-                    self._ready.set_result(tools)
-                await self._closing.wait()
-        except BaseException as exc:  # (cancellation included: the session closed while connecting)
-            if not self._ready.done():
-                self._ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError("closed"))
-            if not isinstance(exc, Exception):
-                raise  # (cancelled: the session closed while connecting)
-            log.info("MCP server %r: connection ended: %s", self.tool.server_label, type(exc).__name__)
-        finally:
-            self._session = None
+        async def status(response: Any) -> None:
+            if response.request.method == "POST" and response.status_code in (404, 405):
+                refused.append(response.status_code)
+
+        def client(headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None) -> Any:
+            http = create_mcp_http_client(headers=headers, timeout=timeout, auth=auth)  # (listing and calls are bounded here, with asyncio)
+            http.event_hooks = {"request": [check], "response": [status]}
+            return http
+
+        url = str(self.tool.server_url)
+        if transport == "sse":
+            # (a session's connection may sit idle for long: the SDK's 300 s read timeout would drop it)
+            sse = sse_client(url, headers=headers, timeout=self.settings.list_timeout_s, sse_read_timeout=SSE_IDLE_S, httpx_client_factory=client)
+            read, write = await stack.enter_async_context(sse)
+        else:
+            http = await stack.enter_async_context(client(headers))
+            read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
+        return await stack.enter_async_context(ClientSession(read, write, read_timeout_seconds=self.settings.call_timeout_s))
+
+    @staticmethod
+    async def _list(session: Any) -> list[ev.McpListedTool]:
+        tools: list[ev.McpListedTool] = []
+        cursor: str | None = None
+        for _ in range(100):  # pages
+            page = await session.list_tools(params=_page(cursor))
+            tools += [_listed(t) for t in page.tools]
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tools
 
     async def call(self, name: str, arguments: dict[str, Any]) -> str:
         session = self._session
@@ -353,7 +415,7 @@ class McpConnection:
             async with asyncio.timeout(self.settings.call_timeout_s):
                 result = await session.call_tool(name, arguments)
         except Exception as exc:
-            raise _failure(exc, "call") from None
+            raise _failure(NotAllowed() if self.off_list else exc, "call") from None
         text = _text(result)
         size = len(text.encode())
         if size > self.settings.max_output_bytes:

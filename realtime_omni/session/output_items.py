@@ -50,6 +50,7 @@ class OutputItems:
         self.mcp_tools: dict[str, tuple[ev.McpTool, ev.McpListedTool]] = {}  # the request's MCP tools by name (mcp.McpServers.offer)
         self._mcp: tuple[McpCall, int] | None = None  # the MCP call being written or run now
         self._mcp_writing: tuple[str, McpCall, int] | None = None  # the pipeline's call_id of the one being written
+        self._mcp_names: dict[str, str] = {}  # call_id -> tool, for MCP calls being written (only a call's first delta names it)
         self._held: dict[str, str] = {}  # arguments of a call that waits for approval, by call_id, held back until complete
         self.mcp_calls_run = 0
 
@@ -124,8 +125,9 @@ class OutputItems:
 
     # ------------------------------------------------------------------ MCP calls (run here)
 
-    def is_mcp(self, name: str) -> bool:
-        return name in self.mcp_tools
+    def is_mcp(self, name: str, call_id: str = "") -> bool:
+        """A call of an MCP tool: by its name, or (a delta after its first) by its ``call_id``."""
+        return name in self.mcp_tools or (bool(call_id) and call_id in self._mcp_names)
 
     def _approval(self, name: str) -> bool:
         tool, listed = self.mcp_tools[name]
@@ -135,13 +137,14 @@ class OutputItems:
         return dict(response_id=self.response_id, item_id=item.id, output_index=index)
 
     async def mcp_delta(self, chunk: ToolCallDelta, before: Before) -> None:
-        if chunk.call_id in self._held or self._approval(chunk.name):
+        name = self._mcp_names.setdefault(chunk.call_id, chunk.name)
+        if chunk.call_id in self._held or self._approval(name):
             self._held[chunk.call_id] = self._held.get(chunk.call_id, "") + chunk.delta
             return
         if self._mcp_writing is None or self._mcp_writing[0] != chunk.call_id:
             await before()
-            tool, _ = self.mcp_tools[chunk.name]
-            item = McpCall(new_id("item"), tool.server_label, chunk.name, "")
+            tool, _ = self.mcp_tools[name]
+            item = McpCall(new_id("item"), tool.server_label, name, "")
             self._mcp = (item, await self.open(item))
             self._mcp_writing = (chunk.call_id, *self._mcp)
         _, item, index = self._mcp_writing
@@ -152,6 +155,7 @@ class OutputItems:
     async def mcp_call(self, call: ToolCall, before: Before) -> bool:
         """A complete call of an MCP tool: run it now (True), or ask the client's approval (False)."""
         self._held.pop(call.call_id, None)
+        self._mcp_names.pop(call.call_id, None)
         writing, self._mcp_writing = self._mcp_writing, None
         tool, _ = self.mcp_tools[call.name]
         if self._approval(call.name):

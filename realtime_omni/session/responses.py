@@ -138,7 +138,7 @@ class Responses:
         self._finished(run, await run.run())
 
     def _build_run(self, params: ev.ResponseParams, in_band: bool, started_at: float, trigger: str | None) -> ResponseRun:
-        request, out = self.build_request(params)
+        request, out, mcp_tools = self._request(params)
         ctx, caps, wire_format = self.ctx, self.ctx.caps, sc.wire_format(out.format)
         items = self.conversation.items
         trace = ctx.trace.response(request.response_id, started_at, in_band=in_band, trigger=trigger, last_item_id=items[-1].id if items else None)
@@ -157,7 +157,7 @@ class Responses:
             stage_timeout_s=ctx.limits.stage_timeout_s,
             trace=trace,
         )
-        run.items.mcp_tools = self._mcp_offer(out.tools)[1]
+        run.items.mcp_tools = mcp_tools
         return run
 
     async def connect_mcp(self, tools: list[ev.Tool], keep_others: bool) -> None:
@@ -181,12 +181,25 @@ class Responses:
     def build_request(self, params: ev.ResponseParams) -> tuple[ResponseRequest, sc.OutputChoice]:
         """The pipeline request for ``params`` over this session's settings, and the output settings
         (voice, audio format, max tokens) the response reports."""
+        request, out, _ = self._request(params)
+        return request, out
+
+    def _request(self, params: ev.ResponseParams) -> tuple[ResponseRequest, sc.OutputChoice, dict[str, Any]]:
+        """``build_request``'s, and the MCP tools it offers by name (with their servers)."""
         cfg, caps, wire = self.ctx.config, self.ctx.caps, self.ctx.config.wire
         # ``input`` and ``instructions`` read null as not given (never None): ``is not None`` tells mypy so
         out = sc.fold_output(params, sc.OutputChoice.of(cfg), caps, "response")
         items = self._response_input(params.input) if params.input is not UNSET and params.input is not None else mcp.pipeline_view(self.conversation)
         voice_name = out.voice.id if isinstance(out.voice, ev.VoiceId) else out.voice
         choice = out.tool_choice
+        offered, where = self._mcp_offer(out.tools)
+        tools = [Tool(t.name, t.description or "", t.parameters or {}) for t in out.tools if isinstance(t, ev.FunctionTool)] + offered
+        if isinstance(choice, ev.ToolChoiceMcp):  # a call of that server's tool (of one of its tools: only its tools offered)
+            param = "response.tool_choice" if params.tool_choice is not UNSET and params.tool_choice is not None else "session.tool_choice"
+            pipeline_choice, only = mcp.forced(choice, where, param)
+            tools = tools if only is None else [t for t in tools if t.name in only]
+        else:
+            pipeline_choice = choice.name if isinstance(choice, ev.ToolChoiceFunction) else choice
         request = ResponseRequest(
             response_id=new_id("resp"),
             items=items,
@@ -196,11 +209,11 @@ class Responses:
             speed=cfg.speed,
             max_output_tokens=None if out.max_output_tokens == "inf" else out.max_output_tokens,
             temperature=params.temperature if params.temperature is not UNSET else cfg.temperature,
-            tools=[Tool(t.name, t.description or "", t.parameters or {}) for t in out.tools if isinstance(t, ev.FunctionTool)] + self._mcp_offer(out.tools)[0],
-            tool_choice=choice.name if isinstance(choice, ev.ToolChoiceFunction) else choice,
+            tools=tools,
+            tool_choice=pipeline_choice,
             parallel_tool_calls=_parallel(params.parallel_tool_calls, wire.parallel_tool_calls),
         )
-        return request, out
+        return request, out, where
 
     def _response_input(self, entries: list[ev.InputItem]) -> list[Any]:
         cfg = self.ctx.config

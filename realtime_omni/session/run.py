@@ -316,7 +316,7 @@ class ResponseRun:
                 elif isinstance(chunk, ToolCallDelta):
                     if self.muted:
                         pass
-                    elif self.items.is_mcp(chunk.name):
+                    elif self.items.is_mcp(chunk.name, chunk.call_id):
                         await self.items.mcp_delta(chunk, self._close_message)
                     else:
                         await self.items.call_delta(chunk, self._close_message)

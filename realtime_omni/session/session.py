@@ -236,6 +236,9 @@ class Session:
             await self.responses.connect_mcp(tools, keep_others=False)
         except Exception:  # (the outbox closed under it: the session is going)
             log.exception("session %s: connecting its MCP servers failed", self.ctx.id)
+            return
+        if not self.mcp.closed and any(isinstance(t, ev.McpTool) for t in tools):
+            self._prepare()  # the tools just listed begin every prompt now: prefilled off the turn's path too
 
     def _prepare(self) -> None:
         """Tell the pipeline what every response begins with now (instructions, tools), so it can

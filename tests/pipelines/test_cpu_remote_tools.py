@@ -7,23 +7,30 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import pytest
 
 from tests.conftest import cpu_config
+from tests.pipelines.test_cpu_mcp import weather_server
 from tests.pipelines.test_cpu_tools import TIME, WEATHER, calls_of, streamed_arguments, user
 from tests.support.client import connect
-from tests.support.processes import server_process, vllm_serve
+from tests.support.mcp_server import Served
+from tests.support.processes import free_port, server_process, vllm_serve
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
 MODEL = "qwen2.5-coder-0.5b-instruct-w8"  # configs/cpu.yaml's thinker: its template has a tool format
 
 
+MCP_URL = f"http://127.0.0.1:{free_port()}/mcp"  # the MCP server the MCP test serves, allowed by the server
+
+
 @pytest.fixture(scope="module")
 def remote() -> Iterator[str]:
     with vllm_serve(MODEL, "qwen", extra=["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]) as engine:
         config = cpu_config(model=MODEL, engine="remote", remote={"url": engine}, served_model="qwen")
+        config["mcp"] = {"allowed_servers": [MCP_URL]}
         with server_process(config, startup_s=600) as ws_base:
             yield ws_base
 
@@ -58,3 +65,26 @@ async def test_calls_outputs_and_the_answer_on_the_deployment(remote):
         again = await respond(c, tool_choice={"type": "function", "name": "get_time"})
         assert [o.name for o in again.output if o.type == "function_call"] == ["get_time"]
         assert again.usage.input_token_details.cached_tokens >= first.usage.input_tokens - 32 > 0
+
+
+async def test_an_mcp_tool_called_on_the_deployment_is_run_by_the_server(remote):
+    """The same thinker on the deployment: an MCP server's tool offered in its prompt like a
+    function, the call parsed here and run on the MCP server, the answer from its output."""
+    calls: list[str] = []
+    tool = {"type": "mcp", "server_label": "weather", "server_url": MCP_URL, "require_approval": "never"}
+    async with Served(weather_server(calls), urlsplit(MCP_URL).port), connect(remote) as c:
+        await c.expect("session.created")
+        await c.send({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"], "tools": [tool]}})
+        await c.expect("session.updated")
+        await c.expect("mcp_list_tools.completed", timeout=30)
+        await c.send(user("What is the weather in Paris?"))
+        done = await respond(c, tool_choice={"type": "mcp", "server_label": "weather", "name": "get_weather"})
+        assert [o.type for o in done.output] == ["mcp_call", "message"], done.output
+        call = done.output[0]
+        assert call.name == "get_weather" and json.loads(call.arguments)["city"].lower() == "paris" and call.error is None
+        assert calls and calls[0].lower() == "paris" and json.loads(call.output)["sky"] == "snowing"
+        # the arguments streamed as the deployment wrote them, as MCP events (never a function call's)
+        deltas = "".join(e.delta for e in c.events if e.type == "response.mcp_call_arguments.delta")
+        assert deltas == call.arguments and not c.of("response.function_call_arguments.delta")
+        text = done.output[1].content[0].text
+        assert "snow" in text.lower() and "{" not in text, text

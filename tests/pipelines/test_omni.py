@@ -292,3 +292,54 @@ async def test_tools_are_refused_where_the_deployment_has_no_tool_parser(omni):
         await c.send({"type": "session.update", "session": {"type": "realtime", "tools": [{"type": "function", "name": "f", "parameters": {}}]}})
         error = await c.expect("error")
         assert error.error.code == "unsupported_value" and error.error.param == "session.tools"
+
+
+async def test_an_mcp_tool_is_offered_as_a_function_and_its_call_run_by_the_server(deployment):
+    """The deployment's tool parser calls an MCP server's tool (offered to it as a function); this
+    server runs the call on the MCP server and asks the deployment again with the output, in the
+    same response."""
+    from mcp.server.mcpserver import MCPServer
+
+    from tests.support.mcp_server import Served
+
+    calls: list[float] = []
+    server = MCPServer("clips")
+
+    @server.tool()
+    def clip_length(seconds: float) -> str:
+        """How long the user's clip was."""
+        calls.append(seconds)
+        return f"The clip lasted {seconds:.1f} seconds."
+
+    async with Served(server) as served:
+        config = omni_config(deployment.url)
+        config["pipeline"]["options"]["tools"] = True
+        config["mcp"] = {"allowed_servers": [served.url]}
+        srv = ServerThread(config).start()
+        try:
+            async with connect(srv.ws_base) as c:
+                await c.expect("session.created")
+                tool = {"type": "mcp", "server_label": "clips", "server_url": served.url, "require_approval": "never"}
+                await c.send({"type": "session.update", "session": {"type": "realtime", "tools": [tool]}})
+                await c.expect("session.updated")
+                await c.expect("mcp_list_tools.completed", timeout=15)
+                done = await spoken_turn(c)
+                assert done.response.status == "completed", done.response.status_details
+                assert [o.type for o in done.response.output] == ["mcp_call", "message"]
+                call = done.response.output[0]
+                assert call.server_label == "clips" and call.name == "clip_length" and call.error is None
+                assert len(calls) == 1 and 1.5 < calls[0] < 3.5 and call.output == f"The clip lasted {calls[0]:.1f} seconds."
+                assert not c.of("response.function_call_arguments.done")  # the server's call, never the client's
+                assert [e.type for e in c.events if e.type.startswith("response.mcp_call.")] == ["response.mcp_call.in_progress", "response.mcp_call.completed"]
+                assert done.response.output[1].content[0].transcript  # the answer after the output, spoken
+            first, again = deployment.fake.bodies()[-2:]
+            (offered,) = first["tools"]
+            assert offered["type"] == "function" and offered["function"]["name"] == "clip_length"
+            assert offered["function"]["description"] == "How long the user's clip was."
+            assert offered["function"]["parameters"]["properties"]["seconds"]["type"] == "number"
+            # asked again with the call and its output in the history, the tools still offered (auto)
+            assert again["messages"][-2]["tool_calls"][0]["function"]["name"] == "clip_length"
+            assert again["messages"][-1] == {"role": "tool", "tool_call_id": again["messages"][-2]["tool_calls"][0]["id"], "content": call.output}
+            assert again["tool_choice"] == "auto"
+        finally:
+            srv.stop()

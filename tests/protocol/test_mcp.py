@@ -237,6 +237,70 @@ async def test_approval_granted_runs_the_call_and_declined_does_not(mcp_server_u
         assert (await c.expect("error")).error.param == "item.approval_request_id"
 
 
+WEATHER_FUNCTION = {"type": "function", "name": "get_time", "description": "The time in a city.", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+
+
+async def test_tool_choice_of_an_mcp_server_and_tool_is_honoured(mcp_server_url):
+    async with ToolServer() as tools, connect(mcp_server_url) as c:
+        # a function first: "required" alone would call it (the synthetic pipeline calls the first tool)
+        await c.send({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"], "tools": [WEATHER_FUNCTION, mcp_tool(tools, allowed_tools=["weather", "broken"])]}})
+        await c.expect("session.updated")
+        await c.until("mcp_list_tools.completed")
+        await c.send({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello there, Lisbon"}]}})
+        # a named tool: that one, though the words name none
+        await c.send({"type": "response.create", "response": {"tool_choice": {"type": "mcp", "server_label": "tools", "name": "weather"}}})
+        events = await c.until("response.done", timeout=15)
+        (call,) = [e.item for e in events if e.type == "response.output_item.done" and e.item.type == "mcp_call"]
+        assert call.name == "weather" and call.output == "sunny and 21 degrees in Lisbon"
+        # the forced call once, then the answer from its output in the same response (tool_choice "auto" after it)
+        assert [o.type for o in events[-1].response.output] == ["mcp_call", "message"]
+        # a server without a name: a call of one of its tools, never the function
+        await c.send({"type": "response.create", "response": {"tool_choice": {"type": "mcp", "server_label": "tools"}}})
+        events = await c.until("response.done", timeout=15)
+        kinds = [e.item.type for e in events if e.type == "response.output_item.done"]
+        assert "function_call" not in kinds and kinds.count("mcp_call") == 1, kinds
+        # the session's own tool_choice serves its responses too
+        await c.send({"type": "session.update", "session": {"type": "realtime", "tool_choice": {"type": "mcp", "server_label": "tools", "name": "weather"}}})
+        updated = await c.expect("session.updated")
+        assert updated.session.tool_choice.type == "mcp" and updated.session.tool_choice.name == "weather"
+        await c.send({"type": "response.create"})
+        events = await c.until("response.done", timeout=15)
+        assert [e.item.name for e in events if e.type == "response.output_item.done" and e.item.type == "mcp_call"] == ["weather"]
+        assert len(tools.calls) == 3
+
+
+async def test_the_listed_tools_are_prepared_once_listed(mcp_server_url, make_server):
+    """The pipeline is told what every response begins with (``prepare``: the cascade prefills it)
+    again when the listing completes, so an MCP server's tools are prefilled off the turn's path as
+    a function's are."""
+    srv = make_server(server={"mcp": MCP_SETTINGS})
+    async with ToolServer() as tools, connect(mcp_server_url) as c:
+        await _configure(c, mcp_tool(tools, allowed_tools=["weather", "broken"]))
+        await c.until("mcp_list_tools.completed")
+        (session,) = [s for s in await srv.acall(lambda: list(srv.server.sessions)) if "tools" in s.mcp.listings and not s.mcp.closed]
+        for _ in range(100):  # (prepared just after the listing's events)
+            if list(session.ctx.pipe.prepared)[-1][1]:
+                break
+            await asyncio.sleep(0.02)
+        assert [names for _, names in session.ctx.pipe.prepared][-2:] == [[], ["weather", "broken"]]
+
+
+async def test_tool_choice_of_an_mcp_tool_not_offered_is_refused(mcp_server_url):
+    async with ToolServer() as tools, connect(mcp_server_url) as c:
+        await _configure(c, mcp_tool(tools, allowed_tools=["weather"]))
+        await c.until("mcp_list_tools.completed")
+        # a label no tool has: refused by the update, which changes nothing
+        await c.send({"type": "session.update", "session": {"type": "realtime", "tool_choice": {"type": "mcp", "server_label": "other"}}})
+        err = await c.expect("error")
+        assert (err.error.code, err.error.param) == ("invalid_value", "session.tool_choice.server_label") and "'other'" in err.error.message
+        # a tool the server does not offer (allowed_tools left it out): the response is refused
+        await c.send({"type": "response.create", "response": {"tool_choice": {"type": "mcp", "server_label": "tools", "name": "broken"}}})
+        err = await c.expect("error")
+        assert (err.error.code, err.error.param) == ("invalid_value", "response.tool_choice.name")
+        assert "'broken'" in err.error.message and "weather" in err.error.message
+        assert not [e for e in await c.quiet(0.3) if e.type == "response.created"] and tools.calls == []
+
+
 @pytest.mark.slow
 async def test_a_slow_server_and_oversize_output_fail_the_call_not_the_session(mcp_server_url):
     async with ToolServer() as tools, connect(mcp_server_url) as c:
@@ -500,9 +564,12 @@ def _text_run(port: McpPort, chunks: AsyncIterator[Any], where: dict[str, Any]) 
 
 
 async def _pieces(name: str, gate: asyncio.Event | None = None) -> AsyncIterator[Any]:
+    """A call as the cascade's parser streams it (pipelines/base.py's contract): only its first
+    delta names the tool, the others carry its call_id and pieces of the arguments."""
     yield TextDelta("Let me check.")
-    yield ToolCallDelta("c1", name, '{"city": ')
-    yield ToolCallDelta("c1", name, '"Oslo"}')
+    yield ToolCallDelta("c1", name, "")
+    yield ToolCallDelta("c1", "", '{"city": ')
+    yield ToolCallDelta("c1", "", '"Oslo"}')
     yield ToolCall("c1", name, '{"city": "Oslo"}')
     yield Usage(output_tokens=9)
 

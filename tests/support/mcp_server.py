@@ -1,0 +1,36 @@
+"""An MCP server written in a test with the ``mcp`` SDK, served over Streamable HTTP on loopback in
+the test's own event loop (at ``http://127.0.0.1:PORT/mcp``) for as long as the ``async with`` lasts."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+
+from tests.support.processes import free_port
+
+
+class Served:
+    def __init__(self, server: MCPServer, port: int | None = None) -> None:
+        self.server = server
+        self.port = free_port() if port is None else port
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.task: asyncio.Task[Any] | None = None
+
+    async def __aenter__(self) -> "Served":
+        self.task = asyncio.create_task(self.server.run_streamable_http_async(host="127.0.0.1", port=self.port))
+        for _ in range(200):
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                writer.close()
+                return self
+            except OSError:
+                await asyncio.sleep(0.05)
+        raise RuntimeError("the MCP server did not start")
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+            self.task = None
