@@ -42,8 +42,10 @@ class CascadeProduction(Production):
         times: dict[str, float],
         streamed: StreamedPrompt | None = None,
         name: str = "",
+        words: str | None = None,
     ) -> None:
         self.pipeline = pipeline
+        self.words = words  # the conversation's words, which a call's values must come from (tools.ToolStream)
         self.salt = salt
         self.request = request
         self.prompt = prompt
@@ -54,15 +56,26 @@ class CascadeProduction(Production):
         super().__init__(self._produce(), pipeline.options.buffer_chunks, f"produce:{name}", times)
 
     async def _produce(self) -> AsyncIterator[OutputChunk]:
+        said = False
         try:
             async with chain(*self._stages()) as stream:
                 async for chunk in stream:
+                    said = said or isinstance(chunk, TextDelta) and bool(chunk.text.strip())
                     yield chunk
-            if self.calls is not None:  # after what was said before them
-                async for call in self.calls.calls():
+            calls = self.calls
+            if calls is not None:  # after what was said before them
+                async for call in calls.calls():
                     self.times.setdefault("first_call", time.perf_counter())
                     yield call
-                self._count_calls(self.calls)
+                self._count_calls(calls)
+                await calls.close()
+                if not said and not calls.made and (calls.unknown or calls.ungrounded):
+                    # it only called what it may not (a tool not offered, values nobody said):
+                    # the user gets an answer in words, not silence
+                    self.pipeline.counts["answers_said_instead_of_calls"] += 1
+                    async with chain(*self._stages(words_only=True)) as stream:
+                        async for chunk in stream:
+                            yield chunk
         finally:
             if self.calls is not None:
                 await self.calls.close()
@@ -79,6 +92,9 @@ class CascadeProduction(Production):
         without ``strict``: the client judges them); they are counted and logged here."""
         counts = self.pipeline.counts
         counts["tool_calls_unknown"] += len(calls.unknown)
+        counts["tool_calls_ungrounded"] += len(calls.ungrounded)
+        for name, values in calls.ungrounded:
+            log.info("tool call %s dropped: %s not said in the conversation", name, ", ".join(values))
         for call in calls.ended:
             counts["tool_calls"] += 1
             errors = calls.errors(call)
@@ -86,9 +102,12 @@ class CascadeProduction(Production):
                 counts["tool_calls_off_schema"] += 1
                 log.info("tool call %s(%s) does not fit its schema: %s", call.name, call.arguments, "; ".join(errors))
 
-    def _stages(self) -> list[Any]:
-        """The stage chain: thinker -> (clauses -> talker) or thinker -> text."""
-        pipeline, request, offered, times = self.pipeline, self.request, self.offered, self.times
+    def _stages(self, words_only: bool = False) -> list[Any]:
+        """The stage chain: thinker -> (clauses -> talker) or thinker -> text. ``words_only``: the
+        same prompt answered again with every token that could begin a call banned (the calls the
+        first answer made were dropped, and it said nothing)."""
+        pipeline, request, times = self.pipeline, self.request, self.times
+        offered = [] if words_only else self.offered
         o = pipeline.options
         thinking = pipeline.thinker.options
         budget = thinking.tool_max_tokens if offered else thinking.max_tokens
@@ -98,9 +117,11 @@ class CascadeProduction(Production):
         if offered:  # the sentences cut counts what is said, not the calls
             self.generation.limit = SpokenLimit(thinking.max_sentences, request.parallel_tool_calls, forced)
             self.generation.repetition_penalty = thinking.tool_repetition_penalty
+        if words_only:  # counted on: the first answer's generation already has its tokens
+            self.generation = Generation(banned=pipeline.thinker.call_start_ids, output_tokens=self.generation.output_tokens)
 
         async def think() -> AsyncIterator[str]:
-            if self.streamed is not None:
+            if self.streamed is not None and not self.streamed.used:
                 stream = self.streamed.answer(self.prompt, budget, self.generation)
             else:
                 stream = pipeline.thinker.stream(self.prompt, self.salt, max_tokens=budget, generation=self.generation)
@@ -111,7 +132,9 @@ class CascadeProduction(Production):
 
         said: AsyncIterator[str] = think()
         if offered:  # the text before a call is said; the calls follow it (``_produce``)
-            self.calls = ToolStream(said, offered, forced, request.parallel_tool_calls)
+            ground = request.tool_choice == "auto" and thinking.ground_calls  # (a call the client demands is never dropped)
+            words = self.words if ground else None
+            self.calls = ToolStream(said, offered, forced, request.parallel_tool_calls, words)
             said = self.calls.speech()
 
         if "audio" not in request.output_modalities:

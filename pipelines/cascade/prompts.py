@@ -58,6 +58,13 @@ class Prompts:
             return []  # the answer to a tool's output, in words (``CascadeOptions.tools_after_output``)
         return list(request.tools)
 
+    def words(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> str:
+        """Everything said in the conversation (the instructions, its turns, tool outputs, and
+        ``pending``, the open turn's words), where the values of a call must come from
+        (grounding.py); the tools' own descriptions are not in it."""
+        texts = [request.instructions, *(t.text for t in self.turns(request, known or {})), pending or ""]
+        return "\n".join(t for t in texts if t)
+
     def prompt(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> list[int]:
         """The prompt: the conversation (``pending``: the open turn's words), the tools offered, and
         what ``tool_choice`` forces the answer to begin with."""

@@ -194,15 +194,16 @@ class CascadeSession(PipelineSession):
         times = dict(spec.heard.times)  # asr, and judged when they were
         try:
             taken = streamed if streamed is not None and streamed.fits(prompt) else self._take_streamed(prompt)
-            spec.production = self._production(spec.request, prompt, times, taken)
+            spec.production = self._production(spec.request, prompt, times, taken, self.prompts.words(spec.request, pending=text))
             if taken is streamed:
                 streamed = None
         finally:
             if streamed is not None:
                 self._background(streamed.close())
 
-    def _production(self, request: ResponseRequest, prompt: list[int], times: dict[str, float], streamed: StreamedPrompt | None) -> CascadeProduction:
-        return CascadeProduction(self.pipeline, self.salt, request, prompt, self.prompts.offered(request), times, streamed, self.session_id)
+    def _production(self, request: ResponseRequest, prompt: list[int], times: dict[str, float], streamed: StreamedPrompt | None, words: str) -> CascadeProduction:
+        offered = self.prompts.offered(request)
+        return CascadeProduction(self.pipeline, self.salt, request, prompt, offered, times, streamed, self.session_id, words if offered else None)
 
     # ------------------------------------------------------------------ transcripts
 
@@ -254,7 +255,7 @@ class CascadeSession(PipelineSession):
             speculated = production is not None
             if production is None:
                 times = {"asr": asr_done} if asr_done else {}
-                production = self._production(request, prompt, times, self._take_streamed(prompt))
+                production = self._production(request, prompt, times, self._take_streamed(prompt), self.prompts.words(request, known=known))
             async for chunk in production.output:
                 yield chunk
             stages = {name: round((at - t0) * 1000, 1) for name, at in production.times.items()}

@@ -61,6 +61,7 @@ class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tool_max_tokens: int = 160  # the budget when tools are offered: a call's JSON is longer than a spoken answer
     # when tools are offered: the penalty would push the answer off the JSON its prompt shows (bench/tools.py)
     tool_repetition_penalty: float = 1.0
+    ground_calls: bool = True  # tool_choice auto: a call whose required values nobody said is dropped, and the answer said in words (grounding.py)
     max_sentences: int = 2  # stop after this many sentences: spoken answers stay short
     temperature: float = 0.3  # small models ramble when hot; responses' temperature is not used
     repetition_penalty: float = 1.2
@@ -87,6 +88,7 @@ class Generation:
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     limit: Any = None  # what cuts the text (a SentenceLimit's interface); None: max_sentences sentences
     repetition_penalty: float | None = None  # this answer's, if not the configured one
+    banned: frozenset[int] = frozenset()  # tokens this answer may not write (an answer held to words)
 
 
 def _cpu_environment(options: ThinkerOptions) -> None:
@@ -125,6 +127,7 @@ class VllmThinker:
         self.model_path = ""
         self.stop_strings: list[str] = []
         self.end_ids: frozenset[int] = frozenset()  # tokens that end a sentence or a message (pipelines/turn_end/judgement.py)
+        self.call_start_ids: frozenset[int] = frozenset()  # tokens that may begin a tool call (tools.call_start_ids)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -180,6 +183,7 @@ class VllmThinker:
         from transformers import AutoTokenizer
 
         from pipelines import models
+        from pipelines.cascade.tools import call_start_ids, template_takes_tools
 
         o = self.options
         self.model_path = str(models.ensure(o.model, progress) if o.model in models.MODELS else o.model)
@@ -187,6 +191,8 @@ class VllmThinker:
         self.stop_strings = ["\n"] if o.prompt_format == "transcript" else []  # one line is one turn
         # every token's text is looked at once (about a second): off the loop
         self.end_ids = await asyncio.to_thread(judgement.end_token_ids, self.tokenizer)
+        if template_takes_tools(self.tokenizer):  # an answer in words may have to be held to words
+            self.call_start_ids = await asyncio.to_thread(call_start_ids, self.tokenizer)
 
     def _limit(self, max_tokens: int | None) -> int:
         """The answer budget: the config's, or the one asked (the caller lowers it to a response's
@@ -286,6 +292,7 @@ class VllmThinker:
             output_kind=RequestOutputKind.DELTA,
             seed=o.seed,
             logprobs=logprobs,
+            logit_bias=dict.fromkeys(g.banned, -100.0) if g is not None and g.banned else None,
         )
 
     # ------------------------------------------------------------------ the end of the user's turn
@@ -604,6 +611,8 @@ class RemoteThinker(VllmThinker):
             body["seed"] = o.seed
         if self.stop_strings:
             body["stop"] = self.stop_strings
+        if g.banned:
+            body["logit_bias"] = dict.fromkeys(map(str, g.banned), -100)
         g.prompt_tokens = len(prompt_ids)
         cut = g.limit or SentenceLimit(o.max_sentences)
         chunks = self.remote.stream(body, path="/completions")

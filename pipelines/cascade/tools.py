@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from pipelines.base import Tool, ToolCall, ToolCallDelta
+from pipelines.cascade.grounding import ungrounded
 from pipelines.sentences import SentenceLimit
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -58,6 +59,16 @@ def template_takes_tools(tokenizer: Any) -> bool:
     """Whether the model's chat template renders ``tools`` and ``tool_calls`` (Qwen2.5, Hermes)."""
     template = getattr(tokenizer, "chat_template", None) or ""
     return isinstance(template, str) and "tool_call" in template and "tools" in template
+
+
+def call_start_ids(tokenizer: Any) -> frozenset[int]:
+    """Every token that could begin a call (``CallParser``'s starts: "{", a "`" fence, the
+    ``<tool_call>`` tag): banned from an answer that must be said in words."""
+    ids = {i for i in range(len(tokenizer)) if any(ch in tokenizer.decode([i]) for ch in "{`")}
+    tag = tokenizer.convert_tokens_to_ids(OPEN)
+    if isinstance(tag, int) and tag != getattr(tokenizer, "unk_token_id", None):
+        ids.add(tag)
+    return frozenset(ids)
 
 
 def call_arguments(arguments: str) -> Any:
@@ -404,8 +415,16 @@ class ToolStream:
 
     QUEUE = 256  # chunks of calls read ahead of the consumer (a call's arguments are short)
 
-    def __init__(self, deltas: AsyncIterator[str], tools: Sequence[Tool], prefix: str = "", parallel: bool = True) -> None:
+    def __init__(
+        self,
+        deltas: AsyncIterator[str],
+        tools: Sequence[Tool],
+        prefix: str = "",
+        parallel: bool = True,
+        words: str | None = None,
+    ) -> None:
         self._deltas = deltas
+        self._words = words  # the conversation's words: a call whose values are not in them is dropped (grounding.py)
         self._tools = {t.name: t for t in tools}
         self._parser = CallParser(prefix)
         self._parallel = parallel
@@ -414,7 +433,10 @@ class ToolStream:
         self._said = False
         self.ended: list[CallEnded] = []  # the calls made, for accounting (``schema_errors``)
         self.unknown: list[str] = []  # names of tools not offered that the model called anyway
+        self.ungrounded: list[tuple[str, list[str]]] = []  # calls dropped for values nobody said: (name, values)
+        self.made = 0  # calls given to the client
         self._dropped: set[str] = set()
+        self._held: dict[str, list[ToolCallDelta]] = {}  # with ``words``: a call's chunks until its values are checked
 
     async def speech(self) -> AsyncIterator[str]:
         try:
@@ -460,25 +482,40 @@ class ToolStream:
                 await self._deltas.aclose()  # type: ignore[attr-defined]
         await self._queue.put(None)
 
-    async def _put(self, chunk: Any) -> None:
-        if chunk is not None:
+    async def _put(self, chunks: list[Any]) -> None:
+        for chunk in chunks:
+            if isinstance(chunk, ToolCall):
+                self.made += 1
             await self._queue.put(chunk)
 
-    def _chunk(self, event: Event) -> Any:
-        """The output chunk of a call's event; None for a call of a tool not offered (dropped:
-        OpenAI calls only the functions it was given)."""
+    def _chunk(self, event: Event) -> list[Any]:
+        """The output chunks of a call's event: none for a call of a tool not offered (dropped:
+        OpenAI calls only the functions it was given). With ``words``, a call's chunks are held
+        until its arguments are whole and go out only if its values were said (``grounding.py``);
+        the client acts on a call once it is done, so holding its deltas costs it nothing."""
         if isinstance(event, CallStarted) and event.name not in self._tools:
             self.unknown.append(event.name)
             self._dropped.add(event.call_id)
         if event.call_id in self._dropped:  # type: ignore[union-attr]
-            return None
+            return []
         if isinstance(event, CallStarted):
-            return ToolCallDelta(event.call_id, event.name, "")
-        if isinstance(event, ArgumentsDelta):
-            return ToolCallDelta(event.call_id, "", event.delta)
-        assert isinstance(event, CallEnded)
-        self.ended.append(event)
-        return ToolCall(event.call_id, event.name, event.arguments)
+            chunk = ToolCallDelta(event.call_id, event.name, "")
+        elif isinstance(event, ArgumentsDelta):
+            chunk = ToolCallDelta(event.call_id, "", event.delta)
+        else:
+            assert isinstance(event, CallEnded)
+            self.ended.append(event)
+            held = self._held.pop(event.call_id, [])
+            tool = self._tools[event.name]
+            missing = ungrounded(event.arguments, tool.parameters, self._words) if self._words is not None else []
+            if missing:
+                self.ungrounded.append((event.name, missing))
+                return []
+            return [*held, ToolCall(event.call_id, event.name, event.arguments)]
+        if self._words is None:
+            return [chunk]
+        self._held.setdefault(event.call_id, []).append(chunk)
+        return []
 
     async def calls(self) -> AsyncIterator[ToolCall | ToolCallDelta]:
         """The calls' chunks, after ``speech`` ended; the one call only, unless ``parallel``."""

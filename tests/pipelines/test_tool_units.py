@@ -1,5 +1,6 @@
 """The tool-call parser (pipelines/cascade/tools.py) on the forms the thinker writes, streamed in every piece
-size, and the history with calls rendered by the default thinker's own chat template."""
+size, the history with calls rendered by the default thinker's own chat template, and the check that a call's
+values were said (pipelines/cascade/grounding.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,21 @@ import json
 import pytest
 
 from pipelines import models
-from pipelines.base import Tool
+from pipelines.base import Tool, ToolCall, ToolCallDelta
+from pipelines.cascade.grounding import numbers_of, ungrounded
 from pipelines.cascade.thinker import ThinkerOptions, Turn, VllmThinker
-from pipelines.cascade.tools import ArgumentsDelta, CallEnded, CallParser, CallStarted, Said, forced_start, schema_errors, tool_specs
+from pipelines.cascade.tools import (
+    ArgumentsDelta,
+    CallEnded,
+    CallParser,
+    CallStarted,
+    Said,
+    ToolStream,
+    call_start_ids,
+    forced_start,
+    schema_errors,
+    tool_specs,
+)
 
 WEATHER = Tool("get_weather", "The weather in a city.", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
 
@@ -84,3 +97,102 @@ def test_a_history_with_a_call_renders_as_the_model_wrote_it():
     tail = thinker.tokenizer.decode(follow_up[len(generated) :])
     assert tail == '<|im_start|>user\n<tool_response>\n{"sky": "clear"}\n</tool_response><|im_end|>\n<|im_start|>assistant\n'
     assert '"name": "get_weather"' in thinker.tokenizer.decode(prompt)  # the tool, offered in the system block
+
+
+# ------------------------------------------------------------------ whose values a call holds (grounding.py)
+
+BOOK = Tool(
+    "book_table",
+    "Book a table.",
+    {"type": "object", "properties": {"people": {"type": "integer"}, "time": {"type": "string"}, "note": {"type": "string"}}, "required": ["people", "time"]},
+)
+ORDER = Tool("lookup_order", "An order's status.", {"type": "object", "properties": {"order_number": {"type": "string"}}, "required": ["order_number"]})
+FORECAST = Tool(
+    "forecast",
+    "The forecast.",
+    {"type": "object", "properties": {"location": {"type": "string"}, "day": {"type": "string", "enum": ["today", "tomorrow"]}}, "required": ["location", "day"]},
+)
+
+
+@pytest.mark.parametrize(
+    "said, tool, arguments, missing",
+    [
+        # the values said, in the model's own wording
+        ("What is the weather in Paris?", WEATHER, '{"city": "Paris"}', []),
+        ("What's the time in New York?", WEATHER, '{"city": "New York"}', []),
+        ("Book a table for two at seven thirty.", BOOK, '{"people": 2, "time": "7:30 PM"}', []),
+        ("Please book a table for four at seven tonight.", BOOK, '{"people": 4, "time": "7 pm", "note": "Window"}', []),  # (not required)
+        ("Where is my order number four five one two?", ORDER, '{"order_number": "4512"}', []),
+        ("Look up my order, number five five five.", ORDER, '{"order_number": "55555555"}', []),  # (a repetition holding it)
+        ("Has order 2024 shipped?", ORDER, '{"order_number": "2024"}', []),
+        ("Will it snow in Denver tomorrow?", FORECAST, '{"location": "Denver", "day": "tomorrow"}', []),
+        ("What's three hundred minus one hundred and twenty?", BOOK, '{"people": 120, "time": "noon"}', []),
+        # values nobody said: chit-chat and mishearings answered with a call (bench tools' misses)
+        ("What color is the sky on a clear day?", WEATHER, '{"city": "London"}', ["city=London"]),
+        ("I'm feeling great today.", FORECAST, '{"location": "New York", "day": "today"}', ["location=New York"]),
+        ("Please look at table for format 7 to hide.", ORDER, '{"order_number": "12345"}', ["order_number=12345"]),
+        ("A table at eight.", BOOK, '{"people": 2, "time": "8 pm"}', ["people=2"]),
+        ("What's the forecast for Lisbon today?", FORECAST, '{"location": "Lisboa", "day": "today"}', ["location=Lisboa"]),
+        # nothing to say about: not JSON, not an object, a value missing (the schema check's)
+        ("Hi", WEATHER, '{"city": "Par', []),
+        ("Hi", WEATHER, "[1]", []),
+        ("Hi", WEATHER, "{}", []),
+    ],
+)
+def test_a_calls_values_must_have_been_said(said, tool, arguments, missing):
+    assert ungrounded(arguments, tool.parameters, "You are a helpful assistant.\n" + said) == missing
+
+
+def test_spoken_numbers_are_read_as_said():
+    assert {"4", "5", "1", "2", "45", "451", "4512"} <= numbers_of("order four five one two")
+    assert {"27", "120", "300"} <= numbers_of("twenty seven or three hundred or one hundred and twenty")
+    assert {"7", "30"} <= numbers_of("at seven thirty") and "37" not in numbers_of("at seven thirty")
+    assert "12" in numbers_of("12 people") and "45" not in numbers_of("four, then five")
+
+
+async def _stream(*deltas: str):
+    for d in deltas:
+        yield d
+
+
+async def _answer(text: str, words: str | None, parallel: bool = True) -> tuple[str, list[object], ToolStream]:
+    stream = ToolStream(_stream(*[text[i : i + 3] for i in range(0, len(text), 3)]), [WEATHER, ORDER], parallel=parallel, words=words)
+    said = "".join([d async for d in stream.speech()])
+    chunks = [c async for c in stream.calls()]
+    await stream.close()
+    return said, chunks, stream
+
+
+async def test_a_call_with_values_nobody_said_is_dropped_before_the_client_sees_any_of_it():
+    text = '{"name": "get_weather", "arguments": {"city": "London"}}'
+    said, chunks, stream = await _answer(text, "What color is the sky?")
+    assert said == "" and chunks == [] and stream.made == 0 and stream.ungrounded == [("get_weather", ["city=London"])]
+    # the same call after a request that named the city goes out whole, deltas first
+    said, chunks, stream = await _answer(text.replace("London", "Oslo"), "How cold is it in Oslo?")
+    assert [type(c) for c in chunks][-1] is ToolCall and stream.made == 1 and stream.ungrounded == []
+    deltas = [c for c in chunks if isinstance(c, ToolCallDelta)]
+    assert deltas[0].name == "get_weather" and "".join(d.delta for d in deltas) == '{"city": "Oslo"}'
+    # without words (grounding off, or a call the client demanded) nothing is checked
+    said, chunks, stream = await _answer(text, None)
+    assert stream.made == 1 and stream.ungrounded == []
+
+
+async def test_of_two_calls_only_the_one_with_the_users_values_goes_out():
+    text = '{"name": "lookup_order", "arguments": {"order_number": "12345"}}\n{"name": "get_weather", "arguments": {"city": "Oslo"}}'
+    _, chunks, stream = await _answer(text, "Is it cold in Oslo?")
+    calls = [c for c in chunks if isinstance(c, ToolCall)]
+    assert [(c.name, c.arguments) for c in calls] == [("get_weather", '{"city": "Oslo"}')]
+    assert stream.ungrounded == [("lookup_order", ["order_number=12345"])]
+
+
+def test_an_answer_held_to_words_cannot_begin_a_call():
+    """The tokens banned from an answer in words: every one that could begin a call the parser
+    knows, and none of a plain sentence's."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(models.path("qwen2.5-coder-0.5b-instruct-w8")))
+    banned = call_start_ids(tokenizer)
+    for start in ('{"', "{\n", "```", "<tool_call>", " {"):
+        assert tokenizer.encode(start, add_special_tokens=False)[0] in banned, start
+    plain = tokenizer.encode("The sky is blue, and it's 7 pm in Oslo (Norway).", add_special_tokens=False)
+    assert not set(plain) & banned

@@ -1,0 +1,109 @@
+"""Whether a call's values are the user's own: a call whose required values appear nowhere in the
+conversation was made up by the model, not asked for.
+
+A small thinker offered tools calls them on chit-chat with values of its own ("What color is the
+sky?" -> ``get_weather {"city": "London"}``, "I'm feeling great" -> a forecast for New York), and
+after a misheard request it fills the gap the same way ("book a table for four" heard as "look at
+table for format" -> ``lookup_order {"order_number": "12345"}``). Its own probabilities do not tell
+these apart from the calls it should make (a false call's first token is as likely as a right
+one's: docs/tools.md), but their values do: they were never said. ``ungrounded`` names the values
+of a call that are nowhere in ``words`` (the instructions and the conversation's turns, not the
+tools' descriptions, whose example values a model copies):
+
+* a required string argument's names (its capitalised words: "London", "New York") must each be
+  among the words; lowercase phrases ("my mother", "8 pm", "dollars") are the model's wording and
+  are not checked, nor are values from an ``enum`` (the tool's own);
+* a required string of digits (an order number) must hold, or be held in, a number the user said
+  of three digits or more (digits spoken one by one are joined: "four five one two" is 4512), or
+  be one of them;
+* a required integer or number must be one the user said ("a table for five": 5).
+
+Numbers are read from digits and from English number words ("twenty seven", "one hundred and
+twenty"). English only, like the CPU cascade's ears.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_UNITS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
+_TENS = {w: 10 * (i + 2) for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())}
+_SCALES = {"hundred": 100, "thousand": 1000}
+_TOKEN = re.compile(r"[a-z]+|\d+")
+_NAME = re.compile(r"\b[A-Z][a-z]+(?:'[a-z]+)?\b")
+
+
+def words_of(text: str) -> set[str]:
+    return set(_TOKEN.findall(text.lower()))
+
+
+def numbers_of(text: str) -> set[str]:
+    """Every number ``text`` says, as digits: each one alone, the spoken ones joined as said
+    ("twenty seven" -> 27, "one hundred and twenty" -> 120), and runs of single digits joined
+    ("four five one two" -> 4512)."""
+    found: set[str] = set()
+    value: int | None = None  # the spoken number being read
+    run = ""  # single digits said one after another
+    for token in _TOKEN.findall(text.lower()):
+        single = None  # the token is one digit
+        if token.isdigit():
+            value = None  # written digits stand alone
+            found.add(str(int(token)))
+            single = token if len(token) == 1 else None
+        elif token in _UNITS or token in _TENS:
+            n = _UNITS.index(token) if token in _UNITS else _TENS[token]
+            after_scale = value is not None and value > 0 and value % 100 == 0
+            after_tens = value is not None and value % 100 >= 20 and value % 10 == 0 and n < 10
+            value = value + n if value is not None and (after_scale or after_tens) else n
+            single = str(n) if n < 10 else None
+        elif token in _SCALES and value is not None:
+            value *= _SCALES[token]
+        elif token == "and" and value is not None and value >= 100:
+            continue  # one hundred and twenty
+        else:
+            value = None
+        if value is not None:
+            found.add(str(value))
+        if single is not None:
+            run += single
+            if len(run) > 1:
+                found.add(run)
+        else:
+            run = ""
+    return found
+
+
+def ungrounded(arguments: str, parameters: dict[str, Any], words: str) -> list[str]:
+    """The values of a call (its ``arguments`` JSON, against its tool's ``parameters`` schema) that
+    appear nowhere in ``words``; empty when every required value was said (or the arguments are not
+    an object: the schema check reports that)."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return []
+    properties = parameters.get("properties") if isinstance(parameters, dict) else None
+    if not isinstance(value, dict) or not isinstance(properties, dict):
+        return []
+    said_words, said_numbers = words_of(words), numbers_of(words)
+    missing: list[str] = []
+    for name in parameters.get("required") or []:
+        schema = properties.get(name)
+        if name not in value or not isinstance(schema, dict) or "enum" in schema:
+            continue
+        v = value[name]
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, (int, float)):
+            if float(v).is_integer() and str(int(v)) not in said_numbers:
+                missing.append(f"{name}={v}")
+        elif isinstance(v, str):
+            digits = re.sub(r"[\s-]", "", v)
+            if digits.isdigit():
+                long = [n for n in said_numbers if len(n) >= 3]
+                if str(int(digits)) not in said_numbers and not any(n in digits or digits in n for n in long):
+                    missing.append(f"{name}={v}")
+            elif any(n.lower() not in said_words for n in _NAME.findall(v)):
+                missing.append(f"{name}={v}")
+    return missing
