@@ -43,9 +43,11 @@ class CascadeProduction(Production):
         streamed: StreamedPrompt | None = None,
         name: str = "",
         words: str | None = None,
+        plain: Callable[[], list[int]] | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.words = words  # the conversation's words, which a call's values must come from (tools.ToolStream)
+        self.plain = plain  # the prompt without the tools, for an answer in words
         self.salt = salt
         self.request = request
         self.prompt = prompt
@@ -63,7 +65,7 @@ class CascadeProduction(Production):
                     said = said or isinstance(chunk, TextDelta) and bool(chunk.text.strip())
                     yield chunk
             calls = self.calls
-            if calls is not None:  # after what was said before them
+            if calls is not None:  # after what was said before them (``calls`` holds ``words``: grounding)
                 async for call in calls.calls():
                     self.times.setdefault("first_call", time.perf_counter())
                     yield call
@@ -104,8 +106,9 @@ class CascadeProduction(Production):
 
     def _stages(self, words_only: bool = False) -> list[Any]:
         """The stage chain: thinker -> (clauses -> talker) or thinker -> text. ``words_only``: the
-        same prompt answered again with every token that could begin a call banned (the calls the
-        first answer made were dropped, and it said nothing)."""
+        conversation answered again without the tools (``plain``), every token that could begin a
+        call banned (the calls the first answer made were dropped, and it said nothing; with the
+        tools still in its prompt a small thinker talks about them instead)."""
         pipeline, request, times = self.pipeline, self.request, self.times
         offered = [] if words_only else self.offered
         o = pipeline.options
@@ -117,14 +120,16 @@ class CascadeProduction(Production):
         if offered:  # the sentences cut counts what is said, not the calls
             self.generation.limit = SpokenLimit(thinking.max_sentences, request.parallel_tool_calls, forced)
             self.generation.repetition_penalty = thinking.tool_repetition_penalty
+        prompt = self.prompt
         if words_only:  # counted on: the first answer's generation already has its tokens
             self.generation = Generation(banned=pipeline.thinker.call_start_ids, output_tokens=self.generation.output_tokens)
+            prompt = self.plain() if self.plain is not None else prompt
 
         async def think() -> AsyncIterator[str]:
             if self.streamed is not None and not self.streamed.used:
-                stream = self.streamed.answer(self.prompt, budget, self.generation)
+                stream = self.streamed.answer(prompt, budget, self.generation)
             else:
-                stream = pipeline.thinker.stream(self.prompt, self.salt, max_tokens=budget, generation=self.generation)
+                stream = pipeline.thinker.stream(prompt, self.salt, max_tokens=budget, generation=self.generation)
             async with contextlib.aclosing(stream):
                 async for delta in stream:
                     times.setdefault("thinker_first_token", time.perf_counter())

@@ -65,13 +65,14 @@ class Prompts:
         texts = [request.instructions, *(t.text for t in self.turns(request, known or {})), pending or ""]
         return "\n".join(t for t in texts if t)
 
-    def prompt(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> list[int]:
+    def prompt(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None, tools: bool = True) -> list[int]:
         """The prompt: the conversation (``pending``: the open turn's words), the tools offered, and
-        what ``tool_choice`` forces the answer to begin with."""
+        what ``tool_choice`` forces the answer to begin with. ``tools=False``: none offered (an
+        answer in words, as ``tool_choice: "none"`` gets)."""
         turns = self.turns(request, known or {})
         if pending is not None and pending.strip():
             turns.append(Turn("user", " ".join(pending.split())))
-        thinker, offered = self.thinker, self.offered(request)
+        thinker, offered = self.thinker, self.offered(request) if tools else []
         ids = list(thinker.render(request.instructions, turns, tools=tool_specs(offered)))
         forced = forced_start(request.tool_choice, offered)
         return ids + list(thinker.tokenizer.encode(forced, add_special_tokens=False)) if forced else ids

@@ -194,16 +194,32 @@ class CascadeSession(PipelineSession):
         times = dict(spec.heard.times)  # asr, and judged when they were
         try:
             taken = streamed if streamed is not None and streamed.fits(prompt) else self._take_streamed(prompt)
-            spec.production = self._production(spec.request, prompt, times, taken, self.prompts.words(spec.request, pending=text))
+            spec.production = self._production(spec.request, prompt, times, taken, text=text)
             if taken is streamed:
                 streamed = None
         finally:
             if streamed is not None:
                 self._background(streamed.close())
 
-    def _production(self, request: ResponseRequest, prompt: list[int], times: dict[str, float], streamed: StreamedPrompt | None, words: str) -> CascadeProduction:
+    def _production(
+        self,
+        request: ResponseRequest,
+        prompt: list[int],
+        times: dict[str, float],
+        streamed: StreamedPrompt | None,
+        text: str | None = None,
+        known: dict[str, str] | None = None,
+    ) -> CascadeProduction:
+        """The answer to ``prompt``: the conversation in ``request`` with the open turn's words
+        (``text``) or the transcripts of its audio items (``known``)."""
         offered = self.prompts.offered(request)
-        return CascadeProduction(self.pipeline, self.salt, request, prompt, offered, times, streamed, self.session_id, words if offered else None)
+        if not offered:
+            return CascadeProduction(self.pipeline, self.salt, request, prompt, offered, times, streamed, self.session_id)
+        # where a call's values must come from, and the answer in words if its calls are dropped
+        words = self.prompts.words(request, text, known)
+        return CascadeProduction(
+            self.pipeline, self.salt, request, prompt, offered, times, streamed, self.session_id, words, lambda: self.prompts.prompt(request, text, known, tools=False)
+        )
 
     # ------------------------------------------------------------------ transcripts
 
@@ -255,7 +271,7 @@ class CascadeSession(PipelineSession):
             speculated = production is not None
             if production is None:
                 times = {"asr": asr_done} if asr_done else {}
-                production = self._production(request, prompt, times, self._take_streamed(prompt), self.prompts.words(request, known=known))
+                production = self._production(request, prompt, times, self._take_streamed(prompt), known=known)
             async for chunk in production.output:
                 yield chunk
             stages = {name: round((at - t0) * 1000, 1) for name, at in production.times.items()}

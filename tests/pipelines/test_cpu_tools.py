@@ -199,3 +199,24 @@ async def test_sessions_of_one_key_share_the_tools_prefix_and_two_keys_do_not(cp
     assert other[1] == 0  # another key's session shares nothing
     for _, _, prompt, cached in (first, again, other):  # the first answer found the beginning prefilled
         assert cached >= prompt - 64 - 32 and cached > 200, (first, again, other)
+
+
+@pytest.mark.parametrize("question", ["What color is the sky on a clear day?", "How many legs does a spider have?", "I'm feeling great today."])
+async def test_a_plain_question_with_tools_offered_gets_an_answer_and_no_call(cpu_server, question):
+    """With tools offered, chit-chat and facts are answered in words. The thinker alone calls tools on
+    them with values of its own (bench tools: the sky -> get_weather London; a spider -> a
+    get_legs nobody offered): such a call never reaches the client, and the same prompt is then
+    answered with calls banned, so the user hears an answer, not silence."""
+    before = cpu_server.stats()
+    async with connect(cpu_server.ws_base) as c:
+        await setup(c, output_modalities=["text"])
+        done = (await text_turn(c, question)).response  # type: ignore[attr-defined]
+        assert done.status == "completed", done.status_details
+        assert [o.type for o in done.output] == ["message"], done.output
+        assert not c.of("response.function_call_arguments.delta")
+        said = done.output[0].content[0].text
+        assert said.strip() and "{" not in said and "get_" not in said and "function" not in said.lower(), said
+    after = cpu_server.stats()
+    dropped = after["tool_calls_ungrounded"] - before["tool_calls_ungrounded"] + after["tool_calls_unknown"] - before["tool_calls_unknown"]
+    # a dropped call was followed by an answer in words (and only then is one made)
+    assert after["answers_said_instead_of_calls"] - before["answers_said_instead_of_calls"] == min(dropped, 1)
