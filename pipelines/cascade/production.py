@@ -54,6 +54,7 @@ class CascadeProduction(Production):
         self.offered = offered
         self.streamed = streamed
         self.generation = Generation()
+        self._spent = (0, 0)  # prompt and cached tokens of an answer replaced by one in words
         self.calls: ToolStream | None = None  # the answer's tool calls, when tools are offered
         super().__init__(self._produce(), pipeline.options.buffer_chunks, f"produce:{name}", times)
 
@@ -81,8 +82,8 @@ class CascadeProduction(Production):
         finally:
             if self.calls is not None:
                 await self.calls.close()
-        g = self.generation
-        yield Usage(input_tokens=g.prompt_tokens, cached_tokens=g.cached_tokens, output_tokens=g.output_tokens, hit_max_tokens=g.hit_max_tokens)
+        g, (prompt, cached) = self.generation, self._spent
+        yield Usage(input_tokens=prompt + g.prompt_tokens, cached_tokens=cached + g.cached_tokens, output_tokens=g.output_tokens, hit_max_tokens=g.hit_max_tokens)
 
     async def cancel(self) -> None:
         await super().cancel()
@@ -121,8 +122,10 @@ class CascadeProduction(Production):
             self.generation.limit = SpokenLimit(thinking.max_sentences, request.parallel_tool_calls, forced)
             self.generation.repetition_penalty = thinking.tool_repetition_penalty
         prompt = self.prompt
-        if words_only:  # counted on: the first answer's generation already has its tokens
-            self.generation = Generation(banned=pipeline.thinker.call_start_ids, output_tokens=self.generation.output_tokens)
+        if words_only:  # a second request: the usage is both's
+            first = self.generation
+            self._spent = (first.prompt_tokens, first.cached_tokens)
+            self.generation = Generation(banned=pipeline.thinker.call_start_ids, output_tokens=first.output_tokens)
             prompt = self.plain() if self.plain is not None else prompt
 
         async def think() -> AsyncIterator[str]:
