@@ -44,6 +44,7 @@ class CascadeProduction(Production):
         name: str = "",
         words: str | None = None,
         plain: Callable[[], list[int]] | None = None,
+        words_only: bool = False,
     ) -> None:
         self.pipeline = pipeline
         self.words = words  # the conversation's words, which a call's values must come from (tools.ToolStream)
@@ -53,7 +54,7 @@ class CascadeProduction(Production):
         self.prompt = prompt
         self.offered = offered
         self.streamed = streamed
-        self.generation = Generation()
+        self.generation = Generation(banned=pipeline.thinker.call_start_ids if words_only else frozenset())
         self._spent = (0, 0)  # prompt and cached tokens of an answer replaced by one in words
         self.calls: ToolStream | None = None  # the answer's tool calls, when tools are offered
         super().__init__(self._produce(), pipeline.options.buffer_chunks, f"produce:{name}", times)

@@ -17,10 +17,11 @@ class Prompts:
     (read at each call: it is known once the thinker has started); ``tools_after_output``: see
     ``CascadeOptions``."""
 
-    def __init__(self, thinker: Any, tools: Callable[[], bool], tools_after_output: bool) -> None:
+    def __init__(self, thinker: Any, tools: Callable[[], bool], tools_after_output: str | bool) -> None:
         self.thinker = thinker
         self.tools = tools
-        self.tools_after_output = tools_after_output
+        # (true and false, its spellings before "shown": "offered" and "hidden")
+        self.after_output = tools_after_output if isinstance(tools_after_output, str) else "offered" if tools_after_output else "hidden"
 
     def turns(self, request: ResponseRequest, known: dict[str, str]) -> list[Turn]:
         """The conversation as the thinker's turns; ``known``: transcripts of audio items by id."""
@@ -47,16 +48,29 @@ class Prompts:
         return turns
 
     def prefix(self, request: ResponseRequest) -> list[int]:
-        """Where the open turn's words go in its prompt: the conversation so far and the tools offered."""
-        return list(self.thinker.prefix(request.instructions, self.turns(request, {}), tool_specs(self.offered(request))))
+        """Where the open turn's words go in its prompt: the conversation so far and the tools shown."""
+        return list(self.thinker.prefix(request.instructions, self.turns(request, {}), tool_specs(self.shown(request))))
 
-    def offered(self, request: ResponseRequest) -> list[Tool]:
+    def shown(self, request: ResponseRequest) -> list[Tool]:
+        """The tools in the prompt: those ``offered``, and in the answer to a tool's output the
+        tools as before when ``tools_after_output`` is "shown" (the prompt then goes on from the
+        cached conversation; ``offered`` says they may not be called)."""
         if not self.tools() or request.tool_choice == "none":
             return []  # ("none": a small thinker shown tools calls them anyway)
-        answering = bool(request.items) and isinstance(request.items[-1], FunctionResult)
-        if answering and request.tool_choice == "auto" and not self.tools_after_output:
-            return []  # the answer to a tool's output, in words (``CascadeOptions.tools_after_output``)
+        if self._answering(request) and self.after_output == "hidden":
+            return []
         return list(request.tools)
+
+    def offered(self, request: ResponseRequest) -> list[Tool]:
+        """The tools the answer may call."""
+        if self._answering(request) and self.after_output != "offered":
+            return []  # the answer to a tool's output, in words (``CascadeOptions.tools_after_output``)
+        return self.shown(request)
+
+    @staticmethod
+    def _answering(request: ResponseRequest) -> bool:
+        """The answer to a tool's output, with tool_choice "auto"."""
+        return bool(request.items) and isinstance(request.items[-1], FunctionResult) and request.tool_choice == "auto"
 
     def words(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> str:
         """Everything said in the conversation (the instructions, its turns, tool outputs, and
@@ -72,7 +86,7 @@ class Prompts:
         turns = self.turns(request, known or {})
         if pending is not None and pending.strip():
             turns.append(Turn("user", " ".join(pending.split())))
-        thinker, offered = self.thinker, self.offered(request) if tools else []
-        ids = list(thinker.render(request.instructions, turns, tools=tool_specs(offered)))
-        forced = forced_start(request.tool_choice, offered)
+        thinker, shown = self.thinker, self.shown(request) if tools else []
+        ids = list(thinker.render(request.instructions, turns, tools=tool_specs(shown)))
+        forced = forced_start(request.tool_choice, self.offered(request) if tools else [])
         return ids + list(thinker.tokenizer.encode(forced, add_special_tokens=False)) if forced else ids

@@ -213,8 +213,9 @@ class CascadeSession(PipelineSession):
         """The answer to ``prompt``: the conversation in ``request`` with the open turn's words
         (``text``) or the transcripts of its audio items (``known``)."""
         offered = self.prompts.offered(request)
-        if not offered:
-            return CascadeProduction(self.pipeline, self.salt, request, prompt, offered, times, streamed, self.session_id)
+        if not offered:  # (tools shown but not offered: an answer in words, every call-starting token banned)
+            held = bool(self.prompts.shown(request))
+            return CascadeProduction(self.pipeline, self.salt, request, prompt, offered, times, streamed, self.session_id, words_only=held)
         # where a call's values must come from, and the answer in words if its calls are dropped
         words = self.prompts.words(request, text, known)
         return CascadeProduction(
