@@ -29,6 +29,7 @@ from realtime_omni.session.run import ResponseRun
 from tests.core.test_run import ListPort
 from tests.support.client import connect
 from tests.support.fake_pipeline import CAPS
+from tests.support.mcp_server import Served
 from tests.support.validation import validate
 
 
@@ -47,15 +48,14 @@ SECRET = "s3cret-token-never-echoed"
 MCP_SETTINGS = {"allowed_servers": ALLOWED, "call_timeout_s": 2.0, "list_timeout_s": 5.0, "max_output_bytes": 1000, "max_servers": 2}
 
 
-class ToolServer:
+class ToolServer(Served):
     """An MCP server with a few tools, served by the SDK's Streamable HTTP runner."""
 
     def __init__(self, port: int | None = None) -> None:
-        self.port = port = next(PORTS) if port is None else port
-        self.url = f"http://127.0.0.1:{port}/mcp"
+        server = MCPServer("test-tools")
+        super().__init__(server, next(PORTS) if port is None else port)
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.started = asyncio.Event()
-        server = self.server = MCPServer("test-tools")
 
         @server.tool()
         def weather(city: str) -> str:
@@ -81,8 +81,6 @@ class ToolServer:
             """Fails."""
             raise ToolError("the backend is down")
 
-        self.task: asyncio.Task[Any] | None = None
-
     @property
     def sessions(self) -> int:
         """MCP sessions open on this server now."""
@@ -92,24 +90,11 @@ class ToolServer:
             return 0
 
     async def __aenter__(self) -> "ToolServer":
-        self.task = asyncio.create_task(self.server.run_streamable_http_async(host="127.0.0.1", port=self.port))
-        for _ in range(200):
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-                writer.close()
-                return self
-            except OSError:
-                await asyncio.sleep(0.05)
-        raise RuntimeError("the MCP server did not start")
+        await super().__aenter__()
+        return self
 
     async def kill(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)
-            self.task = None
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.kill()
+        await self.__aexit__()
 
 
 @pytest.fixture(scope="module")
