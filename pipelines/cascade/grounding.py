@@ -20,6 +20,13 @@ tools' descriptions, whose example values a model copies):
 
 Numbers are read from digits and from English number words ("twenty seven", "one hundred and
 twenty"). English only, like the CPU cascade's ears.
+
+What the agent does with such a call (pipelines/cascade/production.py): when the user's last words
+ask for what the tool does (``asked_for``: they share a word with its name or description, "the
+forecast for Lisboa" and a forecast tool) the value was misheard or changed, and the agent asks for
+it again (``ask_back``), as OpenAI's models do, instead of answering from what it does not know
+("The forecast for Lisbon is sunny"); otherwise (chit-chat: "What color is the sky?" and a weather
+tool) it answers in words.
 """
 
 from __future__ import annotations
@@ -107,3 +114,23 @@ def ungrounded(arguments: str, parameters: dict[str, Any], words: str) -> list[s
             elif any(n.lower() not in said_words for n in _NAME.findall(v)):
                 missing.append(f"{name}={v}")
     return missing
+
+
+_STOP = frozenset("the and for with from that this what which who how when where get set make give find current about into your".split())
+
+
+def _stems(text: str) -> set[str]:
+    """A text's content words, plurals folded ("orders" -> "order")."""
+    return {w[:-1] if w.endswith("s") and len(w) > 3 else w for w in words_of(text.replace("_", " ")) if len(w) > 2 and w not in _STOP}
+
+
+def asked_for(name: str, description: str, said: str) -> bool:
+    """Whether ``said`` (the user's last words) asks for what a tool named ``name`` does: a word of
+    its name or description among them."""
+    return bool(_stems(f"{name} {description}") & _stems(said))
+
+
+def ask_back(values: list[str]) -> str:
+    """What the agent says for a call whose values (``ungrounded``'s "name=value") nobody said."""
+    name = values[0].split("=", 1)[0].replace("_", " ")
+    return f"Sorry, I didn't catch the {name}. Could you say it again?"

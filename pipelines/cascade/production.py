@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.base import AudioChunk, OutputChunk, ResponseRequest, TextDelta, Usage
+from pipelines.cascade.grounding import ask_back, asked_for
 from pipelines.cascade.hearing import Round
 from pipelines.cascade.shared import Models
 from pipelines.cascade.talker import ClausePolicy, Playback, clauses
@@ -45,10 +46,12 @@ class CascadeProduction(Production):
         words: str | None = None,
         plain: Callable[[], list[int]] | None = None,
         words_only: bool = False,
+        asked: str = "",
     ) -> None:
         self.pipeline = pipeline
         self.words = words  # the conversation's words, which a call's values must come from (tools.ToolStream)
         self.plain = plain  # the prompt without the tools, for an answer in words
+        self.asked = asked  # the user's last words
         self.salt = salt
         self.request = request
         self.prompt = prompt
@@ -74,10 +77,11 @@ class CascadeProduction(Production):
                 self._count_calls(calls)
                 await calls.close()
                 if not said and not calls.made and (calls.unknown or calls.ungrounded):
-                    # it only called what it may not (a tool not offered, values nobody said):
-                    # the user gets an answer in words, not silence
-                    self.pipeline.counts["answers_said_instead_of_calls"] += 1
-                    async with chain(*self._stages(words_only=True)) as stream:
+                    # it only called what it may not (a tool not offered, values nobody said): the
+                    # user hears an answer, not silence; asked for a value they asked for the tool with
+                    again = self._ask_back(calls)
+                    self.pipeline.counts["answers_asking_back" if again else "answers_said_instead_of_calls"] += 1
+                    async with chain(*self._stages(words_only=True, say=again)) as stream:
                         async for chunk in stream:
                             yield chunk
         finally:
@@ -90,6 +94,15 @@ class CascadeProduction(Production):
         await super().cancel()
         if self.streamed is not None:  # never started answering (cancelled before its first step)
             await self.streamed.close()
+
+    def _ask_back(self, calls: ToolStream) -> str | None:
+        """What to say for a dropped call to a tool the user's last words asked for (grounding.py)."""
+        tools = {t.name: t for t in self.offered}
+        for name, values in calls.ungrounded:
+            tool = tools.get(name)
+            if tool is not None and asked_for(tool.name, tool.description, self.asked):
+                return ask_back(values)
+        return None
 
     def _count_calls(self, calls: ToolStream) -> None:
         """Calls whose arguments break their tool's schema are emitted all the same (OpenAI's way
@@ -106,11 +119,12 @@ class CascadeProduction(Production):
                 counts["tool_calls_off_schema"] += 1
                 log.info("tool call %s(%s) does not fit its schema: %s", call.name, call.arguments, "; ".join(errors))
 
-    def _stages(self, words_only: bool = False) -> list[Any]:
+    def _stages(self, words_only: bool = False, say: str | None = None) -> list[Any]:
         """The stage chain: thinker -> (clauses -> talker) or thinker -> text. ``words_only``: the
         conversation answered again without the tools (``plain``), every token that could begin a
         call banned (the calls the first answer made were dropped, and it said nothing; with the
-        tools still in its prompt a small thinker talks about them instead)."""
+        tools still in its prompt a small thinker talks about them instead); ``say``: these words
+        instead of the thinker's."""
         pipeline, request, times = self.pipeline, self.request, self.times
         offered = [] if words_only else self.offered
         o = pipeline.options
@@ -123,13 +137,16 @@ class CascadeProduction(Production):
             self.generation.limit = SpokenLimit(thinking.max_sentences, request.parallel_tool_calls, forced)
             self.generation.repetition_penalty = thinking.tool_repetition_penalty
         prompt = self.prompt
-        if words_only:  # a second request: the usage is both's
+        if words_only and say is None:  # a second request: the usage is both's
             first = self.generation
             self._spent = (first.prompt_tokens, first.cached_tokens)
             self.generation = Generation(banned=pipeline.thinker.call_start_ids, output_tokens=first.output_tokens)
             prompt = self.plain() if self.plain is not None else prompt
 
         async def think() -> AsyncIterator[str]:
+            if say is not None:
+                yield say
+                return
             if self.streamed is not None and not self.streamed.used:
                 stream = self.streamed.answer(prompt, budget, self.generation)
             else:

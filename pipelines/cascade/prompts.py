@@ -79,6 +79,13 @@ class Prompts:
         texts = [request.instructions, *(t.text for t in self.turns(request, known or {})), pending or ""]
         return "\n".join(t for t in texts if t)
 
+    def asked(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> str:
+        """The user's last words: ``pending`` (the open turn's), else the last user turn's."""
+        if pending is not None and pending.strip():
+            return pending
+        turns = self.turns(request, known or {})
+        return next((t.text for t in reversed(turns) if t.role == "user"), "")
+
     def prompt(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None, tools: bool = True) -> list[int]:
         """The prompt: the conversation (``pending``: the open turn's words), the tools offered, and
         what ``tool_choice`` forces the answer to begin with. ``tools=False``: none offered (an

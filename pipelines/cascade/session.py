@@ -217,9 +217,19 @@ class CascadeSession(PipelineSession):
             held = bool(self.prompts.shown(request))
             return CascadeProduction(self.pipeline, self.salt, request, prompt, offered, times, streamed, self.session_id, words_only=held)
         # where a call's values must come from, and the answer in words if its calls are dropped
-        words = self.prompts.words(request, text, known)
+        prompts = self.prompts
         return CascadeProduction(
-            self.pipeline, self.salt, request, prompt, offered, times, streamed, self.session_id, words, lambda: self.prompts.prompt(request, text, known, tools=False)
+            self.pipeline,
+            self.salt,
+            request,
+            prompt,
+            offered,
+            times,
+            streamed,
+            self.session_id,
+            words=prompts.words(request, text, known),
+            plain=lambda: prompts.prompt(request, text, known, tools=False),
+            asked=prompts.asked(request, text, known),
         )
 
     # ------------------------------------------------------------------ transcripts

@@ -5,13 +5,16 @@ values were said (pipelines/cascade/grounding.py)."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
 from pipelines import models
-from pipelines.base import Tool, ToolCall, ToolCallDelta
-from pipelines.cascade.grounding import numbers_of, ungrounded
-from pipelines.cascade.thinker import ThinkerOptions, Turn, VllmThinker
+from pipelines.base import Capabilities, ResponseRequest, TextDelta, Tool, ToolCall, ToolCallDelta
+from pipelines.cascade.grounding import ask_back, asked_for, numbers_of, ungrounded
+from pipelines.cascade.production import CascadeProduction
+from pipelines.cascade.shared import CascadeOptions
+from pipelines.cascade.thinker import Generation, ThinkerOptions, Turn, VllmThinker
 from pipelines.cascade.tools import (
     ArgumentsDelta,
     CallEnded,
@@ -196,3 +199,83 @@ def test_an_answer_held_to_words_cannot_begin_a_call():
         assert tokenizer.encode(start, add_special_tokens=False)[0] in banned, start
     plain = tokenizer.encode("The sky is blue, and it's 7 pm in Oslo (Norway).", add_special_tokens=False)
     assert not set(plain) & banned
+
+
+# ------------------------------------------------------------------ what the answer does with a dropped call
+
+
+class ScriptedThinker:
+    """The thinker's side of a production: each request streams the next scripted text (in pieces)."""
+
+    def __init__(self, *texts: str) -> None:
+        self.options = ThinkerOptions()
+        self.texts = list(texts)
+        self.prompts: list[list[int]] = []
+        self.banned: list[frozenset[int]] = []
+        self.call_start_ids = frozenset({1, 2})
+
+    async def stream(self, prompt: list[int], salt: str, *, max_tokens: int | None = None, generation: Generation | None = None):  # type: ignore[no-untyped-def]
+        self.prompts.append(prompt)
+        self.banned.append(generation.banned if generation is not None else frozenset())
+        text = self.texts.pop(0)
+        for i in range(0, len(text), 4):
+            yield text[i : i + 4]
+
+
+class Scripted:
+    """A cascade pipeline (``Models``) whose thinker is scripted; text answers only."""
+
+    def __init__(self, thinker: ScriptedThinker) -> None:
+        self.options = CascadeOptions()
+        self.capabilities = Capabilities(name="scripted", tools=True)
+        self.thinker = thinker
+        self.counts: Counter[str] = Counter()
+
+
+FORECAST_TOOL = Tool("forecast", "Weather forecast for a place on a given day.", FORECAST.parameters)
+
+
+async def _produce(thinker: ScriptedThinker, asked: str) -> tuple[str, list[ToolCall], Scripted]:
+    pipeline = Scripted(thinker)
+    request = ResponseRequest("resp_1", [], "Be brief.", output_modalities=("text",), tools=[FORECAST_TOOL])
+    production = CascadeProduction(
+        pipeline, "salt", request, [10, 11], [FORECAST_TOOL], {}, words=f"Be brief.\n{asked}", plain=lambda: [10], asked=asked  # type: ignore[arg-type]
+    )
+    chunks = [c async for c in production.output]
+    said = "".join(c.text for c in chunks if isinstance(c, TextDelta))
+    return said, [c for c in chunks if isinstance(c, ToolCall)], pipeline
+
+
+async def test_a_request_heard_with_a_value_the_call_changed_is_asked_again():
+    """"The forecast for Lisbon" and a call for "Lisboa": the agent asks for the place again rather
+    than answering from nothing ("The forecast for Lisbon is sunny", what a second answer said)."""
+    thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "Lisboa", "day": "today"}}', "unused")
+    said, calls, pipeline = await _produce(thinker, "What's the forecast for Lisbon today?")
+    assert calls == [] and said == "Sorry, I didn't catch the location. Could you say it again?"
+    assert pipeline.counts["tool_calls_ungrounded"] == 1 and pipeline.counts["answers_asking_back"] == 1
+    assert len(thinker.prompts) == 1  # no second request
+
+
+async def test_chit_chat_answered_with_a_call_is_answered_in_words_without_the_tools():
+    thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "New York", "day": "today"}}', "Glad to hear it!")
+    said, calls, pipeline = await _produce(thinker, "I'm feeling great today.")
+    assert calls == [] and said == "Glad to hear it!"
+    assert pipeline.counts["answers_said_instead_of_calls"] == 1
+    assert thinker.prompts == [[10, 11], [10]]  # the second without the tools (``plain``) ...
+    assert thinker.banned == [frozenset(), frozenset({1, 2})]  # ... and no call can begin it
+
+
+async def test_a_call_with_the_users_values_goes_out_and_nothing_is_said_again():
+    thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "Denver", "day": "tomorrow"}}')
+    said, calls, pipeline = await _produce(thinker, "Will it snow in Denver tomorrow?")
+    assert said == "" and [(c.name, json.loads(c.arguments)) for c in calls] == [("forecast", {"location": "Denver", "day": "tomorrow"})]
+    assert pipeline.counts["tool_calls_ungrounded"] == 0 and len(thinker.prompts) == 1
+
+
+def test_a_request_asks_for_a_tool_when_it_names_what_the_tool_does():
+    assert asked_for("forecast", "Weather forecast for a place on a given day.", "What's the forecast for Lisbon today?")
+    assert asked_for("get_time", "Get the current local time in a city.", "What time is it instantly right now?")
+    assert asked_for("lookup_order", "Look up an order.", "Where are my orders?")
+    assert not asked_for("get_weather", "Get the current weather in a city.", "What color is the sky on a clear day?")
+    assert not asked_for("forecast", "Weather forecast for a place on a given day.", "I'm feeling great today.")
+    assert ask_back(["order_number=12345"]) == "Sorry, I didn't catch the order number. Could you say it again?"
