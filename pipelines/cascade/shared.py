@@ -23,12 +23,12 @@ class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tts_threads: int = 1
     denoise_keep: float = 0.5  # noise_reduction: RNNoise, with this share of the original mixed back (bench/noise.py)
     speculate: bool = True  # incremental prefill: work ahead at pauses (off: only after the turn ends)
-    # the tools in the answer to a tool's output (tool_choice "auto"; docs/tools.md): "shown" keeps them in
-    # its prompt, so the whole conversation comes from the prefix cache, and bans every token that could
-    # begin a call (Qwen2.5-Coder-0.5B offered them calls the same tool again instead of answering);
-    # "offered" (or true) lets it call again; "hidden" (or false) renders them out of that prompt, which
-    # is then prefilled whole
-    tools_after_output: Literal["shown", "offered", "hidden"] | bool = "shown"
+    # the tools in the answer to a tool's output (tool_choice "auto"; docs/tools.md): "hidden" (or false)
+    # renders them out of that prompt, which is then prefilled whole; "shown" keeps them in it, so the
+    # whole conversation comes from the prefix cache, and bans every token that could begin a call
+    # (Qwen2.5-Coder-0.5B then often talks about "this response" instead of answering from it);
+    # "offered" (or true) lets it call again (Qwen2.5-Coder-0.5B calls the same tool again)
+    tools_after_output: Literal["hidden", "shown", "offered"] | bool = "hidden"
     async_chunk: bool = True  # speak clause by clause (off: the whole answer, then audio)
     first_clause_words: int = 1  # the first clause may be one word ("Sure,"): it sets the first audio
     first_clause_max_words: int = 2  # failing punctuation, the first clause ends here

@@ -74,10 +74,6 @@ async def test_a_spoken_request_calls_the_tool_and_the_output_is_answered_aloud(
         answer = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
         assert answer.status == "completed", answer.status_details
         assert [o.type for o in answer.output] == ["message"]
-        # the tools stay in the answer's prompt (calls banned): the conversation up to the output
-        # comes from the prefix cache, only the output and the header are new
-        usage = answer.usage
-        assert usage.input_token_details.cached_tokens >= usage.input_tokens - 96, usage
         heard = transcribe(audio_of(c.events[start:]))
         assert words(heard) & {"snow", "snowing", "snowy", "minus", "three", "3"}, heard
     after = cpu_server.stats()

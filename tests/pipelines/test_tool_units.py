@@ -279,3 +279,27 @@ def test_a_request_asks_for_a_tool_when_it_names_what_the_tool_does():
     assert not asked_for("get_weather", "Get the current weather in a city.", "What color is the sky on a clear day?")
     assert not asked_for("forecast", "Weather forecast for a place on a given day.", "I'm feeling great today.")
     assert ask_back(["order_number=12345"]) == "Sorry, I didn't catch the order number. Could you say it again?"
+
+
+@pytest.mark.parametrize("after_output", ["hidden", "shown", "offered", False, True])
+def test_the_tools_in_the_answer_to_a_tools_output(after_output):
+    """``tools_after_output``: "hidden" (false) renders them out of that answer's prompt, "shown"
+    keeps them in it (the prompt goes on from the conversation's, cached) but offers none to call,
+    "offered" (true) offers them again."""
+    from transformers import AutoTokenizer
+
+    from pipelines.base import FunctionCall, FunctionResult, Message, Part
+    from pipelines.cascade.prompts import Prompts
+
+    thinker = VllmThinker(ThinkerOptions())
+    thinker.tokenizer = AutoTokenizer.from_pretrained(str(models.path("qwen2.5-coder-0.5b-instruct-w8")))
+    prompts = Prompts(thinker, lambda: True, after_output)
+    asked = [Message("item_1", "user", [Part("text", text="Weather in Paris?")])]
+    call = FunctionCall("item_2", "call_1", "get_weather", '{"city": "Paris"}', status="completed")
+    answering = ResponseRequest("resp_2", [*asked, call, FunctionResult("item_3", "call_1", '{"sky": "clear"}')], "Be brief.", tools=[WEATHER])
+    before = prompts.prompt(ResponseRequest("resp_1", asked, "Be brief.", tools=[WEATHER]))
+    after = prompts.prompt(answering)
+    mode = {False: "hidden", True: "offered"}.get(after_output, after_output)  # type: ignore[call-overload]
+    assert prompts.offered(answering) == ([WEATHER] if mode == "offered" else [])
+    assert prompts.shown(answering) == ([] if mode == "hidden" else [WEATHER])
+    assert (after[: len(before)] == before) == (mode != "hidden")  # shown: the conversation's prompt goes on
