@@ -63,11 +63,12 @@ class CascadeProduction(Production):
         super().__init__(self._produce(), pipeline.options.buffer_chunks, f"produce:{name}", times)
 
     async def _produce(self) -> AsyncIterator[OutputChunk]:
-        said = False
+        said = ""
         try:
             async with chain(*self._stages()) as stream:
                 async for chunk in stream:
-                    said = said or isinstance(chunk, TextDelta) and bool(chunk.text.strip())
+                    if isinstance(chunk, TextDelta) and chunk.text.strip():
+                        said = chunk.text  # (its last words)
                     yield chunk
             calls = self.calls
             if calls is not None:  # after what was said before them (``calls`` holds ``words``: grounding)
@@ -76,11 +77,14 @@ class CascadeProduction(Production):
                     yield call
                 self._count_calls(calls)
                 await calls.close()
-                if not said and not calls.made and (calls.unknown or calls.ungrounded):
+                again = self._ask_back(calls) if not calls.made else None
+                if again or not said and not calls.made and (calls.unknown or calls.ungrounded):
                     # it only called what it may not (a tool not offered, values nobody said): the
-                    # user hears an answer, not silence; asked for a value they asked for the tool with
-                    again = self._ask_back(calls)
+                    # user hears an answer, not silence (nor only its "Let me check."); asked for a
+                    # value they asked for the tool with
                     self.pipeline.counts["answers_asking_back" if again else "answers_said_instead_of_calls"] += 1
+                    if again and said and not said[-1].isspace():
+                        again = " " + again
                     async with chain(*self._stages(words_only=True, say=again)) as stream:
                         async for chunk in stream:
                             yield chunk

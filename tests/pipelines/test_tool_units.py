@@ -256,6 +256,12 @@ async def test_a_request_heard_with_a_value_the_call_changed_is_asked_again():
     assert len(thinker.prompts) == 1  # no second request
 
 
+async def test_a_preamble_then_a_call_with_a_value_the_user_did_not_say_is_followed_by_the_question():
+    thinker = ScriptedThinker('Let me check. {"name": "forecast", "arguments": {"location": "Lisboa", "day": "today"}}')
+    said, calls, _ = await _produce(thinker, "What's the forecast for Lisbon today?")
+    assert calls == [] and said == "Let me check. Sorry, I didn't catch the location. Could you say it again?"
+
+
 async def test_chit_chat_answered_with_a_call_is_answered_in_words_without_the_tools():
     thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "New York", "day": "today"}}', "Glad to hear it!")
     said, calls, pipeline = await _produce(thinker, "I'm feeling great today.")
