@@ -22,8 +22,8 @@ Numbers are read from digits and from English number words ("twenty seven", "one
 twenty"). English only, like the CPU cascade's ears.
 
 What the agent does with such a call (pipelines/cascade/production.py): when the user's last words
-ask for what the tool does (``asked_for``: they share a word with its name or description, "the
-forecast for Lisboa" and a forecast tool) the value was misheard or changed, and the agent asks for
+ask for what the tool does (``asked_for``: they share a word with its name, "the forecast for
+Lisboa" and a forecast tool) the value was misheard or changed, and the agent asks for
 it again (``ask_back``), as OpenAI's models do, instead of answering from what it does not know
 ("The forecast for Lisbon is sunny"); otherwise (chit-chat: "What color is the sky?" and a weather
 tool) it answers in words.
@@ -124,10 +124,11 @@ def _stems(text: str) -> set[str]:
     return {w[:-1] if w.endswith("s") and len(w) > 3 else w for w in words_of(text.replace("_", " ")) if len(w) > 2 and w not in _STOP}
 
 
-def asked_for(name: str, description: str, said: str) -> bool:
+def asked_for(name: str, said: str) -> bool:
     """Whether ``said`` (the user's last words) asks for what a tool named ``name`` does: a word of
-    its name or description among them."""
-    return bool(_stems(f"{name} {description}") & _stems(said))
+    its name among them ("get_time" and "What time is it"). Not its description: "a given day"
+    would take "How many days are in a week?" for a forecast."""
+    return bool(_stems(name) & _stems(said))
 
 
 def ask_back(values: list[str]) -> str:

@@ -104,7 +104,7 @@ class CascadeProduction(Production):
         tools = {t.name: t for t in self.offered}
         for name, values in calls.ungrounded:
             tool = tools.get(name)
-            if tool is not None and asked_for(tool.name, tool.description, self.asked):
+            if tool is not None and asked_for(tool.name, self.asked):
                 return ask_back(values)
         return None
 
