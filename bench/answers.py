@@ -12,7 +12,10 @@ does not share its ears), so a TTS failure counts as a wrong answer. Per thinker
     sentences   answers (the server's own transcript) that are one or two complete sentences
     v2v         voice-to-voice p50 / p90 (end of the user's speech -> first answer audio)
 
-    python -m bench.answers [--configs smollm2 smollm2-examples gemma3-270m] [--limit N] [--silence-ms 500]
+    python -m bench.answers [--configs smollm2 smollm2-examples gemma3-270m] [--limit N] [--silence-ms 500] [--tools]
+
+``--tools`` offers bench.tools' five function tools in every session (no prompt needs one): what
+tools on offer do to plain answers.
 
 Results go to bench/results/answers-*.json with every answer, its transcript and its score.
 """
@@ -164,11 +167,17 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def config(name: str, silence_ms: int) -> dict[str, Any]:
+def config(name: str, silence_ms: int, tools: bool = False) -> dict[str, Any]:
+    """``tools``: every session offered bench.tools' five function tools (none of which any prompt
+    here needs): what tools on offer do to plain answers."""
     base, thinker = VARIANTS.get(name, (name, {}))
     cfg = config_file.raw(base)
     cfg["pipeline"]["options"]["thinker"].update(thinker)
     cfg["session"].setdefault("audio", {}).setdefault("input", {})["turn_detection"] = {"type": "server_vad", "silence_duration_ms": silence_ms}
+    if tools:
+        from bench.tools import TOOLS
+
+        cfg["session"]["tools"] = [dict(t) for t in TOOLS]
     return cfg
 
 
@@ -215,8 +224,8 @@ def summarize(rows: list[dict[str, Any]], result: dict[str, Any]) -> dict[str, A
     return summary
 
 
-def run_config(name: str, items: list[tuple[Conversation, Prompt]], silence_ms: int, ears: Any) -> dict[str, Any]:
-    with server_process(config(name, silence_ms), startup_s=900) as url:
+def run_config(name: str, items: list[tuple[Conversation, Prompt]], silence_ms: int, ears: Any, tools: bool = False) -> dict[str, Any]:
+    with server_process(config(name, silence_ms, tools), startup_s=900) as url:
         rows, result = asyncio.run(score(url, items, ears))
     return {"summary": summarize(rows, result), "answers": rows}
 
@@ -226,16 +235,17 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", default=list(VARIANTS), help=f"thinkers to compare: {', '.join(VARIANTS)} or config names (configs/NAME.yaml)")
     parser.add_argument("--limit", type=int, default=0, help="only the first N prompts (and N/10 follow-ups)")
     parser.add_argument("--silence-ms", type=int, default=500)
+    parser.add_argument("--tools", action="store_true", help="offer bench.tools' five function tools in every session (no prompt needs one)")
     args = parser.parse_args()
     from pipelines import models
     from pipelines.cascade.listener import WhisperListener
 
     ears = WhisperListener(str(models.ensure("whisper-base", print)), 2, 1)
     items = conversations(args.limit)
-    result: dict[str, Any] = {"machine": machine(), "silence_ms": args.silence_ms, "configs": {}}
+    result: dict[str, Any] = {"machine": machine(), "silence_ms": args.silence_ms, "tools": args.tools, "configs": {}}
     for name in args.configs:
         print(f"{name}: {len(items)} conversations ...", flush=True)
-        result["configs"][name] = data = run_config(name, items, args.silence_ms, ears)
+        result["configs"][name] = data = run_config(name, items, args.silence_ms, ears, args.tools)
         for r in data["answers"]:
             mark = "+" if r["correct"] else "-"
             print(f"  {mark} {r['prompt'][:40]:40} -> {r['heard'][:70]!r}")
