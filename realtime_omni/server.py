@@ -7,13 +7,14 @@ import hashlib
 import hmac
 import logging
 import secrets
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pipelines
-from pipelines.base import Pipeline, TurnModel
+from pipelines.base import Capabilities, Pipeline, TurnModel
 from pipelines.turn_end.policy import TurnEndPolicy
 
 from .config import ServerConfig
@@ -148,18 +149,25 @@ class Server:
         if self.lifecycle.state in (ServerState.STARTING, ServerState.READY):
             self.lifecycle = self.lifecycle.to(ServerState.DRAINING)
 
-    async def start(self) -> None:
-        caps = self.pipeline.capabilities
-        # Validate the configured session defaults before loading models: a typo fails fast.
+    def _defaults(self, caps: Capabilities) -> SessionConfig:
         try:
-            self.defaults = SessionConfig.default(caps, self.config.model).updated(self.config.session, caps)
+            return SessionConfig.default(caps, self.config.model).updated(self.config.session, caps)
         except RealtimeError as err:
             raise ValueError(f"invalid 'session' in the server config: {err.message}") from None
+
+    async def start(self) -> None:
+        caps = self.pipeline.capabilities
+        # Validate the configured session defaults before loading models: a typo fails fast. Whether
+        # the pipeline calls tools is known once it has started (the cascade's thinker's template):
+        # the defaults' tools are checked against that then.
+        self.defaults = self._defaults(dataclasses.replace(caps, tools=True))
         self.tracing = configure_tracing(self.config.tracing)
         await self._load_turn_end()
         await self.store.start(self.replica, self.url, lambda: len(self.sessions))
         self.loop_watch.start()
         await self.pipeline.start()
+        caps = self.pipeline.capabilities
+        self.defaults = self._defaults(caps)
         if self.lifecycle.state is ServerState.STARTING:  # (a SIGTERM meanwhile: it drains)
             self.lifecycle = self.lifecycle.to(ServerState.READY)
         self._failure_watch = asyncio.create_task(self._watch_for_failure(), name="pipeline-failure-watch")

@@ -4,6 +4,7 @@ derived from it, and the moves ``Server`` makes, on a real server with the synth
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -12,6 +13,7 @@ from realtime_omni.lifecycle import PIPELINE_FAILED, SERVER_MOVES, STARTUP_FAILE
 from realtime_omni.server import Server
 from realtime_omni.states import IllegalMove, move
 from tests.conftest import synthetic_config
+from tests.support.fake_pipeline import CAPS, FakePipeline
 
 
 def test_the_table_takes_its_moves_and_refuses_the_rest() -> None:
@@ -88,3 +90,40 @@ async def test_a_failed_start_in_the_background_says_failed_and_exits_1() -> Non
     assert "voice" in (server.lifecycle.failure or "")
     await server.stop()
     assert server.status == "failed"  # the drain keeps the failure
+
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "The weather.", "parameters": {"type": "object", "properties": {}}}
+
+
+class LearnsTools(FakePipeline):
+    """A pipeline that knows whether it calls tools only once started (the cascade: its thinker's
+    chat template)."""
+
+    def __init__(self, tools: bool) -> None:
+        super().__init__()
+        self.capabilities = dataclasses.replace(CAPS, tools=False)
+        self.tools = tools
+        self.started = False
+
+    async def start(self) -> None:
+        self.started = True
+        self.capabilities = dataclasses.replace(self.capabilities, tools=self.tools)
+
+
+async def test_configured_default_tools_are_checked_once_the_pipeline_knows_it_calls_tools() -> None:
+    server = Server(from_dict(synthetic_config(session={"tools": [WEATHER]})), pipeline=LearnsTools(tools=True))
+    await server.start()
+    assert server.ready and [t.name for t in server.defaults.tools] == ["get_weather"]
+    await server.stop()
+    # a pipeline that turns out not to call tools: the start fails and says why
+    server = Server(from_dict(synthetic_config(session={"tools": [WEATHER]})), pipeline=LearnsTools(tools=False))
+    with pytest.raises(ValueError, match="session.tools"):
+        await server.start()
+    await server.stop()
+    # a wrong value beside them still fails before any model is loaded
+    pipeline = LearnsTools(tools=True)
+    server = Server(from_dict(synthetic_config(session={"tools": [WEATHER], "audio": {"output": {"voice": "nobody"}}})), pipeline=pipeline)
+    with pytest.raises(ValueError, match="voice"):
+        await server.start()
+    assert not pipeline.started
+    await server.stop()
