@@ -144,9 +144,11 @@ class Hearing:
         if heard.judged is not None:
             await asyncio.wait([heard.judged], timeout=max(0.0, deadline - time.monotonic()))
             if not heard.judged.done():
-                log.debug("session %s: the judgement came too late (%s)", self.name, self._timeline(heard))
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug("session %s: the judgement came too late (%s)", self.name, self._timeline(heard))
                 return Heard(heard.words.result())  # the judgement came too late: the words alone
-        log.debug("session %s: heard %s", self.name, self._timeline(heard))
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("session %s: heard %s", self.name, self._timeline(heard))
         return Heard(heard.words.result(), heard.ends)
 
     @staticmethod

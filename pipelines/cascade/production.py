@@ -29,6 +29,17 @@ from pipelines.stages import chain
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class ToolContext:
+    """For an answer that may call tools: everything said in the conversation (a call's values must
+    come from it: grounding.py), the user's last words, and the prompt without the tools (an answer
+    in words, when the calls are dropped)."""
+
+    words: str
+    asked: str
+    plain: Callable[[], list[int]]
+
+
 class CascadeProduction(Production):
     """``prompt`` rendered for ``request``; ``offered``: the tools offered in it; ``streamed``: the
     engine request its prompt's first part went into while the user spoke, if it fits."""
@@ -43,15 +54,11 @@ class CascadeProduction(Production):
         times: dict[str, float],
         streamed: StreamedPrompt | None = None,
         name: str = "",
-        words: str | None = None,
-        plain: Callable[[], list[int]] | None = None,
+        context: ToolContext | None = None,
         words_only: bool = False,
-        asked: str = "",
     ) -> None:
         self.pipeline = pipeline
-        self.words = words  # the conversation's words, which a call's values must come from (tools.ToolStream)
-        self.plain = plain  # the prompt without the tools, for an answer in words
-        self.asked = asked  # the user's last words
+        self.context = context  # with tools offered: what a call's values must come from, and the answer in words
         self.salt = salt
         self.request = request
         self.prompt = prompt
@@ -101,10 +108,8 @@ class CascadeProduction(Production):
 
     def _ask_back(self, calls: ToolStream) -> str | None:
         """What to say for a dropped call to a tool the user's last words asked for (grounding.py)."""
-        tools = {t.name: t for t in self.offered}
         for name, values in calls.ungrounded:
-            tool = tools.get(name)
-            if tool is not None and asked_for(tool.name, self.asked):
+            if self.context is not None and asked_for(name, self.context.asked):
                 return ask_back(values)
         return None
 
@@ -145,7 +150,7 @@ class CascadeProduction(Production):
             first = self.generation
             self._spent = (first.prompt_tokens, first.cached_tokens)
             self.generation = Generation(banned=pipeline.thinker.call_start_ids, output_tokens=first.output_tokens)
-            prompt = self.plain() if self.plain is not None else prompt
+            prompt = self.context.plain() if self.context is not None else prompt
 
         async def think() -> AsyncIterator[str]:
             if say is not None:
@@ -163,7 +168,7 @@ class CascadeProduction(Production):
         said: AsyncIterator[str] = think()
         if offered:  # the text before a call is said; the calls follow it (``_produce``)
             ground = request.tool_choice == "auto" and thinking.ground_calls  # (a call the client demands is never dropped)
-            words = self.words if ground else None
+            words = self.context.words if ground and self.context is not None else None
             self.calls = ToolStream(said, offered, forced, request.parallel_tool_calls, words)
             said = self.calls.speech()
 

@@ -72,19 +72,15 @@ class Prompts:
         """The answer to a tool's output, with tool_choice "auto"."""
         return bool(request.items) and isinstance(request.items[-1], FunctionResult) and request.tool_choice == "auto"
 
-    def words(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> str:
+    def said(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> tuple[str, str]:
         """Everything said in the conversation (the instructions, its turns, tool outputs, and
         ``pending``, the open turn's words), where the values of a call must come from
-        (grounding.py); the tools' own descriptions are not in it."""
-        texts = [request.instructions, *(t.text for t in self.turns(request, known or {})), pending or ""]
-        return "\n".join(t for t in texts if t)
-
-    def asked(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> str:
-        """The user's last words: ``pending`` (the open turn's), else the last user turn's."""
-        if pending is not None and pending.strip():
-            return pending
+        (grounding.py; the tools' own descriptions are not in it), and the user's last words
+        (``pending``, else the last user turn's)."""
         turns = self.turns(request, known or {})
-        return next((t.text for t in reversed(turns) if t.role == "user"), "")
+        last = pending if pending is not None and pending.strip() else next((t.text for t in reversed(turns) if t.role == "user"), "")
+        texts = [request.instructions, *(t.text for t in turns), pending or ""]
+        return "\n".join(t for t in texts if t), last
 
     def prompt(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None, tools: bool = True) -> list[int]:
         """The prompt: the conversation (``pending``: the open turn's words), the tools offered, and

@@ -36,7 +36,7 @@ from pipelines.base import (
     Transcript,
 )
 from pipelines.cascade.hearing import Hearing
-from pipelines.cascade.production import CascadeProduction, CascadeSpeculation
+from pipelines.cascade.production import CascadeProduction, CascadeSpeculation, ToolContext
 from pipelines.cascade.prompts import Prompts
 from pipelines.cascade.shared import Models
 from pipelines.cascade.thinker import Generation, StreamedPrompt
@@ -213,24 +213,12 @@ class CascadeSession(PipelineSession):
         """The answer to ``prompt``: the conversation in ``request`` with the open turn's words
         (``text``) or the transcripts of its audio items (``known``)."""
         offered = self.prompts.offered(request)
-        if not offered:  # (tools shown but not offered: an answer in words, every call-starting token banned)
-            held = bool(self.prompts.shown(request))
-            return CascadeProduction(self.pipeline, self.salt, request, prompt, offered, times, streamed, self.session_id, words_only=held)
-        # where a call's values must come from, and the answer in words if its calls are dropped
-        prompts = self.prompts
-        return CascadeProduction(
-            self.pipeline,
-            self.salt,
-            request,
-            prompt,
-            offered,
-            times,
-            streamed,
-            self.session_id,
-            words=prompts.words(request, text, known),
-            plain=lambda: prompts.prompt(request, text, known, tools=False),
-            asked=prompts.asked(request, text, known),
-        )
+        context = None
+        if offered:  # where a call's values must come from, and the answer in words if its calls are dropped
+            words, asked = self.prompts.said(request, text, known)
+            context = ToolContext(words, asked, lambda: self.prompts.prompt(request, text, known, tools=False))
+        held = not offered and bool(self.prompts.shown(request))  # (tools shown, none offered: calls banned)
+        return CascadeProduction(self.pipeline, self.salt, request, prompt, offered, times, streamed, self.session_id, context, held)
 
     # ------------------------------------------------------------------ transcripts
 

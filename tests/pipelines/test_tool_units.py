@@ -12,7 +12,7 @@ import pytest
 from pipelines import models
 from pipelines.base import Capabilities, ResponseRequest, TextDelta, Tool, ToolCall, ToolCallDelta
 from pipelines.cascade.grounding import ask_back, asked_for, numbers_of, ungrounded
-from pipelines.cascade.production import CascadeProduction
+from pipelines.cascade.production import CascadeProduction, ToolContext
 from pipelines.cascade.shared import CascadeOptions
 from pipelines.cascade.thinker import Generation, ThinkerOptions, Turn, VllmThinker
 from pipelines.cascade.tools import (
@@ -238,9 +238,8 @@ FORECAST_TOOL = Tool("forecast", "Weather forecast for a place on a given day.",
 async def _produce(thinker: ScriptedThinker, asked: str) -> tuple[str, list[ToolCall], Scripted]:
     pipeline = Scripted(thinker)
     request = ResponseRequest("resp_1", [], "Be brief.", output_modalities=("text",), tools=[FORECAST_TOOL])
-    production = CascadeProduction(
-        pipeline, "salt", request, [10, 11], [FORECAST_TOOL], {}, words=f"Be brief.\n{asked}", plain=lambda: [10], asked=asked  # type: ignore[arg-type]
-    )
+    context = ToolContext(f"Be brief.\n{asked}", asked, lambda: [10])
+    production = CascadeProduction(pipeline, "salt", request, [10, 11], [FORECAST_TOOL], {}, context=context)  # type: ignore[arg-type]
     chunks = [c async for c in production.output]
     said = "".join(c.text for c in chunks if isinstance(c, TextDelta))
     return said, [c for c in chunks if isinstance(c, ToolCall)], pipeline
