@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from bench import cgroup
+from tests.bench.test_cgroup import needs_cgroup
 from bench.__main__ import benches
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,17 +172,6 @@ def quota_read_back(result: dict[str, Any]) -> bool:
         and level["redis_calls_per_session"] > 0
         and not Path(result["quota"]["cgroups"]).exists()  # removed at the end
     )
-
-
-def cgroup_unavailable() -> str | None:
-    try:
-        cgroup.check()
-    except cgroup.Unavailable as e:
-        return str(e)
-    return None
-
-
-needs_cgroup = pytest.mark.skipif(cgroup_unavailable() is not None, reason=f"cannot run here: {cgroup_unavailable()}")
 
 
 @dataclass
