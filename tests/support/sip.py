@@ -22,6 +22,15 @@ from dsp.resample import resample
 SIPP = shutil.which("sipp")
 
 
+
+# The first lines of a scenario's INVITE, in sipp's keywords (every scenario here sends the same)
+INVITE_HEAD = """      INVITE sip:agent@[remote_ip]:[remote_port] SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+      To: <sip:agent@[remote_ip]:[remote_port]>
+      Call-ID: [call_id]
+      CSeq: 1 INVITE"""
+
 def reply_to_last(status: str) -> str:
     """sipp XML: answer the request just received with ``status`` (its Via, From, To, Call-ID, CSeq)."""
     return f"""
@@ -138,12 +147,7 @@ a=sendrecv"""
     invite = f"""
   <send retrans="500">
     <![CDATA[
-      INVITE sip:agent@[remote_ip]:[remote_port] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-      To: <sip:agent@[remote_ip]:[remote_port]>
-      Call-ID: [call_id]
-      CSeq: 1 INVITE
+{INVITE_HEAD}
       Contact: <sip:caller@[local_ip]:[local_port]>
       Max-Forwards: 70
       X-Test: sipp
@@ -472,12 +476,7 @@ def routed_call_scenario(media_port: int, moved_port: int, *, hold_ms: int) -> s
     return _wrap(f"""
   <send retrans="500">
     <![CDATA[
-      INVITE sip:agent@[remote_ip]:[remote_port] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-      To: <sip:agent@[remote_ip]:[remote_port]>
-      Call-ID: [call_id]
-      CSeq: 1 INVITE
+{INVITE_HEAD}
 {tail}
       Content-Type: application/sdp
       Content-Length: [len]
