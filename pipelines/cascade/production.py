@@ -22,7 +22,7 @@ from pipelines.cascade.hearing import Round
 from pipelines.cascade.shared import Models
 from pipelines.cascade.talker import ClausePolicy, Playback, clauses
 from pipelines.cascade.thinker import Generation, StreamedPrompt
-from pipelines.cascade.tools import SpokenLimit, ToolStream, forced_start
+from pipelines.cascade.tools import OPEN, SpokenLimit, ToolStream, call_schema, callable_tools, forced_start
 from pipelines.speculation import Production, Speculation
 from pipelines.stages import chain
 
@@ -106,6 +106,14 @@ class CascadeProduction(Production):
         if self.streamed is not None:  # never started answering (cancelled before its first step)
             await self.streamed.close()
 
+    def _next_generation(self, **what: Any) -> None:
+        """A second request for this answer (a call held to its schema, an answer in words): the
+        usage is every request's."""
+        first = self.generation
+        prompt, cached = self._spent
+        self._spent = (prompt + first.prompt_tokens, cached + first.cached_tokens)
+        self.generation = Generation(output_tokens=first.output_tokens, **what)
+
     def _ask_back(self, calls: ToolStream) -> str | None:
         """What to say for a dropped call to a tool the user's last words asked for (grounding.py)."""
         for name, values in calls.ungrounded:
@@ -141,35 +149,51 @@ class CascadeProduction(Production):
         budget = thinking.tool_max_tokens if offered else thinking.max_tokens
         if request.max_output_tokens is not None:
             budget = min(budget, request.max_output_tokens)
-        forced = forced_start(request.tool_choice, offered)
+        constrained = bool(offered) and thinking.constrain_calls  # a call held to its tool's schema (tools.call_schema)
+        forced = forced_start(request.tool_choice, offered, constrained)
         if offered:  # the sentences cut counts what is said, not the calls
             self.generation.limit = SpokenLimit(thinking.max_sentences, request.parallel_tool_calls, forced)
             self.generation.repetition_penalty = thinking.tool_repetition_penalty
+            if constrained and forced:  # the answer is a call from its first token
+                self.generation.schema = call_schema(callable_tools(request.tool_choice, offered))
         prompt = self.prompt
         if words_only and say is None:  # a second request: the usage is both's
-            first = self.generation
-            self._spent = (first.prompt_tokens, first.cached_tokens)
-            self.generation = Generation(banned=pipeline.thinker.call_start_ids, output_tokens=first.output_tokens)
+            self._next_generation(banned=pipeline.thinker.call_start_ids)
             prompt = self.context.plain() if self.context is not None else prompt
 
         async def think() -> AsyncIterator[str]:
             if say is not None:
                 yield say
                 return
-            if self.streamed is not None and not self.streamed.used:
+            if self.streamed is not None and not self.streamed.used and self.generation.schema is None:
                 stream = self.streamed.answer(prompt, budget, self.generation)
             else:
+                if self.streamed is not None:  # (a request held to a schema is one of its own)
+                    await self.streamed.close()
                 stream = pipeline.thinker.stream(prompt, self.salt, max_tokens=budget, generation=self.generation)
             async with contextlib.aclosing(stream):
                 async for delta in stream:
                     times.setdefault("thinker_first_token", time.perf_counter())
                     yield delta
 
+        def constrain(before: str) -> AsyncIterator[str]:
+            """The answer from its call on, held to the tools' schema: a request of its own for
+            the prompt, what was said before the call and the call's tag (found in the prefix cache
+            but for its last block)."""
+            self._next_generation(
+                schema=call_schema(callable_tools(request.tool_choice, offered)),
+                limit=SpokenLimit(thinking.max_sentences, request.parallel_tool_calls, OPEN + "\n"),
+                repetition_penalty=thinking.tool_repetition_penalty,
+            )
+            ids = prompt + list(pipeline.thinker.tokenizer.encode(before + OPEN + "\n", add_special_tokens=False))
+            return pipeline.thinker.stream(ids, self.salt, max_tokens=budget, generation=self.generation)
+
         said: AsyncIterator[str] = think()
         if offered:  # the text before a call is said; the calls follow it (``_produce``)
             ground = request.tool_choice == "auto" and thinking.ground_calls  # (a call the client demands is never dropped)
             words = self.context.words if ground and self.context is not None else None
-            self.calls = ToolStream(said, offered, forced, request.parallel_tool_calls, words)
+            again = constrain if constrained and not forced else None
+            self.calls = ToolStream(said, offered, forced, request.parallel_tool_calls, words, again)
             said = self.calls.speech()
 
         if "audio" not in request.output_modalities:

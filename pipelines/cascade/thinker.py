@@ -62,6 +62,9 @@ class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # when tools are offered: the penalty would push the answer off the JSON its prompt shows (bench/tools.py)
     tool_repetition_penalty: float = 1.0
     ground_calls: bool = True  # tool_choice auto: a call whose required values nobody said is dropped, and the answer said in words (grounding.py)
+    # a tool call held to its tool's JSON schema as it is written (vLLM's structured outputs): from
+    # the call's first character the answer goes on in a request that can only write a call of a tool offered
+    constrain_calls: bool = True
     max_sentences: int = 2  # stop after this many sentences: spoken answers stay short
     temperature: float = 0.3  # small models ramble when hot; responses' temperature is not used
     repetition_penalty: float = 1.2
@@ -89,6 +92,7 @@ class Generation:
     limit: Any = None  # what cuts the text (a SentenceLimit's interface); None: max_sentences sentences
     repetition_penalty: float | None = None  # this answer's, if not the configured one
     banned: frozenset[int] = frozenset()  # tokens this answer may not write (an answer held to words)
+    schema: dict[str, Any] | None = None  # the JSON schema the answer is held to as it is written (a tool call: tools.call_schema)
 
 
 def _cpu_environment(options: ThinkerOptions) -> None:
@@ -281,7 +285,7 @@ class VllmThinker:
 
     def _answer_params(self, max_tokens: int | None, g: Generation | None = None, logprobs: int | None = None) -> Any:
         from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         o = self.options
         return SamplingParams(
@@ -293,6 +297,7 @@ class VllmThinker:
             seed=o.seed,
             logprobs=logprobs,
             logit_bias=dict.fromkeys(g.banned, -100.0) if g is not None and g.banned else None,
+            structured_outputs=StructuredOutputsParams(json=g.schema) if g is not None and g.schema else None,
         )
 
     # ------------------------------------------------------------------ the end of the user's turn
@@ -613,6 +618,8 @@ class RemoteThinker(VllmThinker):
             body["stop"] = self.stop_strings
         if g.banned:
             body["logit_bias"] = dict.fromkeys(map(str, g.banned), -100)
+        if g.schema:
+            body["structured_outputs"] = {"json": g.schema}  # (vLLM's own parameter)
         g.prompt_tokens = len(prompt_ids)
         cut = g.limit or SentenceLimit(o.max_sentences)
         chunks = self.remote.stream(body, path="/completions")

@@ -13,17 +13,23 @@ role), so vLLM's server-side tool parser never sees it.
   for byte as the model wrote it;
 * ``forced_start``: what ``tool_choice`` "required" or a named function makes the answer start with
   (appended to the prompt: the model can only go on with a call);
+* ``call_schema``: the JSON schema of one call of the tools that may be called, which the engine
+  holds a call to as it is written (vLLM's structured outputs), so a call is always one of the
+  tools, with arguments that fit its schema;
 * ``CallParser``: streamed text -> the spoken text before a call (``Said``) and each call as it is
   written (``CallStarted``, its arguments' ``ArgumentsDelta``s, ``CallEnded``); the call itself is
   never spoken;
 * ``SpokenLimit``: the Thinker's sentence cut, counting only the spoken text (a call may follow its
   preamble whatever its length), and stopping after the first call unless calls may be parallel;
 * ``ToolStream``: one answer's text split in two streams, the speech (before the first call) for the
-  talker, and the calls after it, as ``ToolCallDelta`` / ``ToolCall`` output chunks.
+  talker, and the calls after it, as ``ToolCallDelta`` / ``ToolCall`` output chunks; where the
+  engine can hold a call to its schema, the answer is continued from where the call begins in a
+  request that does (``constrain``).
 
-Arguments that break the tool's JSON schema (or are not JSON at all) are still emitted, as OpenAI
-does for a tool without ``strict``: the client sees what the model wrote and answers with an error
-output if it must. ``schema_errors`` says what is wrong, for logs, counts and the tool bench.
+Where the engine cannot hold a call to its schema (``ThinkerOptions.constrain_calls`` off), arguments
+that break it (or are not JSON at all) are still emitted, as OpenAI does for a tool without
+``strict``: the client sees what the model wrote and answers with an error output if it must.
+``schema_errors`` says what is wrong, for logs, counts and the tool bench.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import contextlib
 import json
 import re
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -92,13 +98,39 @@ def chat_messages(turns: Sequence[Any]) -> list[dict[str, Any]]:
     return messages
 
 
-def forced_start(tool_choice: str, tools: Sequence[Tool]) -> str:
-    """The text the answer must begin with: "required" a call, a function name a call of it."""
+def forced_start(tool_choice: str, tools: Sequence[Tool], constrained: bool = False) -> str:
+    """The text the answer must begin with: "required" a call, a function name a call of it.
+    ``constrained``: the call is held to ``call_schema`` from its start, which names the tool."""
     if not tools or tool_choice in ("auto", "none"):
         return ""
+    if constrained:
+        return OPEN + "\n"
     if tool_choice == "required":  # (up to the name: a small model may go on in prose after the tag alone)
         return OPEN + "\n" + '{"name": "'
     return OPEN + "\n" + '{"name": ' + json.dumps(tool_choice) + ', "arguments": '
+
+
+def callable_tools(tool_choice: str, tools: Sequence[Tool]) -> list[Tool]:
+    """The tools an answer may call: those offered, or the one ``tool_choice`` names."""
+    if tool_choice in ("auto", "none", "required"):
+        return list(tools)
+    return [t for t in tools if t.name == tool_choice]
+
+
+def call_schema(tools: Sequence[Tool]) -> dict[str, Any]:
+    """The JSON schema of one call, as the template writes it after ``<tool_call>``:
+    ``{"name": ..., "arguments": {...}}`` of one of ``tools``, its arguments held to that tool's
+    ``parameters`` (the name first: the engine keeps the properties' order)."""
+    calls = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": t.name}, "arguments": t.parameters or {"type": "object", "properties": {}}},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for t in tools
+    ]
+    return calls[0] if len(calls) == 1 else {"anyOf": calls}
 
 
 def schema_errors(arguments: str, tool: Tool | None) -> list[str]:
@@ -411,7 +443,12 @@ class ToolStream:
     and ends where the first call begins (so the talker finishes the preamble while the call is
     still being written); ``calls()`` then yields each call's output chunks as they are written.
     The text after ``speech`` ends is read by a task of its own; ``close`` ends it (aborting the
-    engine request), and is safe to call twice."""
+    engine request), and is safe to call twice.
+
+    ``constrain``: where the engine can hold a call to its schema, the text said before the call ->
+    the answer's text from there on, written by a request that does (the call from its
+    ``<tool_call>``); at the call's first character the first request is closed and the call is
+    read from that one instead."""
 
     QUEUE = 256  # chunks of calls read ahead of the consumer (a call's arguments are short)
 
@@ -422,8 +459,10 @@ class ToolStream:
         prefix: str = "",
         parallel: bool = True,
         words: str | None = None,
+        constrain: Callable[[str], AsyncIterator[str]] | None = None,
     ) -> None:
         self._deltas = deltas
+        self._constrain = constrain
         self._words = words  # the conversation's words: a call whose values are not in them is dropped (grounding.py)
         self._tools = {t.name: t for t in tools}
         self._parser = CallParser(prefix)
@@ -439,13 +478,15 @@ class ToolStream:
         self._held: dict[str, list[ToolCallDelta]] = {}  # with ``words``: a call's chunks until its values are checked
 
     async def speech(self) -> AsyncIterator[str]:
+        said: list[str] = []
         try:
             async for delta in self._deltas:
                 stop = False
                 for event in self._parser.feed(delta):
                     if isinstance(event, Said):
+                        said.append(event.text)
                         yield event.text
-                    else:
+                    elif self._constrain is None:  # (else the call is written again, held to its schema)
                         await self._put(self._chunk(event))
                         stop = True
                 if stop or not self._parser.spoke:
@@ -458,6 +499,11 @@ class ToolStream:
                         await self._put(self._chunk(event))
                 await self._queue.put(None)
                 return
+            if self._constrain is not None:
+                first, self._deltas = self._deltas, self._constrain("".join(said))
+                self._parser = CallParser(OPEN + "\n")
+                with contextlib.suppress(Exception):
+                    await first.aclose()  # type: ignore[attr-defined]
         except BaseException:
             await self.close()
             raise

@@ -22,7 +22,9 @@ from pipelines.cascade.tools import (
     CallStarted,
     Said,
     ToolStream,
+    call_schema,
     call_start_ids,
+    callable_tools,
     forced_start,
     schema_errors,
     tool_specs,
@@ -205,21 +207,37 @@ def test_an_answer_held_to_words_cannot_begin_a_call():
 
 
 class ScriptedThinker:
-    """The thinker's side of a production: each request streams the next scripted text (in pieces)."""
+    """The thinker's side of a production: each request streams the next scripted text (in pieces).
+    ``constrain``: the thinker holds calls to their schema (``ThinkerOptions.constrain_calls``); the
+    request that does is scripted like any other, its schema recorded."""
 
-    def __init__(self, *texts: str) -> None:
-        self.options = ThinkerOptions()
+    def __init__(self, *texts: str, constrain: bool = False) -> None:
+        self.options = ThinkerOptions(constrain_calls=constrain)
         self.texts = list(texts)
         self.prompts: list[list[int]] = []
         self.banned: list[frozenset[int]] = []
+        self.schemas: list[object] = []
         self.call_start_ids = frozenset({1, 2})
+        self.closed = 0  # requests closed before their text ran out (aborted)
+
+    @property
+    def tokenizer(self):  # type: ignore[no-untyped-def]
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(models.path("qwen2.5-coder-0.5b-instruct-w8")))
 
     async def stream(self, prompt: list[int], salt: str, *, max_tokens: int | None = None, generation: Generation | None = None):  # type: ignore[no-untyped-def]
         self.prompts.append(prompt)
         self.banned.append(generation.banned if generation is not None else frozenset())
+        self.schemas.append(generation.schema if generation is not None else None)
         text = self.texts.pop(0)
-        for i in range(0, len(text), 4):
-            yield text[i : i + 4]
+        i = 0
+        try:
+            for i in range(0, len(text), 4):
+                yield text[i : i + 4]
+            i = len(text)
+        finally:
+            self.closed += i < len(text)
 
 
 class Scripted:
@@ -235,9 +253,9 @@ class Scripted:
 FORECAST_TOOL = Tool("forecast", "Weather forecast for a place on a given day.", FORECAST.parameters)
 
 
-async def _produce(thinker: ScriptedThinker, asked: str) -> tuple[str, list[ToolCall], Scripted]:
+async def _produce(thinker: ScriptedThinker, asked: str, tool_choice: str = "auto") -> tuple[str, list[ToolCall], Scripted]:
     pipeline = Scripted(thinker)
-    request = ResponseRequest("resp_1", [], "Be brief.", output_modalities=("text",), tools=[FORECAST_TOOL])
+    request = ResponseRequest("resp_1", [], "Be brief.", output_modalities=("text",), tools=[FORECAST_TOOL], tool_choice=tool_choice)
     context = ToolContext(f"Be brief.\n{asked}", asked, lambda: [10])
     production = CascadeProduction(pipeline, "salt", request, [10, 11], [FORECAST_TOOL], {}, context=context)  # type: ignore[arg-type]
     chunks = [c async for c in production.output]
@@ -275,6 +293,57 @@ async def test_a_call_with_the_users_values_goes_out_and_nothing_is_said_again()
     said, calls, pipeline = await _produce(thinker, "Will it snow in Denver tomorrow?")
     assert said == "" and [(c.name, json.loads(c.arguments)) for c in calls] == [("forecast", {"location": "Denver", "day": "tomorrow"})]
     assert pipeline.counts["tool_calls_ungrounded"] == 0 and len(thinker.prompts) == 1
+
+
+# ------------------------------------------------------------------ a call held to its schema
+
+
+def test_the_schema_a_call_is_held_to_takes_the_calls_of_the_tools_offered_and_no_other():
+    import jsonschema
+
+    schema = call_schema([WEATHER, FORECAST_TOOL])
+    ok = [{"name": "get_weather", "arguments": {"city": "Oslo"}}, {"name": "forecast", "arguments": {"location": "Oslo", "day": "today"}}]
+    wrong = [
+        {"name": "get_time", "arguments": {"city": "Oslo"}},  # a tool not offered
+        {"name": "forecast", "arguments": {"location": "Oslo", "day": "Monday"}},  # off its enum
+        {"name": "get_weather", "arguments": {}},  # a required value missing
+        {"name": "get_weather", "arguments": {"city": 7}},  # of the wrong type
+        {"name": "get_weather", "arguments": {"city": "Oslo"}, "note": "extra"},
+        {"arguments": {"city": "Oslo"}},
+    ]
+    for call in ok:
+        jsonschema.validate(call, schema)
+    for call in wrong:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(call, schema)
+    assert list(call_schema([WEATHER])["properties"]) == ["name", "arguments"]  # (the name first, as the template writes it)
+    assert callable_tools("forecast", [WEATHER, FORECAST_TOOL]) == [FORECAST_TOOL]
+    assert callable_tools("required", [WEATHER, FORECAST_TOOL]) == callable_tools("auto", [WEATHER, FORECAST_TOOL]) == [WEATHER, FORECAST_TOOL]
+    assert forced_start("required", [WEATHER], constrained=True) == forced_start("get_weather", [WEATHER], constrained=True) == "<tool_call>\n"
+
+
+async def test_at_a_calls_first_character_the_answer_goes_on_in_a_request_held_to_the_schema():
+    """The first request is closed where its call begins (its made-up "day" never reaches anyone);
+    the second goes on from the prompt, what was said and the call's tag, held to the schema."""
+    thinker = ScriptedThinker(
+        'Let me check. {"name": "forecast", "arguments": {"location": "Denver", "day": "Tuesday", "and more": "text the model would have written"}}',
+        '{"name": "forecast", "arguments": {"location": "Denver", "day": "tomorrow"}}',
+        constrain=True,
+    )
+    said, calls, pipeline = await _produce(thinker, "Will it snow in Denver tomorrow?")
+    assert said == "Let me check. " and [(c.name, json.loads(c.arguments)) for c in calls] == [("forecast", {"location": "Denver", "day": "tomorrow"})]
+    assert thinker.schemas == [None, call_schema([FORECAST_TOOL])] and thinker.closed == 1
+    assert thinker.prompts[1] == [10, 11, *thinker.tokenizer.encode("Let me check. <tool_call>\n", add_special_tokens=False)]
+    assert pipeline.counts["tool_calls"] == 1 and pipeline.counts["tool_calls_off_schema"] == 0
+
+
+async def test_an_answer_in_words_is_one_request_and_a_forced_call_is_held_from_its_first_token():
+    thinker = ScriptedThinker("It will snow, so dress warmly.", constrain=True)
+    said, calls, _ = await _produce(thinker, "Should I wear a coat?")
+    assert said == "It will snow, so dress warmly." and calls == [] and thinker.schemas == [None]
+    thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "Denver", "day": "today"}}', constrain=True)
+    _, calls, _ = await _produce(thinker, "Will it snow in Denver today?", tool_choice="forecast")
+    assert [c.name for c in calls] == ["forecast"] and thinker.schemas == [call_schema([FORECAST_TOOL])]
 
 
 def test_a_request_asks_for_a_tool_when_it_names_what_the_tool_does():
