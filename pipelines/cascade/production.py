@@ -22,7 +22,7 @@ from pipelines.cascade.hearing import Round
 from pipelines.cascade.shared import Models
 from pipelines.cascade.talker import ClausePolicy, Playback, clauses
 from pipelines.cascade.thinker import Generation, StreamedPrompt
-from pipelines.cascade.tools import OPEN, SpokenLimit, ToolStream, call_schema, callable_tools, forced_start
+from pipelines.cascade.tools import OPEN, SpokenLimit, ToolStream, call_head, forced_schema, forced_start, parameters
 from pipelines.speculation import Production, Speculation
 from pipelines.stages import chain
 
@@ -106,6 +106,29 @@ class CascadeProduction(Production):
         if self.streamed is not None:  # never started answering (cancelled before its first step)
             await self.streamed.close()
 
+    async def _think(self, ids: list[int], budget: int) -> AsyncIterator[str]:
+        """The thinker's answer to ``ids`` (``self.generation``'s); held to its ``schema`` if it has
+        one, unless the engine refuses the schema (a tool's that its grammar cannot take): then the
+        call is written as the model writes it, as with ``constrain_calls`` off."""
+        thinker, g = self.pipeline.thinker, self.generation
+        stream = thinker.stream(ids, self.salt, max_tokens=budget, generation=g)
+        first = ""
+        if g.schema is not None:
+            try:
+                first = await anext(stream)
+            except StopAsyncIteration:
+                return
+            except Exception as exc:
+                self.pipeline.counts["tool_schemas_refused"] += 1
+                log.warning("the engine refused to hold a call to its tool's schema (%s); the call is written as the model writes it", exc)
+                g.schema = None
+                stream = thinker.stream(ids, self.salt, max_tokens=budget, generation=g)
+        async with contextlib.aclosing(stream):
+            if first:
+                yield first
+            async for delta in stream:
+                yield delta
+
     def _next_generation(self, **what: Any) -> None:
         """A second request for this answer (a call held to its schema, an answer in words): the
         usage is every request's."""
@@ -155,7 +178,7 @@ class CascadeProduction(Production):
             self.generation.limit = SpokenLimit(thinking.max_sentences, request.parallel_tool_calls, forced)
             self.generation.repetition_penalty = thinking.tool_repetition_penalty
             if constrained and forced:  # the answer is a call from its first token
-                self.generation.schema = call_schema(callable_tools(request.tool_choice, offered))
+                self.generation.schema = forced_schema(request.tool_choice, offered)
         prompt = self.prompt
         if words_only and say is None:  # a second request: the usage is both's
             self._next_generation(banned=pipeline.thinker.call_start_ids)
@@ -170,23 +193,23 @@ class CascadeProduction(Production):
             else:
                 if self.streamed is not None:  # (a request held to a schema is one of its own)
                     await self.streamed.close()
-                stream = pipeline.thinker.stream(prompt, self.salt, max_tokens=budget, generation=self.generation)
+                stream = self._think(prompt, budget)
             async with contextlib.aclosing(stream):
                 async for delta in stream:
                     times.setdefault("thinker_first_token", time.perf_counter())
                     yield delta
 
-        def constrain(before: str) -> AsyncIterator[str]:
-            """The answer from its call on, held to the tools' schema: a request of its own for
-            the prompt, what was said before the call and the call's tag (found in the prefix cache
-            but for its last block)."""
+        def constrain(before: str, name: str) -> AsyncIterator[str]:
+            """The arguments of a call of ``name``, held to its schema: a request of its own for the
+            prompt, what was said before the call and the call's head (all but the last block of
+            the prompt found in the prefix cache)."""
+            head = OPEN + "\n" + call_head(name)
+            tool = next(t for t in offered if t.name == name)
             self._next_generation(
-                schema=call_schema(callable_tools(request.tool_choice, offered)),
-                limit=SpokenLimit(thinking.max_sentences, request.parallel_tool_calls, OPEN + "\n"),
-                repetition_penalty=thinking.tool_repetition_penalty,
+                schema=parameters(tool), limit=SpokenLimit(thinking.max_sentences, False, head), repetition_penalty=thinking.tool_repetition_penalty
             )
-            ids = prompt + list(pipeline.thinker.tokenizer.encode(before + OPEN + "\n", add_special_tokens=False))
-            return pipeline.thinker.stream(ids, self.salt, max_tokens=budget, generation=self.generation)
+            ids = prompt + list(pipeline.thinker.tokenizer.encode(before + head, add_special_tokens=False))
+            return self._think(ids, budget)
 
         said: AsyncIterator[str] = think()
         if offered:  # the text before a call is said; the calls follow it (``_produce``)

@@ -13,9 +13,9 @@ role), so vLLM's server-side tool parser never sees it.
   for byte as the model wrote it;
 * ``forced_start``: what ``tool_choice`` "required" or a named function makes the answer start with
   (appended to the prompt: the model can only go on with a call);
-* ``call_schema``: the JSON schema of one call of the tools that may be called, which the engine
-  holds a call to as it is written (vLLM's structured outputs), so a call is always one of the
-  tools, with arguments that fit its schema;
+* ``call_schema`` / ``parameters``: the JSON schemas the engine holds a call to as it is written
+  (vLLM's structured outputs): a call of the tools offered when the client forces one, else the
+  arguments of the tool the model named, so that a call's arguments always fit its tool's schema;
 * ``CallParser``: streamed text -> the spoken text before a call (``Said``) and each call as it is
   written (``CallStarted``, its arguments' ``ArgumentsDelta``s, ``CallEnded``); the call itself is
   never spoken;
@@ -23,8 +23,8 @@ role), so vLLM's server-side tool parser never sees it.
   preamble whatever its length), and stopping after the first call unless calls may be parallel;
 * ``ToolStream``: one answer's text split in two streams, the speech (before the first call) for the
   talker, and the calls after it, as ``ToolCallDelta`` / ``ToolCall`` output chunks; where the
-  engine can hold a call to its schema, the answer is continued from where the call begins in a
-  request that does (``constrain``).
+  engine can hold a call to its schema, the call's arguments are written by a request that does
+  (``constrain``), from the moment the model has named a tool offered.
 
 Where the engine cannot hold a call to its schema (``ThinkerOptions.constrain_calls`` off), arguments
 that break it (or are not JSON at all) are still emitted, as OpenAI does for a tool without
@@ -98,23 +98,25 @@ def chat_messages(turns: Sequence[Any]) -> list[dict[str, Any]]:
     return messages
 
 
+def call_head(name: str) -> str:
+    """A call's JSON up to its arguments, as the template writes it."""
+    return '{"name": ' + json.dumps(name) + ', "arguments": '
+
+
 def forced_start(tool_choice: str, tools: Sequence[Tool], constrained: bool = False) -> str:
     """The text the answer must begin with: "required" a call, a function name a call of it.
-    ``constrained``: the call is held to ``call_schema`` from its start, which names the tool."""
+    ``constrained``: "required"'s call is held to ``call_schema`` from its start (the grammar
+    chooses among the names)."""
     if not tools or tool_choice in ("auto", "none"):
         return ""
-    if constrained:
-        return OPEN + "\n"
     if tool_choice == "required":  # (up to the name: a small model may go on in prose after the tag alone)
-        return OPEN + "\n" + '{"name": "'
-    return OPEN + "\n" + '{"name": ' + json.dumps(tool_choice) + ', "arguments": '
+        return OPEN + "\n" + ("" if constrained else '{"name": "')
+    return OPEN + "\n" + call_head(tool_choice)
 
 
-def callable_tools(tool_choice: str, tools: Sequence[Tool]) -> list[Tool]:
-    """The tools an answer may call: those offered, or the one ``tool_choice`` names."""
-    if tool_choice in ("auto", "none", "required"):
-        return list(tools)
-    return [t for t in tools if t.name == tool_choice]
+def parameters(tool: Tool) -> dict[str, Any]:
+    """A tool's arguments' JSON schema (an object of nothing where it gave none)."""
+    return tool.parameters or {"type": "object", "properties": {}}
 
 
 def call_schema(tools: Sequence[Tool]) -> dict[str, Any]:
@@ -122,15 +124,18 @@ def call_schema(tools: Sequence[Tool]) -> dict[str, Any]:
     ``{"name": ..., "arguments": {...}}`` of one of ``tools``, its arguments held to that tool's
     ``parameters`` (the name first: the engine keeps the properties' order)."""
     calls = [
-        {
-            "type": "object",
-            "properties": {"name": {"const": t.name}, "arguments": t.parameters or {"type": "object", "properties": {}}},
-            "required": ["name", "arguments"],
-            "additionalProperties": False,
-        }
+        {"type": "object", "properties": {"name": {"const": t.name}, "arguments": parameters(t)}, "required": ["name", "arguments"], "additionalProperties": False}
         for t in tools
     ]
     return calls[0] if len(calls) == 1 else {"anyOf": calls}
+
+
+def forced_schema(tool_choice: str, tools: Sequence[Tool]) -> dict[str, Any]:
+    """What a forced answer (``forced_start``'s, constrained) is held to: "required", a call of any
+    of ``tools``; a named function, its arguments (the prompt wrote its name)."""
+    if tool_choice == "required":
+        return call_schema(tools)
+    return parameters(next(t for t in tools if t.name == tool_choice))
 
 
 def schema_errors(arguments: str, tool: Tool | None) -> list[str]:
@@ -366,6 +371,12 @@ class CallParser:
                 self._in_call = False  # not the end of a call after all: left unsaid
         return events
 
+    def rewrite_arguments(self) -> None:
+        """The open call's arguments are written again from their start (by a request held to its
+        tool's schema): what was written of them is dropped; its ``ArgumentsDelta``s, the caller's."""
+        assert self._in_call and self._name is not None
+        self._buffer, self._args, self._json = "", "", _Json()
+
     def _closing(self) -> tuple[int, int] | None:
         """Where a call whose head did not stream ends: (its body's end, the text's resumption)."""
         if self._tagged:
@@ -445,10 +456,12 @@ class ToolStream:
     The text after ``speech`` ends is read by a task of its own; ``close`` ends it (aborting the
     engine request), and is safe to call twice.
 
-    ``constrain``: where the engine can hold a call to its schema, the text said before the call ->
-    the answer's text from there on, written by a request that does (the call from its
-    ``<tool_call>``); at the call's first character the first request is closed and the call is
-    read from that one instead."""
+    ``constrain``: where the engine can hold a call to its schema, (the text said before the call,
+    the tool's name) -> the call's arguments' text, written by a request that holds them to that
+    tool's schema (for the prompt, what was said and the call's head). When the model has named a
+    tool offered, its request is closed and the arguments are read from that one instead (what it
+    wrote of them dropped). The model chooses the tool: a call of one not offered is dropped as
+    without ``constrain``. One call: the grammar ends the answer at its arguments' end."""
 
     QUEUE = 256  # chunks of calls read ahead of the consumer (a call's arguments are short)
 
@@ -459,7 +472,7 @@ class ToolStream:
         prefix: str = "",
         parallel: bool = True,
         words: str | None = None,
-        constrain: Callable[[str], AsyncIterator[str]] | None = None,
+        constrain: Callable[[str, str], AsyncIterator[str]] | None = None,
     ) -> None:
         self._deltas = deltas
         self._constrain = constrain
@@ -477,53 +490,68 @@ class ToolStream:
         self._dropped: set[str] = set()
         self._held: dict[str, list[ToolCallDelta]] = {}  # with ``words``: a call's chunks until its values are checked
 
-    async def speech(self) -> AsyncIterator[str]:
+    async def _batches(self) -> AsyncIterator[list[Event]]:
+        """The parser's events, a list per delta of text; with ``constrain``, from the head of the
+        first call of a tool offered, the arguments from the request that holds them to its schema."""
         said: list[str] = []
-        try:
+        while True:
+            switch: CallStarted | None = None
             async for delta in self._deltas:
-                stop = False
+                batch: list[Event] = []
                 for event in self._parser.feed(delta):
                     if isinstance(event, Said):
                         said.append(event.text)
-                        yield event.text
-                    elif self._constrain is None:  # (else the call is written again, held to its schema)
-                        await self._put(self._chunk(event))
-                        stop = True
-                if stop or not self._parser.spoke:
+                    if switch is None:  # (after it, the arguments this request wrote are dropped)
+                        batch.append(event)
+                        if self._constrain is not None and isinstance(event, CallStarted) and event.name in self._tools:
+                            switch = event
+                yield batch
+                if switch is not None:
                     break
             else:
-                for event in self._parser.finish():
+                yield self._parser.finish()
+                return
+            assert self._constrain is not None
+            first, self._deltas = self._deltas, self._constrain("".join(said), switch.name)
+            self._constrain = None
+            self._parser.rewrite_arguments()
+            with contextlib.suppress(Exception):
+                await first.aclose()  # type: ignore[attr-defined]
+
+    async def speech(self) -> AsyncIterator[str]:
+        batches = self._batches()
+        try:
+            async for batch in batches:
+                for event in batch:
                     if isinstance(event, Said):
                         yield event.text
                     else:
                         await self._put(self._chunk(event))
+                if not self._parser.spoke:
+                    break
+            else:
                 await self._queue.put(None)
                 return
-            if self._constrain is not None:
-                first, self._deltas = self._deltas, self._constrain("".join(said))
-                self._parser = CallParser(OPEN + "\n")
-                with contextlib.suppress(Exception):
-                    await first.aclose()  # type: ignore[attr-defined]
         except BaseException:
+            with contextlib.suppress(Exception):
+                await batches.aclose()
             await self.close()
             raise
-        self._reader = asyncio.ensure_future(self._read_calls())
+        self._reader = asyncio.ensure_future(self._read_calls(batches))
 
-    async def _read_calls(self) -> None:
+    async def _read_calls(self, batches: AsyncIterator[list[Event]]) -> None:
         try:
-            async for delta in self._deltas:
-                for event in self._parser.feed(delta):
+            async for batch in batches:
+                for event in batch:
                     if not isinstance(event, Said):
                         await self._put(self._chunk(event))
                 if self._parser.calls and (not self._parallel or self._parser.trailing):
                     break
-            else:
-                for event in self._parser.finish():
-                    if not isinstance(event, Said):
-                        await self._put(self._chunk(event))
         except Exception as exc:
             await self._queue.put(exc)
         finally:
+            with contextlib.suppress(Exception):
+                await batches.aclose()  # type: ignore[attr-defined]
             with contextlib.suppress(Exception):
                 await self._deltas.aclose()  # type: ignore[attr-defined]
         await self._queue.put(None)

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import cpu_config
 from tests.pipelines.test_cpu_mcp import weather_server
-from tests.pipelines.test_cpu_tools import TIME, WEATHER, calls_of, streamed_arguments, user
+from tests.pipelines.test_cpu_tools import HELD, TIME, WEATHER, calls_of, held_call, streamed_arguments, user
 from tests.support.client import connect
 from tests.support.mcp_server import Served
 from tests.support.processes import free_port, server_process, vllm_serve
@@ -88,3 +88,11 @@ async def test_an_mcp_tool_called_on_the_deployment_is_run_by_the_server(remote)
         assert deltas == call.arguments and not c.of("response.function_call_arguments.delta")
         text = done.output[1].content[0].text
         assert "snow" in text.lower() and "{" not in text, text
+
+
+async def test_a_forced_calls_arguments_are_held_to_the_tools_schema_on_the_deployment(remote):
+    """The schema goes to the deployment's completions as vLLM's ``structured_outputs``: a forced call
+    of a tool with two arguments is an object with both (written free: its first value alone)."""
+    for tool, request, held in HELD[:2]:
+        arguments, _ = await held_call(remote, tool, request, {"type": "function", "name": tool["name"]})
+        assert {k: arguments[k] for k in held} == held, arguments

@@ -29,6 +29,26 @@ TIME = {
     "description": "Get the current local time in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
+THERMOSTAT = {
+    "type": "function",
+    "name": "set_thermostat",
+    "description": "Set the thermostat.",
+    "parameters": {
+        "type": "object",
+        "properties": {"celsius": {"type": "number", "minimum": 10, "maximum": 30}, "room": {"type": "string", "enum": ["living_room", "bedroom", "kitchen"]}},
+        "required": ["celsius", "room"],
+    },
+}
+TABLE = {
+    "type": "function",
+    "name": "book_table",
+    "description": "Book a table.",
+    "parameters": {
+        "type": "object",
+        "properties": {"party_size": {"type": "integer", "minimum": 1}, "when": {"type": "string"}},
+        "required": ["party_size", "when"],
+    },
+}
 INSTRUCTIONS = "You are a helpful voice assistant. Use the tools when they help. Reply in one short sentence."
 
 
@@ -222,3 +242,50 @@ async def test_a_plain_question_with_tools_offered_gets_an_answer_and_no_call(cp
     # question back: none of these asks for the weather or the time
     assert after["answers_said_instead_of_calls"] - before["answers_said_instead_of_calls"] == min(dropped, 1)
     assert after["answers_asking_back"] == before["answers_asking_back"]
+
+
+# (tool, request, what the call must hold); written free, each forced call came out as its first
+# value alone ("21", "4"): 4 of 8 such calls in /tmp experiments of 2026-11-27 (docs/tools.md)
+# ("a couple" is no number said: a call the thinker made on its own with it would be dropped, grounding.py)
+HELD = [
+    (THERMOSTAT, "Set the bedroom to twenty one degrees.", {"celsius": 21, "room": "bedroom"}),
+    (THERMOSTAT, "Make the living room warmer, 23 degrees.", {"celsius": 23, "room": "living_room"}),
+    (TABLE, "Book for four tomorrow at 7.", {"party_size": 4}),
+    (TABLE, "A table for a couple tonight at eight.", {"party_size": 2}),
+]
+SAID = {r for _, r, _ in HELD if "couple" not in r}
+
+
+async def held_call(ws_base: str, tool: dict, request: str, tool_choice: object) -> tuple[dict, object]:  # type: ignore[type-arg]
+    """The call one response makes to ``request`` with ``tool`` offered; its arguments, checked
+    against the tool's schema, and the call item."""
+    import jsonschema
+
+    async with connect(ws_base) as c:
+        await c.expect("session.created")
+        await c.send({"type": "session.update", "session": {"type": "realtime", "instructions": INSTRUCTIONS, "output_modalities": ["text"], "tools": [tool]}})
+        await c.expect("session.updated")
+        await c.send(user(request))
+        await c.send({"type": "response.create", "response": {"tool_choice": tool_choice}})
+        done = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
+        assert done.status == "completed", done.status_details
+        (call,) = calls_of(c.events)
+        assert call.name == tool["name"] and streamed_arguments(c.events, call.id) == call.arguments
+    arguments = json.loads(call.arguments)
+    jsonschema.validate(arguments, tool["parameters"])
+    return arguments, call
+
+
+@pytest.mark.parametrize("tool, request_text, held", HELD, ids=[r for _, r, _ in HELD])
+async def test_a_calls_arguments_are_held_to_its_tools_schema(cpu_server, tool, request_text, held):
+    """A call's arguments are written under vLLM's structured outputs, held to the tool's JSON
+    schema (``thinker.constrain_calls``): an object with every required value, each of its type and
+    inside its enum and bounds: a call the client forces, and one the thinker makes on its own."""
+    before = cpu_server.stats()
+    forced, _ = await held_call(cpu_server.ws_base, tool, request_text, {"type": "function", "name": tool["name"]})
+    assert {k: forced[k] for k in held} == held, forced
+    if request_text in SAID:
+        chosen, _ = await held_call(cpu_server.ws_base, tool, request_text, "auto")  # (named by the model, then held)
+        assert {k: chosen[k] for k in held} == held, chosen
+    after = cpu_server.stats()
+    assert after["tool_calls_off_schema"] == before["tool_calls_off_schema"] and after["tool_schemas_refused"] == before["tool_schemas_refused"]

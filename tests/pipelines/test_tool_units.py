@@ -24,7 +24,7 @@ from pipelines.cascade.tools import (
     ToolStream,
     call_schema,
     call_start_ids,
-    callable_tools,
+    forced_schema,
     forced_start,
     schema_errors,
     tool_specs,
@@ -211,8 +211,9 @@ class ScriptedThinker:
     ``constrain``: the thinker holds calls to their schema (``ThinkerOptions.constrain_calls``); the
     request that does is scripted like any other, its schema recorded."""
 
-    def __init__(self, *texts: str, constrain: bool = False) -> None:
+    def __init__(self, *texts: str, constrain: bool = False, refuse: bool = False) -> None:
         self.options = ThinkerOptions(constrain_calls=constrain)
+        self.refuse = refuse  # a request with a schema fails as vLLM's does for one its grammar cannot take
         self.texts = list(texts)
         self.prompts: list[list[int]] = []
         self.banned: list[frozenset[int]] = []
@@ -230,6 +231,8 @@ class ScriptedThinker:
         self.prompts.append(prompt)
         self.banned.append(generation.banned if generation is not None else frozenset())
         self.schemas.append(generation.schema if generation is not None else None)
+        if self.refuse and self.schemas[-1] is not None:
+            raise ValueError("The provided JSON schema contains features not supported by xgrammar.")
         text = self.texts.pop(0)
         i = 0
         try:
@@ -317,33 +320,57 @@ def test_the_schema_a_call_is_held_to_takes_the_calls_of_the_tools_offered_and_n
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(call, schema)
     assert list(call_schema([WEATHER])["properties"]) == ["name", "arguments"]  # (the name first, as the template writes it)
-    assert callable_tools("forecast", [WEATHER, FORECAST_TOOL]) == [FORECAST_TOOL]
-    assert callable_tools("required", [WEATHER, FORECAST_TOOL]) == callable_tools("auto", [WEATHER, FORECAST_TOOL]) == [WEATHER, FORECAST_TOOL]
-    assert forced_start("required", [WEATHER], constrained=True) == forced_start("get_weather", [WEATHER], constrained=True) == "<tool_call>\n"
+    # a forced call: "required" chooses its tool under the grammar; a named one's prompt names it
+    assert forced_start("required", [WEATHER, FORECAST_TOOL], constrained=True) == "<tool_call>\n"
+    assert forced_schema("required", [WEATHER, FORECAST_TOOL]) == call_schema([WEATHER, FORECAST_TOOL])
+    assert forced_start("forecast", [WEATHER, FORECAST_TOOL], constrained=True) == '<tool_call>\n{"name": "forecast", "arguments": '
+    assert forced_schema("forecast", [WEATHER, FORECAST_TOOL]) == FORECAST_TOOL.parameters
 
 
-async def test_at_a_calls_first_character_the_answer_goes_on_in_a_request_held_to_the_schema():
-    """The first request is closed where its call begins (its made-up "day" never reaches anyone);
-    the second goes on from the prompt, what was said and the call's tag, held to the schema."""
+async def test_once_the_model_names_a_tool_its_arguments_are_written_held_to_the_tools_schema():
+    """The first request is closed when the model has named a tool offered (its made-up "day" never
+    reaches anyone); the second goes on from the prompt, what was said and the call's head, its
+    arguments held to the tool's schema."""
     thinker = ScriptedThinker(
         'Let me check. {"name": "forecast", "arguments": {"location": "Denver", "day": "Tuesday", "and more": "text the model would have written"}}',
-        '{"name": "forecast", "arguments": {"location": "Denver", "day": "tomorrow"}}',
+        '{"location": "Denver", "day": "tomorrow"}',
         constrain=True,
     )
     said, calls, pipeline = await _produce(thinker, "Will it snow in Denver tomorrow?")
     assert said == "Let me check. " and [(c.name, json.loads(c.arguments)) for c in calls] == [("forecast", {"location": "Denver", "day": "tomorrow"})]
-    assert thinker.schemas == [None, call_schema([FORECAST_TOOL])] and thinker.closed == 1
-    assert thinker.prompts[1] == [10, 11, *thinker.tokenizer.encode("Let me check. <tool_call>\n", add_special_tokens=False)]
+    assert thinker.schemas == [None, FORECAST_TOOL.parameters] and thinker.closed == 1
+    head = 'Let me check. <tool_call>\n{"name": "forecast", "arguments": '
+    assert thinker.prompts[1] == [10, 11, *thinker.tokenizer.encode(head, add_special_tokens=False)]
     assert pipeline.counts["tool_calls"] == 1 and pipeline.counts["tool_calls_off_schema"] == 0
+
+
+async def test_a_call_of_a_tool_not_offered_is_not_held_to_another_tools_schema():
+    """The model chooses the tool: held to the schema of the tools offered, "divide" became a call
+    for the weather in London (bench tools); it is dropped, and the answer said in words."""
+    thinker = ScriptedThinker('{"name": "divide", "arguments": {"dividend": 100, "divisor": 4}}', "That is twenty five.", constrain=True)
+    said, calls, pipeline = await _produce(thinker, "What's one hundred divided by four?")
+    assert calls == [] and said == "That is twenty five." and thinker.schemas == [None, None]
+    assert pipeline.counts["tool_calls_unknown"] == 1
 
 
 async def test_an_answer_in_words_is_one_request_and_a_forced_call_is_held_from_its_first_token():
     thinker = ScriptedThinker("It will snow, so dress warmly.", constrain=True)
     said, calls, _ = await _produce(thinker, "Should I wear a coat?")
     assert said == "It will snow, so dress warmly." and calls == [] and thinker.schemas == [None]
-    thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "Denver", "day": "today"}}', constrain=True)
+    thinker = ScriptedThinker('{"location": "Denver", "day": "today"}', constrain=True)
     _, calls, _ = await _produce(thinker, "Will it snow in Denver today?", tool_choice="forecast")
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("forecast", {"location": "Denver", "day": "today"})]
+    assert thinker.schemas == [FORECAST_TOOL.parameters]
+    thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "Denver", "day": "today"}}', constrain=True)
+    _, calls, _ = await _produce(thinker, "Will it snow in Denver today?", tool_choice="required")
     assert [c.name for c in calls] == ["forecast"] and thinker.schemas == [call_schema([FORECAST_TOOL])]
+
+
+async def test_a_schema_the_engine_refuses_leaves_the_call_as_the_model_writes_it():
+    thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "Denver", "day": "tomorrow"}} and on', '{"location": "Denver", "day": "tomorrow"}', constrain=True, refuse=True)
+    said, calls, pipeline = await _produce(thinker, "Will it snow in Denver tomorrow?")
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("forecast", {"location": "Denver", "day": "tomorrow"})]
+    assert thinker.schemas == [None, FORECAST_TOOL.parameters, None] and pipeline.counts["tool_schemas_refused"] == 1
 
 
 def test_a_request_asks_for_a_tool_when_it_names_what_the_tool_does():
