@@ -244,8 +244,8 @@ async def test_a_plain_question_with_tools_offered_gets_an_answer_and_no_call(cp
     assert after["answers_asking_back"] == before["answers_asking_back"]
 
 
-# (tool, request, what the call must hold); written free, each forced call came out as its first
-# value alone ("21", "4"): 4 of 8 such calls in /tmp experiments of 2026-11-27 (docs/tools.md)
+# (tool, request, what the call must hold); written free (constrain_calls off), each of these forced
+# calls came out as its first value alone ("21", "4"), not an object (docs/tools.md)
 # ("a couple" is no number said: a call the thinker made on its own with it would be dropped, grounding.py)
 HELD = [
     (THERMOSTAT, "Set the bedroom to twenty one degrees.", {"celsius": 21, "room": "bedroom"}),
