@@ -584,7 +584,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "qwen2.5-coder-0.5b-w8-tools-after-output": ("cpu", {}, {"tools_after_output": "offered"}),  # the tools offered when answering an output
     "qwen2.5-coder-0.5b-w8-tools-shown-after-output": ("cpu", {}, {"tools_after_output": "shown"}),  # the answer to an output with them in its prompt, calls banned
     "qwen2.5-coder-0.5b-w8-ungrounded": ("cpu", {"ground_calls": False}, {}),  # calls with values nobody said go out (before 2026-11-26)
-    "qwen2.5-coder-0.5b-w8-free-calls": ("cpu", {"constrain_calls": False}, {}),  # calls as the model writes them, not held to their schema (before 2026-11-27)
+    "qwen2.5-coder-0.5b-w8-free-calls": ("cpu", {"constrain_calls": "never"}, {}),  # every call as the model writes it (before 2026-11-27)
+    "qwen2.5-coder-0.5b-w8-held-calls": ("cpu", {"constrain_calls": "always"}, {}),  # a call the model makes on its own held to its schema too
     "qwen2.5-coder-0.5b": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct"}, {}),  # fp32 weights
     "qwen2.5-coder-0.5b-w8-whisper-base": ("cpu", {}, {"asr_model": "whisper-base"}),  # the agent hears better
 }

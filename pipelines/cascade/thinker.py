@@ -62,9 +62,11 @@ class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # when tools are offered: the penalty would push the answer off the JSON its prompt shows (bench/tools.py)
     tool_repetition_penalty: float = 1.0
     ground_calls: bool = True  # tool_choice auto: a call whose required values nobody said is dropped, and the answer said in words (grounding.py)
-    # a tool call's arguments held to its tool's JSON schema as they are written (vLLM's structured
-    # outputs): once the model has named a tool offered, they come from a request that can only write what fits it
-    constrain_calls: bool = True
+    # a tool call held to its tool's JSON schema as it is written (vLLM's structured outputs).
+    # forced: a call tool_choice forces, from its first token (one request, no cost); always: also a
+    # call the model makes on its own, its arguments from a second request once it has named a tool
+    # offered (+0.2 s to the call on two cores: docs/tools.md); never: every call as the model writes it
+    constrain_calls: Literal["forced", "always", "never"] = "forced"
     max_sentences: int = 2  # stop after this many sentences: spoken answers stay short
     temperature: float = 0.3  # small models ramble when hot; responses' temperature is not used
     repetition_penalty: float = 1.2
@@ -165,7 +167,7 @@ class VllmThinker:
         # one tiny request compiles/warms what the first real one would otherwise pay for
         async for _ in self.stream(self.render("You are a helpful assistant.", [Turn("user", "Hello.")]), "warmup", max_tokens=2):
             pass
-        if o.constrain_calls:  # the first request held to a schema builds the grammar's view of the vocabulary
+        if o.constrain_calls != "never":  # the first request held to a schema builds the grammar's view of the vocabulary
             # (0.74 s on a 2-core EPYC; a new schema after it, 0.08 s): paid here, not by a session's first call
             held = Generation(schema={"type": "object"})
             async for _ in self.stream(self.render("", [Turn("user", "{}")]), "warmup", max_tokens=1, generation=held):

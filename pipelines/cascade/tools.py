@@ -26,7 +26,7 @@ role), so vLLM's server-side tool parser never sees it.
   engine can hold a call to its schema, the call's arguments are written by a request that does
   (``constrain``), from the moment the model has named a tool offered.
 
-Where the engine cannot hold a call to its schema (``ThinkerOptions.constrain_calls`` off), arguments
+Where the engine does not hold a call to its schema (``ThinkerOptions.constrain_calls``), arguments
 that break it (or are not JSON at all) are still emitted, as OpenAI does for a tool without
 ``strict``: the client sees what the model wrote and answers with an error output if it must.
 ``schema_errors`` says what is wrong, for logs, counts and the tool bench.
@@ -449,6 +449,11 @@ class SpokenLimit:
 # ---------------------------------------------------------------------------------------------
 
 
+async def _aclose(deltas: AsyncIterator[str]) -> None:
+    with contextlib.suppress(Exception):
+        await deltas.aclose()  # type: ignore[attr-defined]
+
+
 class ToolStream:
     """An answer's text deltas split in two: ``speech()`` yields what is said before the first call
     and ends where the first call begins (so the talker finishes the preamble while the call is
@@ -483,6 +488,7 @@ class ToolStream:
         self._queue: asyncio.Queue[Any] = asyncio.Queue(self.QUEUE)
         self._reader: asyncio.Task[None] | None = None
         self._said = False
+        self._closing: asyncio.Future[None] | None = None  # the first request's close, once the arguments come from another
         self.ended: list[CallEnded] = []  # the calls made, for accounting (``schema_errors``)
         self.unknown: list[str] = []  # names of tools not offered that the model called anyway
         self.ungrounded: list[tuple[str, list[str]]] = []  # calls dropped for values nobody said: (name, values)
@@ -515,8 +521,9 @@ class ToolStream:
             first, self._deltas = self._deltas, self._constrain("".join(said), switch.name)
             self._constrain = None
             self._parser.rewrite_arguments()
-            with contextlib.suppress(Exception):
-                await first.aclose()  # type: ignore[attr-defined]
+            # closed beside the second request's start, not before it (measured: closing the first
+            # request before starting the second put ~115 ms between them)
+            self._closing = asyncio.ensure_future(_aclose(first))
 
     async def speech(self) -> AsyncIterator[str]:
         batches = self._batches()
@@ -617,3 +624,5 @@ class ToolStream:
                 await reader
         with contextlib.suppress(Exception):
             await self._deltas.aclose()  # type: ignore[attr-defined]
+        if self._closing is not None:
+            await asyncio.shield(self._closing)

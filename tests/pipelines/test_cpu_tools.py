@@ -244,16 +244,14 @@ async def test_a_plain_question_with_tools_offered_gets_an_answer_and_no_call(cp
     assert after["answers_asking_back"] == before["answers_asking_back"]
 
 
-# (tool, request, what the call must hold); written free (constrain_calls off), each of these forced
+# (tool, request, what the call must hold); written free (constrain_calls: never), each of these forced
 # calls came out as its first value alone ("21", "4"), not an object (docs/tools.md)
-# ("a couple" is no number said: a call the thinker made on its own with it would be dropped, grounding.py)
 HELD = [
     (THERMOSTAT, "Set the bedroom to twenty one degrees.", {"celsius": 21, "room": "bedroom"}),
     (THERMOSTAT, "Make the living room warmer, 23 degrees.", {"celsius": 23, "room": "living_room"}),
     (TABLE, "Book for four tomorrow at 7.", {"party_size": 4}),
     (TABLE, "A table for a couple tonight at eight.", {"party_size": 2}),
 ]
-SAID = {r for _, r, _ in HELD if "couple" not in r}
 
 
 async def held_call(ws_base: str, tool: dict, request: str, tool_choice: object) -> tuple[dict, object]:  # type: ignore[type-arg]
@@ -277,15 +275,14 @@ async def held_call(ws_base: str, tool: dict, request: str, tool_choice: object)
 
 
 @pytest.mark.parametrize("tool, request_text, held", HELD, ids=[r for _, r, _ in HELD])
-async def test_a_calls_arguments_are_held_to_its_tools_schema(cpu_server, tool, request_text, held):
-    """A call's arguments are written under vLLM's structured outputs, held to the tool's JSON
-    schema (``thinker.constrain_calls``): an object with every required value, each of its type and
-    inside its enum and bounds: a call the client forces, and one the thinker makes on its own."""
+async def test_a_forced_calls_arguments_are_held_to_its_tools_schema(cpu_server, tool, request_text, held):
+    """A call the client forces is written under vLLM's structured outputs from its first token, held
+    to the tool's JSON schema (``thinker.constrain_calls``, "forced" by default): an object with every
+    required value, each of its type and inside its enum and bounds. The thinker chooses the tool
+    under ``required``, the client under a named ``tool_choice``."""
     before = cpu_server.stats()
-    forced, _ = await held_call(cpu_server.ws_base, tool, request_text, {"type": "function", "name": tool["name"]})
-    assert {k: forced[k] for k in held} == held, forced
-    if request_text in SAID:
-        chosen, _ = await held_call(cpu_server.ws_base, tool, request_text, "auto")  # (named by the model, then held)
-        assert {k: chosen[k] for k in held} == held, chosen
+    for choice in ({"type": "function", "name": tool["name"]}, "required"):
+        arguments, _ = await held_call(cpu_server.ws_base, tool, request_text, choice)
+        assert {k: arguments[k] for k in held} == held, (choice, arguments)
     after = cpu_server.stats()
     assert after["tool_calls_off_schema"] == before["tool_calls_off_schema"] and after["tool_schemas_refused"] == before["tool_schemas_refused"]

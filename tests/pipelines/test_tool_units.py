@@ -208,11 +208,11 @@ def test_an_answer_held_to_words_cannot_begin_a_call():
 
 class ScriptedThinker:
     """The thinker's side of a production: each request streams the next scripted text (in pieces).
-    ``constrain``: the thinker holds calls to their schema (``ThinkerOptions.constrain_calls``); the
-    request that does is scripted like any other, its schema recorded."""
+    ``constrain``: ``ThinkerOptions.constrain_calls``; a request held to a schema is scripted like any
+    other, its schema recorded."""
 
-    def __init__(self, *texts: str, constrain: bool = False, refuse: bool = False) -> None:
-        self.options = ThinkerOptions(constrain_calls=constrain)
+    def __init__(self, *texts: str, constrain: str = "never", refuse: bool = False) -> None:
+        self.options = ThinkerOptions(constrain_calls=constrain)  # type: ignore[arg-type]
         self.refuse = refuse  # a request with a schema fails as vLLM's does for one its grammar cannot take
         self.texts = list(texts)
         self.prompts: list[list[int]] = []
@@ -334,7 +334,7 @@ async def test_once_the_model_names_a_tool_its_arguments_are_written_held_to_the
     thinker = ScriptedThinker(
         'Let me check. {"name": "forecast", "arguments": {"location": "Denver", "day": "Tuesday", "and more": "text the model would have written"}}',
         '{"location": "Denver", "day": "tomorrow"}',
-        constrain=True,
+        constrain="always",
     )
     said, calls, pipeline = await _produce(thinker, "Will it snow in Denver tomorrow?")
     assert said == "Let me check. " and [(c.name, json.loads(c.arguments)) for c in calls] == [("forecast", {"location": "Denver", "day": "tomorrow"})]
@@ -347,27 +347,36 @@ async def test_once_the_model_names_a_tool_its_arguments_are_written_held_to_the
 async def test_a_call_of_a_tool_not_offered_is_not_held_to_another_tools_schema():
     """The model chooses the tool: held to the schema of the tools offered, "divide" became a call
     for the weather in London (bench tools); it is dropped, and the answer said in words."""
-    thinker = ScriptedThinker('{"name": "divide", "arguments": {"dividend": 100, "divisor": 4}}', "That is twenty five.", constrain=True)
+    thinker = ScriptedThinker('{"name": "divide", "arguments": {"dividend": 100, "divisor": 4}}', "That is twenty five.", constrain="always")
     said, calls, pipeline = await _produce(thinker, "What's one hundred divided by four?")
     assert calls == [] and said == "That is twenty five." and thinker.schemas == [None, None]
     assert pipeline.counts["tool_calls_unknown"] == 1
 
 
-async def test_an_answer_in_words_is_one_request_and_a_forced_call_is_held_from_its_first_token():
-    thinker = ScriptedThinker("It will snow, so dress warmly.", constrain=True)
+@pytest.mark.parametrize("mode", ["forced", "always"])
+async def test_an_answer_in_words_is_one_request_and_a_forced_call_is_held_from_its_first_token(mode):
+    thinker = ScriptedThinker("It will snow, so dress warmly.", constrain=mode)
     said, calls, _ = await _produce(thinker, "Should I wear a coat?")
     assert said == "It will snow, so dress warmly." and calls == [] and thinker.schemas == [None]
-    thinker = ScriptedThinker('{"location": "Denver", "day": "today"}', constrain=True)
+    thinker = ScriptedThinker('{"location": "Denver", "day": "today"}', constrain=mode)
     _, calls, _ = await _produce(thinker, "Will it snow in Denver today?", tool_choice="forecast")
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("forecast", {"location": "Denver", "day": "today"})]
     assert thinker.schemas == [FORECAST_TOOL.parameters]
-    thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "Denver", "day": "today"}}', constrain=True)
+    thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "Denver", "day": "today"}}', constrain=mode)
     _, calls, _ = await _produce(thinker, "Will it snow in Denver today?", tool_choice="required")
     assert [c.name for c in calls] == ["forecast"] and thinker.schemas == [call_schema([FORECAST_TOOL])]
 
 
+async def test_by_default_a_call_the_model_makes_on_its_own_is_written_as_it_writes_it():
+    """``forced`` (the default): a call ``tool_choice: auto`` lets the model make costs no second request."""
+    thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "Denver", "day": "today"}}')
+    thinker.options = ThinkerOptions()
+    _, calls, _ = await _produce(thinker, "Will it snow in Denver today?")
+    assert [c.name for c in calls] == ["forecast"] and thinker.schemas == [None] and thinker.closed == 0
+
+
 async def test_a_schema_the_engine_refuses_leaves_the_call_as_the_model_writes_it():
-    thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "Denver", "day": "tomorrow"}} and on', '{"location": "Denver", "day": "tomorrow"}', constrain=True, refuse=True)
+    thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "Denver", "day": "tomorrow"}} and on', '{"location": "Denver", "day": "tomorrow"}', constrain="always", refuse=True)
     said, calls, pipeline = await _produce(thinker, "Will it snow in Denver tomorrow?")
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("forecast", {"location": "Denver", "day": "tomorrow"})]
     assert thinker.schemas == [None, FORECAST_TOOL.parameters, None] and pipeline.counts["tool_schemas_refused"] == 1
