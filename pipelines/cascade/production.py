@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,7 +106,7 @@ class CascadeProduction(Production):
         if self.streamed is not None:  # never started answering (cancelled before its first step)
             await self.streamed.close()
 
-    async def _think(self, ids: list[int], budget: int) -> AsyncIterator[str]:
+    async def _think(self, ids: list[int], budget: int) -> AsyncGenerator[str, None]:
         """The thinker's answer to ``ids`` (``self.generation``'s); held to its ``schema`` if it has
         one, unless the engine refuses the schema (a tool's that its grammar cannot take): then the
         call is written as the model writes it, as with ``constrain_calls: never``."""

@@ -39,7 +39,7 @@ import contextlib
 import json
 import re
 import secrets
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -496,7 +496,7 @@ class ToolStream:
         self._dropped: set[str] = set()
         self._held: dict[str, list[ToolCallDelta]] = {}  # with ``words``: a call's chunks until its values are checked
 
-    async def _batches(self) -> AsyncIterator[list[Event]]:
+    async def _batches(self) -> AsyncGenerator[list[Event], None]:
         """The parser's events, a list per delta of text; with ``constrain``, from the head of the
         first call of a tool offered, the arguments from the request that holds them to its schema."""
         said: list[str] = []
@@ -545,7 +545,7 @@ class ToolStream:
             raise
         self._reader = asyncio.ensure_future(self._read_calls(batches))
 
-    async def _read_calls(self, batches: AsyncIterator[list[Event]]) -> None:
+    async def _read_calls(self, batches: AsyncGenerator[list[Event], None]) -> None:
         try:
             async for batch in batches:
                 for event in batch:
@@ -557,7 +557,7 @@ class ToolStream:
             await self._queue.put(exc)
         finally:
             with contextlib.suppress(Exception):
-                await batches.aclose()  # type: ignore[attr-defined]
+                await batches.aclose()
             with contextlib.suppress(Exception):
                 await self._deltas.aclose()  # type: ignore[attr-defined]
         await self._queue.put(None)
