@@ -545,14 +545,24 @@ class ToolStream:
             raise
         self._reader = asyncio.ensure_future(self._read_calls(batches))
 
+    def _read_enough(self) -> bool:
+        """Whether the rest of the answer is of no use: its calls are done, or it began with a call
+        of a tool not offered (nothing said, no call made: the answer is said in words instead, and
+        the sooner the better; measured, writing out such a call's arguments delayed that answer
+        by ~0.6 s on two cores)."""
+        if self._parser.calls and (not self._parallel or self._parser.trailing):
+            return True
+        return bool(self.unknown) and not self.made and not self._held and not self.ended
+
     async def _read_calls(self, batches: AsyncGenerator[list[Event], None]) -> None:
         try:
-            async for batch in batches:
-                for event in batch:
-                    if not isinstance(event, Said):
-                        await self._put(self._chunk(event))
-                if self._parser.calls and (not self._parallel or self._parser.trailing):
-                    break
+            if not self._read_enough():
+                async for batch in batches:
+                    for event in batch:
+                        if not isinstance(event, Said):
+                            await self._put(self._chunk(event))
+                    if self._read_enough():
+                        break
         except Exception as exc:
             await self._queue.put(exc)
         finally:

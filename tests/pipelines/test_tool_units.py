@@ -344,13 +344,15 @@ async def test_once_the_model_names_a_tool_its_arguments_are_written_held_to_the
     assert pipeline.counts["tool_calls"] == 1 and pipeline.counts["tool_calls_off_schema"] == 0
 
 
-async def test_a_call_of_a_tool_not_offered_is_not_held_to_another_tools_schema():
+@pytest.mark.parametrize("mode", ["forced", "always"])
+async def test_a_call_of_a_tool_not_offered_is_dropped_at_its_name_and_answered_in_words(mode):
     """The model chooses the tool: held to the schema of the tools offered, "divide" became a call
-    for the weather in London (bench tools); it is dropped, and the answer said in words."""
-    thinker = ScriptedThinker('{"name": "divide", "arguments": {"dividend": 100, "divisor": 4}}', "That is twenty five.", constrain="always")
+    for the weather in London (bench tools); it is dropped once its name is known (the request
+    closed before its arguments are written), and the answer said in words."""
+    thinker = ScriptedThinker('{"name": "divide", "arguments": {"dividend": 100, "divisor": 4}}', "That is twenty five.", constrain=mode)
     said, calls, pipeline = await _produce(thinker, "What's one hundred divided by four?")
     assert calls == [] and said == "That is twenty five." and thinker.schemas == [None, None]
-    assert pipeline.counts["tool_calls_unknown"] == 1
+    assert pipeline.counts["tool_calls_unknown"] == 1 and thinker.closed == 1
 
 
 @pytest.mark.parametrize("mode", ["forced", "always"])
