@@ -450,6 +450,7 @@ class SpokenLimit:
 
 
 async def _aclose(deltas: AsyncIterator[str]) -> None:
+    """Close a stream of deltas (aborting its engine request), whatever it raises on the way."""
     with contextlib.suppress(Exception):
         await deltas.aclose()  # type: ignore[attr-defined]
 
@@ -568,8 +569,7 @@ class ToolStream:
         finally:
             with contextlib.suppress(Exception):
                 await batches.aclose()
-            with contextlib.suppress(Exception):
-                await self._deltas.aclose()  # type: ignore[attr-defined]
+            await _aclose(self._deltas)
         await self._queue.put(None)
 
     async def _put(self, chunks: list[Any]) -> None:
@@ -631,7 +631,6 @@ class ToolStream:
             reader.cancel()
             with contextlib.suppress(BaseException):
                 await reader
-        with contextlib.suppress(Exception):
-            await self._deltas.aclose()  # type: ignore[attr-defined]
+        await _aclose(self._deltas)
         if self._closing is not None:
             await asyncio.shield(self._closing)
