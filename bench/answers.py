@@ -15,7 +15,10 @@ does not share its ears), so a TTS failure counts as a wrong answer. Per thinker
     python -m bench.answers [--configs smollm2 smollm2-examples gemma3-270m] [--limit N] [--silence-ms 500] [--tools]
 
 ``--tools`` offers bench.tools' five function tools in every session (no prompt needs one): what
-tools on offer do to plain answers.
+tools on offer do to plain answers. Every session is opened with one API key, as an app's sessions
+are (the openai SDK always sends one), so sessions share the cached prefix of the instructions and
+tools (docs/reliability.md); ``--anonymous`` opens them without a key, each in a prefix-cache
+namespace of its own, so each prefills its tools while its user speaks.
 
 Results go to bench/results/answers-*.json with every answer, its transcript and its score.
 """
@@ -181,9 +184,13 @@ def config(name: str, silence_ms: int, tools: bool = False) -> dict[str, Any]:
     return cfg
 
 
-async def score(url: str, items: list[tuple[Conversation, Prompt]], ears: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Replay ``items`` into the server at ``url`` one by one; each scored answer, and the replay."""
-    result = await replay.replay([c for c, _ in items], Options(url=url, keep_audio=True), concurrency=1, progress=False)
+KEY = "bench-answers"  # any key opens the bench's open server; one key: one prefix-cache namespace
+
+
+async def score(url: str, items: list[tuple[Conversation, Prompt]], ears: Any, api_key: str | None = KEY) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Replay ``items`` into the server at ``url`` one by one, each session opened with ``api_key``;
+    each scored answer, and the replay."""
+    result = await replay.replay([c for c, _ in items], Options(url=url, keep_audio=True, api_key=api_key), concurrency=1, progress=False)
     by_conv: dict[str, dict[str, Any]] = {}
     for turn in result["turns"]:
         by_conv[turn["conversation"]] = turn  # the last turn of each conversation is the scored one
@@ -224,9 +231,9 @@ def summarize(rows: list[dict[str, Any]], result: dict[str, Any]) -> dict[str, A
     return summary
 
 
-def run_config(name: str, items: list[tuple[Conversation, Prompt]], silence_ms: int, ears: Any, tools: bool = False) -> dict[str, Any]:
+def run_config(name: str, items: list[tuple[Conversation, Prompt]], silence_ms: int, ears: Any, tools: bool = False, api_key: str | None = KEY) -> dict[str, Any]:
     with server_process(config(name, silence_ms, tools), startup_s=900) as url:
-        rows, result = asyncio.run(score(url, items, ears))
+        rows, result = asyncio.run(score(url, items, ears, api_key))
     return {"summary": summarize(rows, result), "answers": rows}
 
 
@@ -236,16 +243,17 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="only the first N prompts (and N/10 follow-ups)")
     parser.add_argument("--silence-ms", type=int, default=500)
     parser.add_argument("--tools", action="store_true", help="offer bench.tools' five function tools in every session (no prompt needs one)")
+    parser.add_argument("--anonymous", action="store_true", help="sessions without an API key: each its own prefix-cache namespace")
     args = parser.parse_args()
     from pipelines import models
     from pipelines.cascade.listener import WhisperListener
 
     ears = WhisperListener(str(models.ensure("whisper-base", print)), 2, 1)
     items = conversations(args.limit)
-    result: dict[str, Any] = {"machine": machine(), "silence_ms": args.silence_ms, "tools": args.tools, "configs": {}}
+    result: dict[str, Any] = {"machine": machine(), "silence_ms": args.silence_ms, "tools": args.tools, "anonymous": args.anonymous, "configs": {}}
     for name in args.configs:
         print(f"{name}: {len(items)} conversations ...", flush=True)
-        result["configs"][name] = data = run_config(name, items, args.silence_ms, ears, args.tools)
+        result["configs"][name] = data = run_config(name, items, args.silence_ms, ears, args.tools, None if args.anonymous else KEY)
         for r in data["answers"]:
             mark = "+" if r["correct"] else "-"
             print(f"  {mark} {r['prompt'][:40]:40} -> {r['heard'][:70]!r}")

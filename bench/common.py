@@ -52,14 +52,16 @@ yaml.SafeDumper.add_representer(ServerURL, lambda dumper, url: dumper.represent_
 
 @contextlib.contextmanager
 def server_process(config: dict[str, Any], startup_s: float = 600.0) -> Iterator[ServerURL]:
-    """``realtime-omni serve`` in a child process with ``config``; yields its ws base URL."""
+    """``realtime-omni serve`` in a child process with ``config``; yields its ws base URL. Its log
+    (``ServerURL.log``) is at ``BENCH_SERVER_LOG_LEVEL`` (warning unless set; debug gives each
+    pause's hearing timeline and the turn-end policy's verdicts)."""
     port = free_port()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         yaml.safe_dump({**config, "port": port}, f)
         path = f.name
     log = open(Path(tempfile.gettempdir()) / f"realtime-omni-bench-{port}.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "host", "serve", "--config", path, "--log-level", "warning"],
+        [sys.executable, "-m", "host", "serve", "--config", path, "--log-level", os.environ.get("BENCH_SERVER_LOG_LEVEL", "warning")],
         stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
