@@ -99,11 +99,12 @@ class TurnEndPolicy:
         model = self.model
         if model is None:
             return Decision(None, None)
-        # the words first, then the sound: on two cores Smart Turn beside the thinker's judgement
-        # step made that step 80-100 ms longer (bench notes in docs/turn-taking.md), and the
-        # sound alone takes 30-50 ms
-        heard = None if hear is None else await _within(hear, self.config.hearing_wait_ms / 1000)
+        # the sound first, at the check, while the pause's hearing finishes; then the words: the
+        # verdict comes with the thinker's judgement, and the answer begun there runs alone on two
+        # cores (after the words, the sound ran beside the answer's first step: 28 ms later to
+        # the first audio, docs/turn-taking.md)
         audio = await model.judge(pcm, rate)
+        heard = None if hear is None else await _within(hear, self.config.hearing_wait_ms / 1000)
         verdict = self.config.fusion.verdict(audio.probability, audio.cpu_ms, heard)
         wait = verdict.wait_s(self.eagerness(eagerness).threshold)
         log.debug(
