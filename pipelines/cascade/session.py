@@ -110,8 +110,8 @@ class CascadeSession(PipelineSession):
     def _warm_plain(self, request: ResponseRequest) -> None:
         """With tools offered, the prefix of the turn's answer in words too (the conversation
         without the tools), after the prompt's own: an answer whose calls are dropped is then made
-        from the prefix cache, not from a cold prefill of the whole conversation (on two cores
-        ~5 ms a token: 0.6-1 s more for a fresh session's answer, bench notes in docs/tools.md)."""
+        from the prefix cache, not from a cold prefill of the whole conversation (~5 ms a token
+        on two cores; docs/tools.md)."""
         prefix = self.prompts.plain_prefix(request)
         if prefix is not None and prefix != self.warmed_plain:
             self.warmed_plain = prefix
