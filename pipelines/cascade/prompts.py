@@ -51,15 +51,6 @@ class Prompts:
         """Where the open turn's words go in its prompt: the conversation so far and the tools shown."""
         return list(self.thinker.prefix(request.instructions, self.turns(request, {}), tool_specs(self.shown(request))))
 
-    def plain_prefix(self, request: ResponseRequest) -> list[int] | None:
-        """Where the open turn's words go in the prompt of its answer in words (``prompt(...,
-        tools=False)``), when the answer may need one: tools offered with ``tool_choice`` auto,
-        whose calls may be dropped (a tool not offered, values nobody said) and answered in words
-        instead. None otherwise."""
-        if request.tool_choice != "auto" or not self.offered(request):
-            return None
-        return list(self.thinker.prefix(request.instructions, self.turns(request, {})))
-
     def shown(self, request: ResponseRequest) -> list[Tool]:
         """The tools in the prompt: those ``offered``, and in the answer to a tool's output the
         tools as before when ``tools_after_output`` is "shown" (the prompt then goes on from the

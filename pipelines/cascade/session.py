@@ -63,7 +63,6 @@ class CascadeSession(PipelineSession):
         self.hearing = Hearing(self._transcribe_turn, pipeline.thinker, self.salt, pipeline.counts, self._background, session_id)
         self.ahead: Ahead[CascadeSpeculation] = Ahead(pipeline.counts)  # the answer started at the last pause
         self.warmed: list[int] = []  # the prompt prefix last prefilled while the user spoke (listen)
-        self.warmed_plain: list[int] = []  # the last prefix of an answer in words prefilled (_warm_plain)
         self.streamed: StreamedPrompt | None = None  # the open turn's prompt, its first part prefilled (listen)
         self.listening: tuple[ResponseRequest, bool] | None = None  # what listen() was given for the open turn
         self.transcripts: OrderedDict[str, asyncio.Future[str]] = OrderedDict()
@@ -99,24 +98,11 @@ class CascadeSession(PipelineSession):
         self.streamed = self.pipeline.thinker.open_prompt(prefix, self.salt, judging)
         if self.streamed is None:
             self._warm_once(prefix)
-        self._warm_plain(request)
 
     def prepare(self, request: ResponseRequest) -> None:
         """The instructions and tools every prompt begins with, prefilled now (off the turn's path):
         a fresh session's first turn finds them in the prefix cache (its key's sessions share it)."""
         self._warm_once(self.prompts.prefix(request), prepared=True)
-        self._warm_plain(request)
-
-    def _warm_plain(self, request: ResponseRequest) -> None:
-        """With tools offered, the prefix of the turn's answer in words too (the conversation
-        without the tools), after the prompt's own: an answer whose calls are dropped is then made
-        from the prefix cache, not from a cold prefill of the whole conversation (~5 ms a token
-        on two cores; docs/tools.md)."""
-        prefix = self.prompts.plain_prefix(request)
-        if prefix is not None and prefix != self.warmed_plain:
-            self.warmed_plain = prefix
-            self.pipeline.counts["plain_prefix_warmups"] += 1
-            self._background(self._warm(prefix))
 
     def _warm_once(self, prefix: list[int], prepared: bool = False) -> None:
         """Prefill ``prefix`` in the background, unless it was the last one prefilled."""

@@ -242,8 +242,6 @@ async def test_a_plain_question_with_tools_offered_gets_an_answer_and_no_call(cp
     # question back: none of these asks for the weather or the time
     assert after["answers_said_instead_of_calls"] - before["answers_said_instead_of_calls"] == min(dropped, 1)
     assert after["answers_asking_back"] == before["answers_asking_back"]
-    # that answer's prompt (the conversation without the tools) was prefilled when the tools came
-    assert after["plain_prefix_warmups"] > before["plain_prefix_warmups"]
 
 
 # (tool, request, what the call must hold); written free (constrain_calls: never), each of these forced

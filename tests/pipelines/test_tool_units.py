@@ -416,33 +416,3 @@ def test_the_tools_in_the_answer_to_a_tools_output(after_output):
     assert prompts.offered(answering) == ([WEATHER] if mode == "offered" else [])
     assert prompts.shown(answering) == ([] if mode == "hidden" else [WEATHER])
     assert (after[: len(before)] == before) == (mode != "hidden")  # shown: the conversation's prompt goes on
-
-
-def test_the_prefix_of_an_answer_in_words_is_known_before_the_words():
-    """With tools offered and ``tool_choice`` auto, a call may be dropped and the turn answered in
-    words from the conversation without the tools (``ToolContext.plain``): the session prefills
-    that prompt's beginning while the user speaks (``plain_prefix``), so it must be exactly how
-    that prompt begins, whatever the user then says; with no call to drop there is none."""
-    from transformers import AutoTokenizer
-
-    from pipelines.base import FunctionCall, FunctionResult, Message, Part
-    from pipelines.cascade.prompts import Prompts
-
-    thinker = VllmThinker(ThinkerOptions())
-    thinker.tokenizer = AutoTokenizer.from_pretrained(str(models.path("qwen2.5-coder-0.5b-instruct-w8")))
-    prompts = Prompts(thinker, lambda: True, "hidden")
-    history = [
-        Message("item_1", "user", [Part("text", text="Weather in Paris?")]),
-        FunctionCall("item_2", "call_1", "get_weather", '{"city": "Paris"}', status="completed"),
-        FunctionResult("item_3", "call_1", '{"sky": "clear"}'),
-        Message("item_4", "assistant", [Part("text", text="It is clear in Paris.")]),
-    ]
-    for items in ([], history):
-        request = ResponseRequest("resp_1", items, "Be brief.", tools=[WEATHER])
-        prefix = prompts.plain_prefix(request)
-        assert prefix is not None and prefix != prompts.prefix(request)  # (the tools' prefix is another)
-        for words in ("Thanks!", "How many legs does a spider have?"):
-            plain = prompts.prompt(request, pending=words, tools=False)
-            assert plain[: len(prefix)] == prefix and len(plain) > len(prefix)
-    assert prompts.plain_prefix(ResponseRequest("resp_1", history, "Be brief.", tools=[WEATHER], tool_choice="required")) is None
-    assert prompts.plain_prefix(ResponseRequest("resp_1", history, "Be brief.")) is None
