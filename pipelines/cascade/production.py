@@ -172,7 +172,7 @@ class CascadeProduction(Production):
         budget = thinking.tool_max_tokens if offered else thinking.max_tokens
         if request.max_output_tokens is not None:
             budget = min(budget, request.max_output_tokens)
-        constrained = bool(offered) and thinking.constrain_calls != "never"  # a forced call held to its schema
+        constrained = bool(offered) and thinking.holds_calls  # a forced call held to its schema
         forced = forced_start(request.tool_choice, offered, constrained)
         if offered:  # the sentences cut counts what is said, not the calls
             self.generation.limit = SpokenLimit(thinking.max_sentences, request.parallel_tool_calls, forced)
@@ -215,7 +215,7 @@ class CascadeProduction(Production):
         if offered:  # the text before a call is said; the calls follow it (``_produce``)
             ground = request.tool_choice == "auto" and thinking.ground_calls  # (a call the client demands is never dropped)
             words = self.context.words if ground and self.context is not None else None
-            again = constrain if offered and thinking.constrain_calls == "always" and not forced else None
+            again = constrain if thinking.constrain_calls == "always" and not forced else None
             self.calls = ToolStream(said, offered, forced, request.parallel_tool_calls, words, again)
             said = self.calls.speech()
 

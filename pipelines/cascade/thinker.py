@@ -72,6 +72,11 @@ class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     repetition_penalty: float = 1.2
     seed: int | None = 0
 
+    @property
+    def holds_calls(self) -> bool:
+        """Whether any call is held to its schema (``constrain_calls`` is not "never"): a forced one at least."""
+        return self.constrain_calls != "never"
+
 
 @dataclass
 class Turn:
@@ -167,7 +172,7 @@ class VllmThinker:
         # one tiny request compiles/warms what the first real one would otherwise pay for
         async for _ in self.stream(self.render("You are a helpful assistant.", [Turn("user", "Hello.")]), "warmup", max_tokens=2):
             pass
-        if o.constrain_calls != "never":  # the first request held to a schema builds the grammar's view of the vocabulary
+        if o.holds_calls:  # the first request held to a schema builds the grammar's view of the vocabulary
             # (0.74 s on a 2-core EPYC; a new schema after it, 0.08 s): paid here, not by a session's first call
             held = Generation(schema={"type": "object"})
             async for _ in self.stream(self.render("", [Turn("user", "{}")]), "warmup", max_tokens=1, generation=held):
