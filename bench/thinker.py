@@ -10,6 +10,9 @@ the server uses, in this process), warms it, and measures with the engine alone:
   result as ``prompt_tokens``) under a fresh cache salt, to its first token;
 * ``prefill_turn_ms``: the next turn of that conversation (its history in the prefix cache, only
   the new question and answer header to compute), to its first token; what a turn costs;
+* ``prefill_new_ms``: 8, 40 and 100 new tokens after a cached prefix (the cold prompt's whole
+  blocks), to the first token: what a judgement at a pause or an answer to a tool's output costs
+  (their new words, and the block the cache could not keep);
 * ``decode_tokens_per_s``: 64 tokens generated past the end of an answer (``ignore_eos``), from the
   first token to the last.
 
@@ -43,6 +46,11 @@ HISTORY = [
     ("What is it famous for?", "Paris is famous for the Eiffel Tower and its museums."),
     ("How far away is the moon?", "The moon is about 384,000 kilometres from Earth."),
 ]
+NEW = (8, 40, 100)  # prefill_new_ms's sizes
+FILLER = (
+    "The old lighthouse keeper climbed the winding stairs every evening to light the lamp, "
+    "watching ships pass through the narrow channel while storms gathered over the grey sea. "
+) * 12
 QUESTIONS = ["Can you recommend a good book?", "What should I cook for dinner tonight?", "Tell me a fun fact about cats."]
 
 
@@ -79,6 +87,9 @@ async def measure(config: str, runs: int) -> dict[str, Any]:
         return (len(stamps) - 1) / (stamps[-1] - stamps[0])
 
     cold, turn, rate, sizes = [], [], [], []
+    filler = list(thinker.tokenizer.encode(FILLER, add_special_tokens=False))
+    block = options.block_size or 16
+    new: dict[int, list[float]] = {n: [] for n in NEW}
     for r in range(runs):
         salt = uuid.uuid4().hex  # a fresh conversation: nothing of it cached
         turns = [Turn(role, text) for q, a in HISTORY for role, text in (("user", q), ("assistant", a))]
@@ -86,6 +97,10 @@ async def measure(config: str, runs: int) -> dict[str, Any]:
         prompt = thinker.render(instructions, [*turns, Turn("user", question)])
         cold.append(await first_token(prompt, salt))
         sizes.append(len(prompt))
+        cached = prompt[: len(prompt) // block * block]  # the whole blocks just computed: in the cache
+        for i, n in enumerate(NEW):  # each from its own place in the text: no block of one is another's
+            start = 150 * i + 11 * r
+            new[n].append(await first_token(cached + filler[start : start + n], salt))
         # the next turn: the history is cached, the new question and the answer header are not
         nxt = thinker.render(instructions, [*turns, Turn("user", question), Turn("assistant", "Sure."), Turn("user", QUESTIONS[(r + 1) % len(QUESTIONS)])])
         turn.append(await first_token(nxt, salt))
@@ -99,6 +114,7 @@ async def measure(config: str, runs: int) -> dict[str, Any]:
         "prompt_tokens": statistics.median(sizes),
         "prefill_cold_ms": round(statistics.median(cold), 1),
         "prefill_turn_ms": round(statistics.median(turn), 1),
+        "prefill_new_ms": {str(n): round(statistics.median(ms), 1) for n, ms in new.items()},
         "decode_tokens_per_s": round(statistics.median(rate), 1),
         "runs": runs,
     }
@@ -128,9 +144,11 @@ def main() -> None:
     m = machine()
     m["ran_as"] = args.isa
     print(f"\n{m['cpu']} ({', '.join(m['flags'])}), run as {args.isa}, {m['cores']} cores")
-    print(f"{'config':18} {'model':34} {'dtype':9} {'prompt':>6} {'cold ms':>8} {'turn ms':>8} {'tok/s':>6}")
+    heads = " ".join(f"{'+' + str(n) + ' ms':>8}" for n in NEW)
+    print(f"{'config':18} {'model':34} {'dtype':9} {'prompt':>6} {'cold ms':>8} {'turn ms':>8} {heads} {'tok/s':>6}")
     for r in rows:
-        print(f"{r['config']:18} {r['model']:34} {r['dtype']:9} {r['prompt_tokens']:>6} {r['prefill_cold_ms']:>8} {r['prefill_turn_ms']:>8} {r['decode_tokens_per_s']:>6}")
+        news = " ".join(f"{r['prefill_new_ms'][str(n)]:>8}" for n in NEW)
+        print(f"{r['config']:18} {r['model']:34} {r['dtype']:9} {r['prompt_tokens']:>6} {r['prefill_cold_ms']:>8} {r['prefill_turn_ms']:>8} {news} {r['decode_tokens_per_s']:>6}")
     print("saved", save("thinker", {"machine": m, "results": rows}))
 
 
