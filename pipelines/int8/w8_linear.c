@@ -31,6 +31,7 @@
  */
 #include <immintrin.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdlib.h>
 
 /* The hash of this file, given by the build (hatch_build.py): the loader refuses a library built
@@ -102,8 +103,17 @@ static void quantize_row(const float *x, int16_t *q, float *xs, int64_t K, int64
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     float amax = _mm_cvtss_f32(m4);
     for (int64_t r = k; r < K; r++) amax = x[r] > amax ? x[r] : (-x[r] > amax ? -x[r] : amax);
+    /* a NaN or an infinity has no int16: the row's outputs are NaN, as a float product would
+     * make them (max_ps can drop a NaN, so the row is checked as a whole) */
+    __m256 bad = _mm256_setzero_ps();
+    for (k = 0; k + 8 <= K; k += 8) {
+        const __m256 v = _mm256_loadu_ps(x + k);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+    }
+    int finite = _mm256_movemask_ps(bad) == 0;
+    for (int64_t r = k; r < K; r++) finite &= (x[r] - x[r]) == 0.0f;
     const float s = amax > 0.0f ? amax / 32767.0f : 1.0f, inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-    *xs = s;
+    *xs = finite ? s : NAN;
     const __m256 iv = _mm256_set1_ps(inv);
     for (k = 0; k + 16 <= K; k += 16) {
         __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), iv));
@@ -183,7 +193,7 @@ int w8_linear(const float *x, const int8_t *packed, const float *scale, const fl
         return 0;
     }
     const int64_t K16 = (K + 15) / 16 * 16;
-    int16_t *xq = (int16_t *)aligned_alloc(64, sizeof(int16_t) * (size_t)(M * K16));
+    int16_t *xq = (int16_t *)aligned_alloc(64, (sizeof(int16_t) * (size_t)(M * K16) + 63) / 64 * 64); /* a multiple of 64, as C11 asks */
     float *xs = (float *)malloc(sizeof(float) * (size_t)M);
     if (!xq || !xs) {
         free(xq), free(xs);

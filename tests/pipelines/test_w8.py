@@ -375,3 +375,19 @@ async def test_vllm_runs_the_int8_thinker_as_faithfully_as_fp32():
     assert np.mean(top) >= 0.9, f"top-1 agreement {np.mean(top):.2f}"
     drift = [abs(fp32[i][ids[i]] - int8[i][ids[i]]) for i in positions if ids[i] in fp32[i] and ids[i] in int8[i]]
     assert len(drift) >= len(ids) // 2 and np.median(drift) < 0.1, f"median |d logprob| {np.median(drift):.3f} over {len(drift)}"
+
+
+@pytest.mark.parametrize("m", [1, 4])
+def test_a_row_that_is_not_finite_gives_nan_in_that_row_only(m):
+    """A NaN or an infinity in a row (a model gone wrong) shows in its outputs, as a float product
+    would show it, rather than being rounded into a number; the other rows are untouched."""
+    g = torch.Generator().manual_seed(13)
+    q, scale = w8.quantize(torch.randn(9, 64, generator=g))
+    x = torch.randn(m, 64, generator=g)
+    for bad in (float("nan"), float("inf")):
+        xb = x.clone()
+        xb[m - 1, 3] = bad
+        y = w8.linear(xb, w8.pack(q), scale)
+        assert not torch.isfinite(y[m - 1]).any()
+        if m > 1:
+            assert _close(y[: m - 1], x[: m - 1], q, scale, _reference(x[: m - 1], q, scale, None))
