@@ -122,12 +122,20 @@ def sipp(scenario: str, target: str, tmp: Path, *, calls: int = 1, rate: int = 1
     assert SIPP is not None
     path = tmp / f"scenario-{time.monotonic_ns()}.xml"
     path.write_text(scenario)
-    cmd = [
-        SIPP, "-sf", str(path), "-nostdin", "-m", str(calls), "-r", str(rate), "-l", str(calls),
-        "-i", "127.0.0.1", "-p", str(free_udp_port()), "-mp", str(free_udp_port() & ~1),
-        "-timeout", f"{timeout_s}s", "-trace_err", "-error_file", str(tmp / "sipp-errors.log"), *(extra or []), target,
-    ]  # fmt: skip
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s + 30, cwd=tmp, check=False)
+    for _ in range(3):
+        # its ports are picked free, then released for sipp to bind: another process (or another
+        # sipp started beside it) may take one first, and the media port, rounded down to even, may be
+        # taken already; sipp then stops at once ("Unable to bind ..."), before any message, and is
+        # started again on other ports (seen once in a full run: one of four concurrent callers)
+        cmd = [
+            SIPP, "-sf", str(path), "-nostdin", "-m", str(calls), "-r", str(rate), "-l", str(calls),
+            "-i", "127.0.0.1", "-p", str(free_udp_port()), "-mp", str(free_udp_port() & ~1),
+            "-timeout", f"{timeout_s}s", "-trace_err", "-error_file", str(tmp / "sipp-errors.log"), *(extra or []), target,
+        ]  # fmt: skip
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s + 30, cwd=tmp, check=False)
+        if "Unable to bind" not in result.stdout + result.stderr:
+            break
+    return result
 
 
 def invite_scenario(media_port: int, *, codecs: str = "0 101", rtpmap: str = "a=rtpmap:0 PCMU/8000\na=rtpmap:101 telephone-event/8000\na=fmtp:101 0-15",
