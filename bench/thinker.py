@@ -50,7 +50,7 @@ NEW = (8, 40, 100)  # prefill_new_ms's sizes
 FILLER = (
     "The old lighthouse keeper climbed the winding stairs every evening to light the lamp, "
     "watching ships pass through the narrow channel while storms gathered over the grey sea. "
-) * 12
+) * 30  # ~930 tokens: every run's slices below are whole
 QUESTIONS = ["Can you recommend a good book?", "What should I cook for dinner tonight?", "Tell me a fun fact about cats."]
 
 
@@ -100,7 +100,9 @@ async def measure(config: str, runs: int) -> dict[str, Any]:
         cached = prompt[: len(prompt) // block * block]  # the whole blocks just computed: in the cache
         for i, n in enumerate(NEW):  # each from its own place in the text: no block of one is another's
             start = 150 * i + 11 * r
-            new[n].append(await first_token(cached + filler[start : start + n], salt))
+            tail = filler[start : start + n]
+            assert len(tail) == n, f"the filler text is too short for {n} new tokens"
+            new[n].append(await first_token(cached + tail, salt))
         # the next turn: the history is cached, the new question and the answer header are not
         nxt = thinker.render(instructions, [*turns, Turn("user", question), Turn("assistant", "Sure."), Turn("user", QUESTIONS[(r + 1) % len(QUESTIONS)])])
         turn.append(await first_token(nxt, salt))
