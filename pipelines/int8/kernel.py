@@ -3,11 +3,12 @@
 ``linear(x, pack(weight), scale, bias)`` is ``x @ (weight * scale[:, None]).T + bias`` for an int8
 ``weight`` [N, K] with one float scale per output channel. One row (decoding) is multiplied in
 float; several rows (prefill) are rounded to int16, a scale per row, and multiplied in integers
-(twice the products per instruction; the error that adds is bounded, ``w8_linear.c`` says how). It runs ``w8_linear.c`` (AVX2 + FMA; see
-there why), compiled when the project is installed (``hatch_build.py``) into ``_w8_linear.so``
-beside this file and loaded with ctypes; nothing is compiled at run time. Where it cannot run (the
-library was not built, or was built from another version of the source; no AVX2/FMA here), the same
-product is computed with torch, correct and slow, and ``kernel_problem()`` says why.
+(twice the products per instruction; the error that adds is bounded, ``w8_linear.c`` says how).
+It runs ``w8_linear.c`` (AVX2 + FMA; see there why), compiled when the project is installed
+(``hatch_build.py``) into ``_w8_linear.so`` beside this file and loaded with ctypes; nothing is
+compiled at run time. Where it cannot run (the library was not built, or was built from another
+version of the source; no AVX2/FMA here), the same product is computed with torch, correct and
+slow, and ``kernel_problem()`` says why.
 
 Every tensor is checked before a pointer reaches C: a wrong dtype is a TypeError, a wrong shape, a
 non-contiguous weight or a tensor off the CPU a ValueError.

@@ -20,7 +20,7 @@
  *    to int16 once into a per-thread buffer (it stays in L1/L2), and 2 rows x 4 channels at a time
  *    run from it with vpmaddwd (16 products a step where an FMA does 8; 2 x 4, as 3 x 4 spills
  *    registers, the product needing one of its own): a product 1.2-1.7x as fast at the 0.5B
- *    thinker's shapes, `python -m bench thinker --isa avx2` cold prefill 700 -> 582 ms.
+ *    thinker's shapes, a prefill 18-32% sooner (docs/cpu-agent.md, `python -m bench thinker`).
  *    Sums stay exact in int32 for KC inputs, then go on in int64. The error added: half an int16
  *    step of the row times the channel's sum of |weights| at most (tests/pipelines/test_w8.py
  *    states it); teacher-forced over a chat exchange the int8 thinker's log probabilities drift
@@ -92,40 +92,29 @@ static inline void store_q(float *y, const float *scale, const float *bias, int6
     if (n < N) y[n] = (float)((double)dot * xs * scale[n]) + (bias ? bias[n] : 0.0f);
 }
 
-/* Row m of x (K floats) as int16 (K16, zero padded) with one scale: x ~= q * xs[m]. */
+/* Row m of x (K floats, K % 8 == 0) as int16 (K16, zero padded) with one scale: x ~= q * xs[m].
+ * A NaN or an infinity has no int16: the row's scale is then NaN, and so are its outputs, as a
+ * float product would make them (max_ps can drop a NaN, so v - v, NaN for both, is checked too). */
 static void quantize_row(const float *x, int16_t *q, float *xs, int64_t K, int64_t K16) {
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    __m256 mx = _mm256_setzero_ps();
-    int64_t k = 0;
-    for (; k + 8 <= K; k += 8) mx = _mm256_max_ps(mx, _mm256_and_ps(absmask, _mm256_loadu_ps(x + k)));
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), zero = _mm256_setzero_ps();
+    __m256 mx = zero, bad = zero;
+    for (int64_t k = 0; k < K; k += 8) {
+        const __m256 v = _mm256_loadu_ps(x + k);
+        mx = _mm256_max_ps(mx, _mm256_and_ps(absmask, v));
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(v, v), zero, _CMP_NEQ_UQ));
+    }
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    float amax = _mm_cvtss_f32(m4);
-    for (int64_t r = k; r < K; r++) amax = x[r] > amax ? x[r] : (-x[r] > amax ? -x[r] : amax);
-    /* a NaN or an infinity has no int16: the row's outputs are NaN, as a float product would
-     * make them (max_ps can drop a NaN, so the row is checked as a whole) */
-    __m256 bad = _mm256_setzero_ps();
-    for (k = 0; k + 8 <= K; k += 8) {
-        const __m256 v = _mm256_loadu_ps(x + k);
-        bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
-    }
-    int finite = _mm256_movemask_ps(bad) == 0;
-    for (int64_t r = k; r < K; r++) finite &= (x[r] - x[r]) == 0.0f;
-    const float s = amax > 0.0f ? amax / 32767.0f : 1.0f, inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-    *xs = finite ? s : NAN;
-    const __m256 iv = _mm256_set1_ps(inv);
-    for (k = 0; k + 16 <= K; k += 16) {
-        __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), iv));
-        __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k + 8), iv));
+    const float amax = _mm_cvtss_f32(m4);
+    *xs = _mm256_movemask_ps(bad) ? NAN : amax > 0.0f ? amax / 32767.0f : 1.0f;
+    const __m256 iv = _mm256_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
+    for (int64_t k = 0; k < K16; k += 16) {
+        const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), iv));
+        const __m256i b = k + 8 < K ? _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k + 8), iv)) : _mm256_setzero_si256();
         /* packs works within 128-bit lanes: a0-3 b0-3 a4-7 b4-7; the permute puts them in order */
         _mm256_storeu_si256((__m256i *)(q + k), _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8));
     }
-    for (; k < K; k++) {
-        float v = x[k] * inv;
-        q[k] = (int16_t)(v >= 0.0f ? v + 0.5f : v - 0.5f);
-    }
-    for (; k < K16; k++) q[k] = 0;
 }
 
 /* one 16-input step of a row and 4 channels: c_j += madd(x, w_j) */
