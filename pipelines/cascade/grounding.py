@@ -11,15 +11,19 @@ of a call that are nowhere in ``words`` (the instructions and the conversation's
 tools' descriptions, whose example values a model copies):
 
 * a required string argument's names (its capitalised words: "London", "New York") must each be
-  among the words; lowercase phrases ("my mother", "8 pm", "dollars") are the model's wording and
-  are not checked, nor are values from an ``enum`` (the tool's own);
+  among the words; lowercase phrases ("my mother", "dollars") are the model's wording and are not
+  checked, nor are values from an ``enum`` (the tool's own);
+* a required string with numbers in it ("8 pm", "7:30") must hold one the user said: "a table
+  at nine pm" written "8 pm" was not asked for;
 * a required string of digits (an order number) must hold, or be held in, a number the user said
   of three digits or more (digits spoken one by one are joined: "four five one two" is 4512), or
   be one of them;
 * a required integer or number must be one the user said ("a table for five": 5).
 
 Numbers are read from digits and from English number words ("twenty seven", "one hundred and
-twenty"). English only, like the CPU cascade's ears.
+twenty"). English only, like the CPU cascade's ears. In the instructions only digits count
+(``instructions``): their number words are their wording ("reply in one short sentence" is not a
+party of one).
 
 What the agent does with such a call (pipelines/cascade/production.py): when the user's last words
 ask for what the tool does (``asked_for``: they share a word with its name, "the forecast for
@@ -38,6 +42,7 @@ from typing import Any
 _UNITS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
 _TENS = {w: 10 * (i + 2) for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())}
 _SCALES = {"hundred": 100, "thousand": 1000}
+_NUMBER_WORDS = frozenset([*_UNITS, *_TENS, *_SCALES])
 _TOKEN = re.compile(r"[a-z]+|\d+")
 _NAME = re.compile(r"\b[A-Z][a-z]+(?:'[a-z]+)?\b")
 
@@ -82,6 +87,12 @@ def numbers_of(text: str) -> set[str]:
     return found
 
 
+def instructions(text: str) -> str:
+    """The instructions as grounds for a call's values: their words and digits, not their number
+    words."""
+    return " ".join(t for t in _TOKEN.findall(text.lower()) if t not in _NUMBER_WORDS)
+
+
 def ungrounded(arguments: str, parameters: dict[str, Any], words: str) -> list[str]:
     """The values of a call (its ``arguments`` JSON, against its tool's ``parameters`` schema) that
     appear nowhere in ``words``; empty when every required value was said (or the arguments are not
@@ -111,6 +122,10 @@ def ungrounded(arguments: str, parameters: dict[str, Any], words: str) -> list[s
                 long = [n for n in said_numbers if len(n) >= 3]
                 if str(int(digits)) not in said_numbers and not any(n in digits or digits in n for n in long):
                     missing.append(f"{name}={v}")
+                continue
+            numbers = {str(int(n)) for n in re.findall(r"\d+", v)} - {"0"}
+            if numbers and not numbers & said_numbers:
+                missing.append(f"{name}={v}")
             elif any(n.lower() not in said_words for n in _NAME.findall(v)):
                 missing.append(f"{name}={v}")
     return missing

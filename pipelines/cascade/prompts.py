@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pipelines.base import FunctionCall, FunctionResult, Message, ResponseRequest, Tool
+from pipelines.cascade import grounding
 from pipelines.cascade.thinker import Turn
 from pipelines.cascade.tools import forced_start, tool_specs
 
@@ -73,13 +74,13 @@ class Prompts:
         return bool(request.items) and isinstance(request.items[-1], FunctionResult) and request.tool_choice == "auto"
 
     def said(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> tuple[str, str]:
-        """Everything said in the conversation (the instructions, its turns, tool outputs, and
+        """Everything said in the conversation (the instructions but their number words, its turns, tool outputs, and
         ``pending``, the open turn's words), where the values of a call must come from
         (grounding.py; the tools' own descriptions are not in it), and the user's last words
         (``pending``, else the last user turn's)."""
         turns = self.turns(request, known or {})
         last = pending if pending is not None and pending.strip() else next((t.text for t in reversed(turns) if t.role == "user"), "")
-        texts = [request.instructions, *(t.text for t in turns), pending or ""]
+        texts = [grounding.instructions(request.instructions), *(t.text for t in turns), pending or ""]
         return "\n".join(t for t in texts if t), last
 
     def prompt(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None, tools: bool = True) -> list[int]:

@@ -11,7 +11,7 @@ import pytest
 
 from pipelines import models
 from pipelines.base import Capabilities, ResponseRequest, TextDelta, Tool, ToolCall, ToolCallDelta
-from pipelines.cascade.grounding import ask_back, asked_for, numbers_of, ungrounded
+from pipelines.cascade.grounding import ask_back, asked_for, instructions, numbers_of, ungrounded
 from pipelines.cascade.production import CascadeProduction, ToolContext
 from pipelines.cascade.shared import CascadeOptions
 from pipelines.cascade.thinker import Generation, ThinkerOptions, Turn, VllmThinker
@@ -138,6 +138,8 @@ FORECAST = Tool(
         ("Please look at table for format 7 to hide.", ORDER, '{"order_number": "12345"}', ["order_number=12345"]),
         ("A table at eight.", BOOK, '{"people": 2, "time": "8 pm"}', ["people=2"]),
         ("What's the forecast for Lisbon today?", FORECAST, '{"location": "Lisboa", "day": "today"}', ["location=Lisboa"]),
+        ("Can you reserve a table for five at nine pm?", BOOK, '{"people": 5, "time": "8 pm"}', ["time=8 pm"]),  # (the tool's example)
+        ("Can not fly.", BOOK, '{"people": 1, "time": "8 pm"}', ["people=1", "time=8 pm"]),
         # nothing to say about: not JSON, not an object, a value missing (the schema check's)
         ("Hi", WEATHER, '{"city": "Par', []),
         ("Hi", WEATHER, "[1]", []),
@@ -146,6 +148,14 @@ FORECAST = Tool(
 )
 def test_a_calls_values_must_have_been_said(said, tool, arguments, missing):
     assert ungrounded(arguments, tool.parameters, "You are a helpful assistant.\n" + said) == missing
+
+
+def test_the_instructions_ground_names_and_digits_not_their_number_words():
+    grounds = instructions("Reply in one short sentence. The user lives in Lyon; their order is 4512.")
+    assert ungrounded('{"people": 1, "time": "at once"}', BOOK.parameters, grounds + "\nCan not fly.") == ["people=1"]
+    assert ungrounded('{"city": "Lyon"}', WEATHER.parameters, grounds + "\nHow warm is it?") == []
+    assert ungrounded('{"order_number": "4512"}', ORDER.parameters, grounds + "\nWhere is my order?") == []
+    assert ungrounded('{"people": 1, "time": "1 pm"}', BOOK.parameters, grounds + "\nOne person at one.") == []
 
 
 def test_spoken_numbers_are_read_as_said():
