@@ -58,18 +58,18 @@ class Prompts:
         cached conversation; ``offered`` says they may not be called)."""
         if not self.tools() or request.tool_choice == "none":
             return []  # ("none": a small thinker shown tools calls them anyway)
-        if self._answering(request) and self.after_output == "hidden":
+        if self.answering(request) and self.after_output == "hidden":
             return []
         return list(request.tools)
 
     def offered(self, request: ResponseRequest) -> list[Tool]:
         """The tools the answer may call."""
-        if self._answering(request) and self.after_output != "offered":
+        if self.answering(request) and self.after_output != "offered":
             return []  # the answer to a tool's output, in words (``CascadeOptions.tools_after_output``)
         return self.shown(request)
 
     @staticmethod
-    def _answering(request: ResponseRequest) -> bool:
+    def answering(request: ResponseRequest) -> bool:
         """The answer to a tool's output, with tool_choice "auto"."""
         return bool(request.items) and isinstance(request.items[-1], FunctionResult) and request.tool_choice == "auto"
 

@@ -217,7 +217,10 @@ class CascadeSession(PipelineSession):
         if offered:  # where a call's values must come from, and the answer in words if its calls are dropped
             words, asked = self.prompts.said(request, text, known)
             context = ToolContext(words, asked, lambda: self.prompts.prompt(request, text, known, tools=False))
-        held = not offered and bool(self.prompts.shown(request))  # (tools shown, none offered: calls banned)
+        # calls banned: tools shown but none offered; the answer to a tool's output (said in words:
+        # without the ban, Qwen2.5-Coder-0.5B writes another call or an output of its own in about
+        # half of its samples, docs/tools.md)
+        held = not offered and (bool(self.prompts.shown(request)) or self.prompts.answering(request))
         return CascadeProduction(self.pipeline, self.salt, request, prompt, offered, times, streamed, self.session_id, context, held)
 
     # ------------------------------------------------------------------ transcripts
