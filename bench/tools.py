@@ -32,6 +32,7 @@ scoring of the calls; times: to the call (``response.mcp_call_arguments.done``),
 as the client sees it (``response.mcp_call.in_progress`` -> ``.completed``), and the spoken answer's
 first audio after it. ``answer_after_call_ms``: answer - (call + the tool's time), in both modes
 (a function's tool time is nil: the client answers at once, so there it is the client's round trip).
+--tool-ms N: the MCP tool answers after N ms, as one that calls out to a service does (0: at once).
 
 --prefill N: the thinker alone, in this process: a fresh session's first token with the tools cold
 and with them prepared (prefilled first, as a session does when session.update brings them), N
@@ -528,9 +529,9 @@ class McpTools:
     """A tool set served by an MCP server (Streamable HTTP on loopback, the ``mcp`` SDK's low-level
     server, in a thread of this process): the function tools' names, descriptions and JSON schemas
     as they are; each call answered at once with ``output`` (the exchange under way sets it: one at
-    a time)."""
+    a time), after ``delay_s``."""
 
-    def __init__(self, tools: list[dict[str, Any]]) -> None:
+    def __init__(self, tools: list[dict[str, Any]], delay_s: float = 0.0) -> None:
         import uvicorn
         from mcp import types
         from mcp.server.lowlevel import Server
@@ -544,6 +545,7 @@ class McpTools:
 
         async def call(ctx: Any, params: Any) -> Any:
             self.calls += 1
+            await asyncio.sleep(delay_s)
             return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(self.output))])
 
         port = free_port()
@@ -722,6 +724,7 @@ def main() -> None:
         "--keys", choices=["one", "each"], default="one", help="one API key for every session (they share the tools' prefix), or a key each (cold)"
     )
     parser.add_argument("--mcp", action="store_true", help="the tools served by an MCP server (loopback, in the bench) instead of function tools")
+    parser.add_argument("--tool-ms", type=int, default=0, help="with --mcp: each call answered after this many ms (a tool's own time)")
     parser.add_argument("--prefill", type=int, metavar="N", default=0, help="only the thinker: a fresh session's first token, tools cold and prepared, N rounds")
     args = parser.parse_args()
     if args.prefill:
@@ -734,17 +737,17 @@ def main() -> None:
     from pipelines.cascade.listener import WhisperListener
 
     ears = WhisperListener(str(models.ensure("whisper-base", print)), 2, 1)
-    result: dict[str, Any] = {"machine": machine(), "configs": {}}
+    result: dict[str, Any] = {"machine": machine(), "configs": {}, "tool_delay_ms": args.tool_ms if args.mcp else None}
     for name in args.configs:
         print(f"{name} ...", flush=True)
         with contextlib.ExitStack() as stack:
             cfg = config(name)
-            mcp = stack.enter_context(McpTools(TOOL_SETS[args.tool_set].tools)) if args.mcp else None
+            mcp = stack.enter_context(McpTools(TOOL_SETS[args.tool_set].tools, args.tool_ms / 1000)) if args.mcp else None
             if mcp is not None:
                 cfg["mcp"] = {"allowed_servers": [mcp.url]}
             url = stack.enter_context(server_process(cfg, startup_s=900))
             result["configs"][name] = asyncio.run(run(url, args.limit, ears, args.tool_set, args.keys, mcp))
-    print(f"\ntool set {args.tool_set}, keys: {args.keys}, tools: {'MCP' if args.mcp else 'function'}")
+    print(f"\ntool set {args.tool_set}, keys: {args.keys}, tools: {'MCP' if args.mcp else 'function'}{f', answered after {args.tool_ms} ms' if args.mcp and args.tool_ms else ''}")
     head = (
         f"{'config':42} {'right':>6} {'valid':>6} {'false':>6} {'empty':>5} {'answers':>7} {'heard':>6} {'miss e/t':>8} {'call p50':>8} {'answer p50':>10}"
         f" {'after p50':>9} {'errors':>6}"

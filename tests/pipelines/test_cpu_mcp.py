@@ -70,3 +70,4 @@ async def test_a_spoken_request_runs_the_mcp_tool_and_its_output_is_spoken_in_th
         assert "tool_call" not in said and "get_weather" not in said and "{" not in said, said
     after = cpu_server.stats()
     assert after["tool_calls"] == before["tool_calls"] + 1
+    assert after["answers_ahead_of_output"] == before["answers_ahead_of_output"] + 1  # prefilled through the call while it ran
