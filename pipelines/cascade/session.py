@@ -65,7 +65,6 @@ class CascadeSession(PipelineSession):
         self.hearing = Hearing(self._transcribe_turn, pipeline.thinker, self.salt, pipeline.counts, self._background, session_id)
         self.ahead: Ahead[CascadeSpeculation] = Ahead(pipeline.counts)  # the answer started at the last pause
         self.warmed: list[int] = []  # the prompt prefix last prefilled while the user spoke (listen)
-        self.after_call: StreamedPrompt | None = None  # the last one opened for the answer to a call's output
         self.streamed: StreamedPrompt | None = None  # the open turn's prompt, its first part prefilled (listen)
         self.listening: tuple[ResponseRequest, bool] | None = None  # what listen() was given for the open turn
         self.transcripts: OrderedDict[str, asyncio.Future[str]] = OrderedDict()
@@ -140,29 +139,23 @@ class CascadeSession(PipelineSession):
         if streamed is None or not streamed.fits(prompt):
             return None
         self.streamed = None
-        if streamed is self.after_call:
-            self.pipeline.counts["answers_ahead_of_output"] += 1
         return streamed
 
-    def _ahead_of_output(self, request: ResponseRequest, known: dict[str, str], said: str, call: ToolCall | None) -> None:
+    def _ahead_of_output(self, request: ResponseRequest, known: dict[str, str], said: str, call: ToolCall) -> None:
         """The answer to a call's output, where its prompt hides the tools (``tools_after_output``
         "hidden"), shares with the call's prompt no more than the instructions' unfinished first
-        block: the conversation through the call is prefilled now, in a streamed request, while
-        the tool runs (the server's MCP call, the client's round trip), and that answer goes on
-        from it with only the output left to prefill (``_take_streamed``). ``call``: the
-        response's first call; None for a later one (the request was made for the first alone)."""
-        if call is None or self.prompts.after_output != "hidden":
-            if self.streamed is self.after_call:
-                self._drop_streamed()
-            return
-        if self.streamed is not None:  # (the user's next turn is under way)
+        block: the conversation through the call is prefilled now, while the tool runs (the
+        server's MCP call, the client's round trip), so that the answer finds its whole blocks in
+        the prefix cache and prefills little more than the output. ``call``: the response's first."""
+        if self.prompts.after_output != "hidden":
             return
         thinker = self.pipeline.thinker
         turns = [*self.prompts.turns(request, known), Turn("assistant", " ".join(said.split()), ((call.name, call.arguments),))]
         a = thinker.render(request.instructions, [*turns, Turn("tool", "yes")])
         b = thinker.render(request.instructions, [*turns, Turn("tool", "no")])
         n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))  # up to where the output goes
-        self.streamed = self.after_call = thinker.open_prompt(a[:n], self.salt)
+        self.pipeline.counts["prefills_ahead_of_output"] += 1
+        self._background(self._warm(a[:n]))
 
     def _hears(self, answer: bool) -> bool:
         """Whether the open turn is heard at its pauses: for semantic_vad's judgement, or for an
@@ -306,7 +299,8 @@ class CascadeSession(PipelineSession):
                     said.append(chunk.text)
                 elif isinstance(chunk, ToolCall):
                     calls += 1
-                    self._ahead_of_output(request, known, "".join(said), chunk if calls == 1 else None)
+                    if calls == 1:
+                        self._ahead_of_output(request, known, "".join(said), chunk)
                 yield chunk
             stages = {name: round((at - t0) * 1000, 1) for name, at in production.times.items()}
             yield StageTimes(stages, {"speculated": speculated})

@@ -98,9 +98,10 @@ async def test_a_spoken_request_calls_the_tool_and_the_output_is_answered_aloud(
         assert words(heard) & {"snow", "snowing", "snowy", "minus", "three", "3"}, heard
     after = cpu_server.stats()
     assert after["tool_calls"] == before["tool_calls"] + 1 and after["tool_calls_off_schema"] == before["tool_calls_off_schema"]
-    # the answer went on from the request opened at the call: the conversation through it was
-    # prefilled while the client ran the tool (CascadeSession._ahead_of_output)
-    assert after["answers_ahead_of_output"] == before["answers_ahead_of_output"] + 1
+    # the conversation through the call was prefilled while the client ran the tool
+    # (CascadeSession._ahead_of_output), and the answer found it in the prefix cache
+    assert after["prefills_ahead_of_output"] == before["prefills_ahead_of_output"] + 1
+    assert answer.usage.input_token_details.cached_tokens >= 32, answer.usage
 
 
 async def test_tool_choice_required_named_and_none(cpu_server):
