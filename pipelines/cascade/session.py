@@ -53,6 +53,7 @@ def _settings(request: ResponseRequest) -> tuple[Any, ...]:
 
 class CascadeSession(PipelineSession):
     MAX_TRANSCRIPTS = 64
+    AHEAD_OF_OUTPUT_S = 0.05  # a call's output not back by then: the answer's prefix is prefilled (_ahead_of_output)
 
     def __init__(self, pipeline: Models, session_id: str, tenant: str | None = None) -> None:
         self.pipeline = pipeline
@@ -65,6 +66,7 @@ class CascadeSession(PipelineSession):
         self.hearing = Hearing(self._transcribe_turn, pipeline.thinker, self.salt, pipeline.counts, self._background, session_id)
         self.ahead: Ahead[CascadeSpeculation] = Ahead(pipeline.counts)  # the answer started at the last pause
         self.warmed: list[int] = []  # the prompt prefix last prefilled while the user spoke (listen)
+        self.responses = 0  # responses begun
         self.streamed: StreamedPrompt | None = None  # the open turn's prompt, its first part prefilled (listen)
         self.listening: tuple[ResponseRequest, bool] | None = None  # what listen() was given for the open turn
         self.transcripts: OrderedDict[str, asyncio.Future[str]] = OrderedDict()
@@ -144,18 +146,22 @@ class CascadeSession(PipelineSession):
     def _ahead_of_output(self, request: ResponseRequest, known: dict[str, str], said: str, call: ToolCall) -> None:
         """The answer to a call's output, where its prompt hides the tools (``tools_after_output``
         "hidden"), shares with the call's prompt no more than the instructions' unfinished first
-        block: the conversation through the call is prefilled now, while the tool runs (the
-        server's MCP call, the client's round trip), so that the answer finds its whole blocks in
-        the prefix cache and prefills little more than the output. ``call``: the response's first."""
+        block. Unless the output is back within ``AHEAD_OF_OUTPUT_S`` (a tool that answers at once:
+        there a prefill beside the answer's only slows it), the conversation through the call is
+        prefilled while the tool runs (the server's MCP call, the client's round trip), so that the
+        answer finds its whole blocks in the prefix cache and prefills little more than the output.
+        ``call``: the response's first."""
         if self.prompts.after_output != "hidden":
             return
-        thinker = self.pipeline.thinker
         turns = [*self.prompts.turns(request, known), Turn("assistant", " ".join(said.split()), ((call.name, call.arguments),))]
-        a = thinker.render(request.instructions, [*turns, Turn("tool", "yes")])
-        b = thinker.render(request.instructions, [*turns, Turn("tool", "no")])
-        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))  # up to where the output goes
-        self.pipeline.counts["prefills_ahead_of_output"] += 1
-        self._background(self._warm(a[:n]))
+        prefix = self.pipeline.thinker.prefix(request.instructions, turns, next_turn="tool")
+        self._background(self._warm_unless_answered(prefix, self.responses))
+
+    async def _warm_unless_answered(self, prefix: list[int], responses: int) -> None:
+        await asyncio.sleep(self.AHEAD_OF_OUTPUT_S)
+        if self.responses == responses:  # (no response since the call's: its output is not back)
+            self.pipeline.counts["prefills_ahead_of_output"] += 1
+            await self._warm(prefix)
 
     def _hears(self, answer: bool) -> bool:
         """Whether the open turn is heard at its pauses: for semantic_vad's judgement, or for an
@@ -274,6 +280,7 @@ class CascadeSession(PipelineSession):
 
     async def respond(self, request: ResponseRequest) -> AsyncIterator[OutputChunk]:
         self.pipeline.counts["responses"] += 1
+        self.responses += 1
         t0 = time.perf_counter()
         production: Production | None = None
         speculated = False

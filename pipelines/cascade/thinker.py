@@ -249,11 +249,12 @@ class VllmThinker:
                 ids = ids[-budget:]
         return ids
 
-    def prefix(self, instructions: str, turns: Sequence[Turn], tools: Sequence[dict[str, Any]] = ()) -> list[int]:
-        """The token ids every prompt for the user's next turn begins with: the conversation up to
-        where that turn's words go (the same ``render`` with any words starts with these)."""
-        a = self.render(instructions, [*turns, Turn("user", "yes")], tools=tools)
-        b = self.render(instructions, [*turns, Turn("user", "no")], tools=tools)
+    def prefix(self, instructions: str, turns: Sequence[Turn], tools: Sequence[dict[str, Any]] = (), next_turn: Literal["user", "tool"] = "user") -> list[int]:
+        """The token ids every prompt for the next turn begins with: the conversation up to where
+        that turn's text goes (the same ``render`` with any text starts with these): the user's
+        words, or a tool's output (``next_turn``)."""
+        a = self.render(instructions, [*turns, Turn(next_turn, "yes")], tools=tools)
+        b = self.render(instructions, [*turns, Turn(next_turn, "no")], tools=tools)
         n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
         return a[:n]
 

@@ -6,6 +6,7 @@ speaks its output in the same response."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -28,9 +29,10 @@ def weather_server(calls: list[str]) -> MCPServer:
     server = MCPServer("weather")
 
     @server.tool()
-    def get_weather(city: Annotated[str, Field(description="The city, e.g. Paris")]) -> str:
+    async def get_weather(city: Annotated[str, Field(description="The city, e.g. Paris")]) -> str:
         """Get the current weather in a city."""
         calls.append(city)
+        await asyncio.sleep(0.3)  # a weather service's round trip
         return json.dumps({"city": city, "sky": "snowing", "celsius": -3})
 
     return server
@@ -70,7 +72,7 @@ async def test_a_spoken_request_runs_the_mcp_tool_and_its_output_is_spoken_in_th
         assert "tool_call" not in said and "get_weather" not in said and "{" not in said, said
     after = cpu_server.stats()
     assert after["tool_calls"] == before["tool_calls"] + 1
-    # the conversation through the call was prefilled while the tool ran (CascadeSession._ahead_of_output),
+    # the conversation through the call was prefilled while the tool ran (its 300 ms; CascadeSession._ahead_of_output),
     # and the answer found it in the prefix cache (the tools-free prompt shares no whole block with the call's)
     assert after["prefills_ahead_of_output"] == before["prefills_ahead_of_output"] + 1
     assert response.usage.input_token_details.cached_tokens >= 32, response.usage
