@@ -118,15 +118,12 @@ def ungrounded(arguments: str, parameters: dict[str, Any], words: str) -> list[s
                 missing.append(f"{name}={v}")
         elif isinstance(v, str):
             digits = re.sub(r"[\s-]", "", v)
+            numbers = {str(int(n)) for n in re.findall(r"\d+", v)} - {"0"}
             if digits.isdigit():
                 long = [n for n in said_numbers if len(n) >= 3]
                 if str(int(digits)) not in said_numbers and not any(n in digits or digits in n for n in long):
                     missing.append(f"{name}={v}")
-                continue
-            numbers = {str(int(n)) for n in re.findall(r"\d+", v)} - {"0"}
-            if numbers and not numbers & said_numbers:
-                missing.append(f"{name}={v}")
-            elif any(n.lower() not in said_words for n in _NAME.findall(v)):
+            elif numbers and not numbers & said_numbers or any(n.lower() not in said_words for n in _NAME.findall(v)):
                 missing.append(f"{name}={v}")
     return missing
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pipelines.base import FunctionCall, FunctionResult, Message, ResponseRequest, Tool
+from pipelines.base import FunctionCall, FunctionResult, Message, ResponseRequest, Tool, ToolCall
 from pipelines.cascade import grounding
 from pipelines.cascade.thinker import Turn
 from pipelines.cascade.tools import forced_start, tool_specs
@@ -48,6 +48,16 @@ class Prompts:
                 turns.append(Turn("tool", item.output))
         return turns
 
+    def output_prefix(self, request: ResponseRequest, known: dict[str, str], said: str, call: ToolCall) -> list[int] | None:
+        """Where ``call``'s output will go in the answer to it: that answer's prompt (``request``
+        asked again with what was ``said`` before the call, the call, and its output) up to the
+        output. None unless that prompt hides the tools (``tools_after_output`` "hidden"): shown,
+        it goes on from the call's own prompt, already in the cache."""
+        if not self.tools() or self.after_output != "hidden":
+            return None
+        turns = [*self.turns(request, known), Turn("assistant", " ".join(said.split()), ((call.name, call.arguments),))]
+        return list(self.thinker.prefix(request.instructions, turns, next_turn="tool"))
+
     def prefix(self, request: ResponseRequest) -> list[int]:
         """Where the open turn's words go in its prompt: the conversation so far and the tools shown."""
         return list(self.thinker.prefix(request.instructions, self.turns(request, {}), tool_specs(self.shown(request))))
@@ -74,10 +84,10 @@ class Prompts:
         return bool(request.items) and isinstance(request.items[-1], FunctionResult) and request.tool_choice == "auto"
 
     def said(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> tuple[str, str]:
-        """Everything said in the conversation (the instructions but their number words, its turns, tool outputs, and
-        ``pending``, the open turn's words), where the values of a call must come from
-        (grounding.py; the tools' own descriptions are not in it), and the user's last words
-        (``pending``, else the last user turn's)."""
+        """Everything said in the conversation (the instructions but their number words, its
+        turns, tool outputs, and ``pending``, the open turn's words), where the values of a call
+        must come from (grounding.py; the tools' own descriptions are not in it), and the user's
+        last words (``pending``, else the last user turn's)."""
         turns = self.turns(request, known or {})
         last = pending if pending is not None and pending.strip() else next((t.text for t in reversed(turns) if t.role == "user"), "")
         texts = [grounding.instructions(request.instructions), *(t.text for t in turns), pending or ""]

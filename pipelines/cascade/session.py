@@ -41,7 +41,7 @@ from pipelines.cascade.hearing import Hearing
 from pipelines.cascade.production import CascadeProduction, CascadeSpeculation, ToolContext
 from pipelines.cascade.prompts import Prompts
 from pipelines.cascade.shared import Models
-from pipelines.cascade.thinker import Generation, StreamedPrompt, Turn
+from pipelines.cascade.thinker import Generation, StreamedPrompt
 from pipelines.speculation import Ahead, Production
 
 log = logging.getLogger(__name__)
@@ -144,18 +144,16 @@ class CascadeSession(PipelineSession):
         return streamed
 
     def _ahead_of_output(self, request: ResponseRequest, known: dict[str, str], said: str, call: ToolCall) -> None:
-        """The answer to a call's output, where its prompt hides the tools (``tools_after_output``
-        "hidden"), shares with the call's prompt no more than the instructions' unfinished first
-        block. Unless the output is back within ``AHEAD_OF_OUTPUT_S`` (a tool that answers at once:
-        there a prefill beside the answer's only slows it), the conversation through the call is
+        """The answer to a call's output, where its prompt hides the tools, shares with the call's
+        prompt no more than the instructions' unfinished first block. Unless the output is back
+        within ``AHEAD_OF_OUTPUT_S`` (a tool that answers at once: there a prefill beside the
+        answer's only slows it), the conversation through the call (``Prompts.output_prefix``) is
         prefilled while the tool runs (the server's MCP call, the client's round trip), so that the
         answer finds its whole blocks in the prefix cache and prefills little more than the output.
         ``call``: the response's first."""
-        if self.prompts.after_output != "hidden":
-            return
-        turns = [*self.prompts.turns(request, known), Turn("assistant", " ".join(said.split()), ((call.name, call.arguments),))]
-        prefix = self.pipeline.thinker.prefix(request.instructions, turns, next_turn="tool")
-        self._background(self._warm_unless_answered(prefix, self.responses))
+        prefix = self.prompts.output_prefix(request, known, said, call)
+        if prefix is not None:
+            self._background(self._warm_unless_answered(prefix, self.responses))
 
     async def _warm_unless_answered(self, prefix: list[int], responses: int) -> None:
         await asyncio.sleep(self.AHEAD_OF_OUTPUT_S)
@@ -299,15 +297,13 @@ class CascadeSession(PipelineSession):
             if production is None:
                 times = {"asr": asr_done} if asr_done else {}
                 production = self._production(request, prompt, times, self._take_streamed(prompt), known=known)
-            said: list[str] = []
-            calls = 0
+            said: list[str] | None = []  # what was said before the first call (None once it came)
             async for chunk in production.output:
-                if isinstance(chunk, TextDelta):
+                if said is not None and isinstance(chunk, TextDelta):
                     said.append(chunk.text)
-                elif isinstance(chunk, ToolCall):
-                    calls += 1
-                    if calls == 1:
-                        self._ahead_of_output(request, known, "".join(said), chunk)
+                elif said is not None and isinstance(chunk, ToolCall):
+                    self._ahead_of_output(request, known, "".join(said), chunk)
+                    said = None
                 yield chunk
             stages = {name: round((at - t0) * 1000, 1) for name, at in production.times.items()}
             yield StageTimes(stages, {"speculated": speculated})
