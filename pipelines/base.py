@@ -227,12 +227,12 @@ class PipelineSession(abc.ABC):
         """The audio fed since the last commit/clear is discarded."""
 
     def judge_words(self, on: bool) -> None:
-        """semantic_vad asks (``on``) for the thinker's judgement of the turn's end at each
+        """semantic_vad asks (``on``) for a judgement of whether the words end the turn at each
         ``pause`` (``Heard.ends``); a pipeline that cannot give one ignores it."""
 
     async def heard(self, within_s: float) -> "Heard | None":
         """What this pipeline heard of the open turn up to the last ``pause`` (the cascade's
-        ``Hearing``: its words, and the thinker's judgement of them when asked), or None when it
+        ``Hearing``: its words, and their judgement when asked), or None when it
         hears nothing. Returns within ``within_s``: what is not ready by then is left out.
         semantic_vad's turn-end policy weighs it."""
         return None
@@ -259,7 +259,9 @@ class Heard:
     """The open turn's words at its last pause, as a pipeline heard them."""
 
     text: str
-    ends: float | None = None  # the thinker's probability that the user's message ends there (None: not judged)
+    ends: float | None = None  # the probability that the user's message ends there (None: not judged) ...
+    judge: Literal["listener", "thinker"] | None = None  # ... by whom: the listener's own, or the thinker's
+    listener: float | None = None  # beside the thinker's: the listener's own (free with the words)
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,8 +270,9 @@ class TurnVerdict:
     cpu_ms: float  # the model's CPU time for this decision
     audio_probability: float | None = None  # the audio's alone, when more was weighed
     transcript: str | None = None  # the words weighed
-    words_probability: float | None = None  # the thinker's judgement weighed (Heard.ends)
+    words_probability: float | None = None  # the words' judgement weighed (Heard.ends)
     logit_per_s: float = 0.0  # how much each further second of silence adds to the logit of ``probability``
+    listener_probability: float | None = None  # beside the thinker's: the listener's weighed (Heard.listener)
 
     def wait_s(self, threshold: float) -> float | None:
         """More silence after which the turn counts as finished at ``threshold``: 0 now, None

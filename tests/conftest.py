@@ -117,7 +117,7 @@ def cpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CpuServer]:
     mcp_url = f"http://127.0.0.1:{free_port()}/mcp"  # the MCP server a test serves (tests/pipelines/test_cpu_mcp.py)
     # three sentences at most: answers long enough to interrupt while the thinker still writes
     config = cpu_config(max_sentences=3)
-    # semantic_vad's decisions wait for the words and the thinker's judgement however slow the box:
+    # semantic_vad's decisions wait for the words and their judgement however slow the box:
     # the tests are about what they weigh. On two busy cores the first judgement of a fresh server
     # has taken over 1.5 s (the default bound), and the decision then went on the sound alone
     # (docs/turn-taking.md; how fast it must be is issue 37's).

@@ -1,11 +1,14 @@
-"""What a cascade session hears of the open turn at each pause: the words and the thinker's judgement.
+"""What a cascade session hears of the open turn at each pause: the words and a judgement of them.
 
-At a pause (``PipelineSession.pause``) the turn so far goes to Whisper; when semantic_vad asks
-(``judging``), the thinker then judges whether those words end the user's message
-(pipelines/turn_end/judgement.py), in the turn's streamed request when it has one (the words are
-then prefilled there for the answer too: the request is handed on to the speculation, ``claim``),
-else in a request of its own. The turn-end policy asks ``heard(within_s)``: the words and the
-judgement, whatever of them is ready within its bound.
+At a pause (``PipelineSession.pause``) the turn so far goes to Whisper. When semantic_vad asks
+(``judging``), the words come with a judgement of whether they end the user's message, by the
+session's ``judge``: the listener's own (``"listener"``, the default: Whisper's probability of its
+last word and of an end after it, read in the same pass, pipelines/cascade/listener.py), or the
+thinker's (``"thinker"``: one engine step over the words, pipelines/turn_end/judgement.py, in the
+turn's streamed request when it has one: the words are then prefilled there for the answer too, and
+the request is handed on to the speculation, ``claim``; else in a request of its own). The
+turn-end policy asks ``heard(within_s)``: the words and the judgement, whatever of them is ready
+within its bound.
 
 One ``Heard`` round per pause: the user speaking on voids it (``drop``); a commit keeps its words
 for the turn's item (``keep``). ``bench.turns`` hears through this class too, so the end-of-turn
@@ -19,11 +22,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
 from pipelines.base import Heard
+from pipelines.cascade.listener import Words
 from pipelines.cascade.thinker import StreamedPrompt
 
 log = logging.getLogger(__name__)
@@ -40,9 +44,10 @@ class Round:
     """What was heard at one pause."""
 
     samples: int  # of the turn, up to the pause
-    words: asyncio.Future[str]  # Whisper's pass
-    judged: asyncio.Task[None] | None = None  # the thinker's judgement (semantic_vad)
-    ends: float | None = None  # its result, once ``judged`` is done
+    words: asyncio.Future[str] = field(init=False)  # Whisper's pass
+    judged: asyncio.Task[None] | None = None  # the thinker's judgement (semantic_vad, judge "thinker")
+    ends: float | None = None  # the thinker's judgement, once ``judged`` is done
+    listener_ends: float | None = None  # the listener's own, with its words (semantic_vad)
     streamed: StreamedPrompt | None = None  # the request it was made in, until claimed
     kept: bool = False  # the turn's item took the words
     times: dict[str, float] = field(default_factory=dict)  # asr, judged (perf_counter)
@@ -77,40 +82,56 @@ class Round:
 
 
 class Hearing:
-    """Per pipeline session. ``transcribe`` runs Whisper off the loop; ``thinker`` judges the words
-    (None: words only); ``counts`` is the pipeline's accounting."""
+    """Per pipeline session. ``hear`` runs Whisper off the loop (with ``ends``: its judgement too);
+    ``judge``: who judges the words (None: nobody, words only); ``thinker`` for judge "thinker";
+    ``counts`` is the pipeline's accounting."""
 
     def __init__(
         self,
-        transcribe: Callable[[np.ndarray], Awaitable[str]],
+        hear: Callable[[np.ndarray, bool], Awaitable[Words]],
         thinker: Judging | None,
         salt: str,
         counts: dict[str, int],
         background: Callable[[Awaitable[None]], None],
         name: str = "",
+        judge: Literal["listener", "thinker"] | None = "listener",
     ) -> None:
-        self.transcribe = transcribe
+        self.hear = hear
         self.thinker = thinker
+        self.judge = judge
         self.salt = salt
         self.counts = counts
         self.background = background
         self.name = name
-        self.judging = False  # semantic_vad asks for the thinker's judgement at each pause
+        self.judging = False  # semantic_vad asks for a judgement of the words at each pause
         self.current: Round | None = None
+
+    @property
+    def thinker_judges(self) -> bool:
+        """Whether the thinker judges the words at a pause (in the turn's streamed request)."""
+        return self.judging and self.judge == "thinker" and self.thinker is not None
 
     def pause(self, audio: np.ndarray, prefix: list[int] | None, streamed: StreamedPrompt | None) -> Round:
         """Hear the turn so far (``audio``); judge its words after ``prefix`` (the conversation up to
         where they go) in ``streamed`` when given (this round owns it from now on)."""
         self.drop()
-        words = asyncio.ensure_future(self.transcribe(audio))
-        self.current = heard = Round(len(audio), words, times={"pause": time.perf_counter()})
-        if self.judging and self.thinker is not None and prefix is not None:
+        self.current = heard = Round(len(audio), times={"pause": time.perf_counter()})
+        heard.words = words = asyncio.ensure_future(self._words(heard, audio))
+        if self.thinker_judges and prefix is not None:
             heard.streamed = streamed
             heard.judged = asyncio.create_task(self._judge(heard, prefix), name=f"judge:{self.name}")
         elif streamed is not None:
             self.background(streamed.close())
         words.add_done_callback(lambda _: heard.times.setdefault("asr", time.perf_counter()))
         return heard
+
+    async def _words(self, heard: Round, audio: np.ndarray) -> str:
+        judging = self.judging and self.judge is not None  # (the listener's judgement comes with the thinker's too: it is free)
+        words = await self.hear(audio, judging)
+        if judging and words.ends is not None:
+            heard.listener_ends = words.ends
+            self.counts["words_judged"] += self.judge == "listener"
+        return words.text
 
     async def _judge(self, heard: Round, prefix: list[int]) -> None:
         assert self.thinker is not None
@@ -141,15 +162,18 @@ class Hearing:
         await asyncio.wait([heard.words], timeout=within_s)
         if not heard.words.done() or heard.words.cancelled() or heard.words.exception() is not None:
             return None
+        text = heard.words.result()
         if heard.judged is not None:
             await asyncio.wait([heard.judged], timeout=max(0.0, deadline - time.monotonic()))
-            if not heard.judged.done():
+            if heard.judged.done() and heard.ends is not None:
                 if log.isEnabledFor(logging.DEBUG):
-                    log.debug("session %s: the judgement came too late (%s)", self.name, self._timeline(heard))
-                return Heard(heard.words.result())  # the judgement came too late: the words alone
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("session %s: heard %s", self.name, self._timeline(heard))
-        return Heard(heard.words.result(), heard.ends)
+                    log.debug("session %s: heard %s", self.name, self._timeline(heard))
+                return Heard(text, heard.ends, "thinker", heard.listener_ends)
+            if log.isEnabledFor(logging.DEBUG):  # too late, or it failed: the listener's judgement, if any
+                log.debug("session %s: the thinker's judgement is missing (%s)", self.name, self._timeline(heard))
+        if heard.listener_ends is not None:
+            return Heard(text, heard.listener_ends, "listener")
+        return Heard(text)
 
     @staticmethod
     def _timeline(heard: Round) -> str:

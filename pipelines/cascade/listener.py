@@ -8,18 +8,30 @@ transcripts were identical to the full window's and the others differed by a wor
 (``bench`` notes). With less silence (1 s) the decoder sometimes loops, repeating the sentence:
 5 s avoids that, and ``_unloop`` cuts any repetition left. ``window: full`` keeps the stock
 behaviour. Calls are synchronous: run them on a dedicated thread.
+
+``hear`` also says how sure Whisper is that the words end where it stopped them: the probability of
+the last word it wrote, times that of an end mark (".", "?", "!") or the end of the text after it,
+read from the decoder's own distributions (CTranslate2's ``return_logits_vocab``) in the same pass.
+Given a sentence cut at a pause, tiny.en often writes an ending nobody said ("a table for it."),
+but it is unsure of it: after "for", " it" 0.43 and the end 0.22. This is semantic_vad's reading of
+the words on the CPU cascade (docs/turn-taking.md: as good as the thinker's and free).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
 FRAMES_PER_SECOND = 100  # log-mel frames (10 ms hop)
 FULL_FRAMES = 3000
+
+
+class Words(NamedTuple):
+    text: str
+    ends: float | None  # P(the words end a sentence where they stop), Whisper's own; None: no words
 
 
 class WhisperListener:
@@ -44,12 +56,19 @@ class WhisperListener:
         self.beam_size = beam_size
         self.window = window
         self.margin_s = margin_s
+        vocabulary = range(self.tokenizer.eot)
+        self._marks = frozenset(i for i in vocabulary if _is_mark(self.tokenizer.decode([i])))  # punctuation, no letters or digits
+        self._ends = np.array(sorted(i for i in self._marks if _ends_sentence(self.tokenizer.decode([i]))) + [self.tokenizer.eot])
 
     def transcribe(self, pcm: np.ndarray) -> str:
         """int16 mono at 16 kHz -> text. Feed arrays, never files (decoding files through PyAV in
         a process that has imported vLLM is many times slower)."""
+        return self.hear(pcm, ends=False).text
+
+    def hear(self, pcm: np.ndarray, ends: bool = True) -> Words:
+        """The words, and with ``ends`` Whisper's probability that they end a sentence there."""
         if len(pcm) < self.rate // 10:
-            return ""
+            return Words("", None)
         import ctranslate2
 
         seconds = len(pcm) / self.rate
@@ -69,9 +88,37 @@ class WhisperListener:
             max_length=min(448, len(self.prompt) + int(12 * seconds) + 16),  # ~12 tokens/s is fast speech
             suppress_blank=True,
             suppress_tokens=[-1],
+            return_logits_vocab=ends,
         )[0]
         ids = [t for t in result.sequences_ids[0] if t < self.tokenizer.eot]
-        return unloop(self.tokenizer.decode(ids).strip())
+        text = unloop(self.tokenizer.decode(ids).strip())
+        return Words(text, self._ending(ids, result.logits[0]) if ends and text else None)
+
+    def _ending(self, ids: list[int], logits: list[object]) -> float | None:
+        """P(the last word) x P(an end mark or the end of the text right after it)."""
+        last = next((i for i in range(len(ids) - 1, -1, -1) if ids[i] not in self._marks), None)
+        if last is None:
+            return None
+        word = _softmax(logits[last])[ids[last]]
+        after = _softmax(logits[last + 1])[self._ends].sum() if last + 1 < len(logits) else 1.0
+        return float(word * after)
+
+
+def _softmax(logits: object) -> np.ndarray:
+    z = np.asarray(logits, np.float64).ravel()
+    p = np.exp(z - z.max())
+    return p / p.sum()
+
+
+def _is_mark(piece: str) -> bool:
+    return bool(piece.strip()) and not any(c.isalnum() for c in piece)
+
+
+def _ends_sentence(piece: str) -> bool:
+    """An end mark, maybe with quotes or brackets around it ('.', '?"'); not an ellipsis ('...':
+    a voice trailing off)."""
+    mark = piece.strip()
+    return any(c in ".?!" for c in mark) and all(c in ".?!\"')" for c in mark) and mark.count(".") < 2
 
 
 def unloop(text: str) -> str:

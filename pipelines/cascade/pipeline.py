@@ -28,7 +28,7 @@ from pipelines.cascade.tools import template_takes_tools
 from pipelines.speed import Speed
 
 if TYPE_CHECKING:
-    from pipelines.cascade.listener import WhisperListener
+    from pipelines.cascade.listener import WhisperListener, Words
 
 log = logging.getLogger(__name__)
 
@@ -145,12 +145,16 @@ class CascadePipeline(Pipeline):
 
     async def transcribe(self, pcm: np.ndarray, clean: bool = False) -> str:
         """``clean``: the session asked for noise reduction; it runs on the ASR thread too."""
+        return (await self.hear(pcm, clean, ends=False)).text
+
+    async def hear(self, pcm: np.ndarray, clean: bool = False, ends: bool = True) -> Words:
+        """The words, and with ``ends`` Whisper's probability that they end a sentence there."""
         listener = self.listener
         assert listener is not None
         keep = self.options.denoise_keep
 
-        def run() -> str:
-            return listener.transcribe(denoise(pcm, listener.rate, keep) if clean else pcm)
+        def run() -> Words:
+            return listener.hear(denoise(pcm, listener.rate, keep) if clean else pcm, ends)
 
         self.asr_busy += 1
         try:

@@ -38,6 +38,7 @@ from pipelines.base import (
     Transcript,
 )
 from pipelines.cascade.hearing import Hearing
+from pipelines.cascade.listener import Words
 from pipelines.cascade.production import CascadeProduction, CascadeSpeculation, ToolContext
 from pipelines.cascade.prompts import Prompts
 from pipelines.cascade.shared import Models
@@ -63,7 +64,7 @@ class CascadeSession(PipelineSession):
         self.turn: list[np.ndarray] = []  # audio of the open user turn
         self.clean = False  # noise reduction on the audio the listener hears
         self.prompts = Prompts(pipeline.thinker, lambda: pipeline.capabilities.tools, self.options.tools_after_output)
-        self.hearing = Hearing(self._transcribe_turn, pipeline.thinker, self.salt, pipeline.counts, self._background, session_id)
+        self.hearing = Hearing(self._hear_turn, pipeline.thinker, self.salt, pipeline.counts, self._background, session_id, self.options.judge)
         self.ahead: Ahead[CascadeSpeculation] = Ahead(pipeline.counts)  # the answer started at the last pause
         self.warmed: list[int] = []  # the prompt prefix last prefilled while the user spoke (listen)
         self.responses = 0  # responses begun
@@ -93,7 +94,7 @@ class CascadeSession(PipelineSession):
             return
         self.listening = (request, answer)
         prefix = self.prompts.prefix(request)
-        judging = self.hearing.judging
+        judging = self.hearing.thinker_judges
         streamed = self.streamed
         if streamed is not None and not streamed.used and streamed.prefix == prefix and (streamed.logprobs is not None) == judging:
             return
@@ -171,7 +172,7 @@ class CascadeSession(PipelineSession):
             return
         prefix = self.prompts.prefix(request)
         streamed = None
-        if self.hearing.judging and self.streamed is not None and self.streamed.can_judge(prefix):
+        if self.hearing.thinker_judges and self.streamed is not None and self.streamed.can_judge(prefix):
             streamed, self.streamed = self.streamed, None  # the words are judged (then answered) in it
         heard = self.hearing.pause(np.concatenate(self.turn), prefix, streamed)
         self.ahead.drop()
@@ -247,8 +248,8 @@ class CascadeSession(PipelineSession):
 
     # ------------------------------------------------------------------ transcripts
 
-    async def _transcribe_turn(self, pcm: np.ndarray) -> str:
-        return await self.pipeline.transcribe(pcm, self.clean)
+    async def _hear_turn(self, pcm: np.ndarray, ends: bool) -> Words:
+        return await self.pipeline.hear(pcm, self.clean, ends)
 
     def _remember(self, item_id: str, future: asyncio.Future[str]) -> None:
         self.transcripts[item_id] = future

@@ -10,6 +10,7 @@ import msgspec
 import numpy as np
 
 from pipelines.base import Capabilities
+from pipelines.cascade.listener import Words
 from pipelines.cascade.thinker import ThinkerOptions
 
 
@@ -18,6 +19,11 @@ class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     asr_threads: int = 2
     asr_beam_size: int = 1
     asr_window: Literal["fit", "full"] = "fit"  # fit: encode the clip + 5 s (listener.py), not Whisper's whole 30 s window
+    # semantic_vad: who judges whether the words at a pause end the turn: the thinker (one engine step
+    # over the words, in the conversation, before the answer) or the listener (Whisper's own
+    # probability of its last word and of an end after it, in the same pass: nothing added at the
+    # pause, the thinker left to the answer); the two measured: docs/turn-taking.md
+    judge: Literal["thinker", "listener"] = "thinker"
     thinker: ThinkerOptions = msgspec.field(default_factory=ThinkerOptions)
     voice: str = "piper-joe"
     tts_threads: int = 1
@@ -51,6 +57,10 @@ class Models(Protocol):
 
     async def transcribe(self, pcm: np.ndarray, clean: bool = False) -> str:
         """Whisper on its worker thread; ``clean``: noise reduction first."""
+        ...
+
+    async def hear(self, pcm: np.ndarray, clean: bool = False, ends: bool = True) -> Words:
+        """``transcribe``, and with ``ends`` Whisper's probability that the words end a sentence there."""
         ...
 
     async def speak(self, text: str) -> np.ndarray:

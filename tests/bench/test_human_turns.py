@@ -134,9 +134,11 @@ def test_take_draws_every_source_in_turn(items):
 
 @pytest.mark.engine
 def test_bench_turns_reports_human_and_phone_apart(items):
-    """``python -m bench.turns --set human``, two items per group, server_vad and semantic_auto."""
+    """``python -m bench.turns --set human``, two items per group, server_vad, semantic_auto and
+    semantic_auto+listener (the cascade's Hearing with the real Whisper judging its own words)."""
+    modes = ("server_vad", "semantic_auto", "semantic_auto+listener")
     run = subprocess.run(
-        [sys.executable, "-m", "bench.turns", "--set", "human", "--limit", "2", "--modes", "server_vad", "semantic_auto"],
+        [sys.executable, "-m", "bench.turns", "--set", "human", "--limit", "2", "--modes", *modes],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -146,7 +148,7 @@ def test_bench_turns_reports_human_and_phone_apart(items):
     saved = Path(run.stdout.strip().splitlines()[-1].removeprefix("saved "))
     result = json.loads(saved.read_text())
     assert result["set"] == "human" and result["fixtures"] == {"human": {"complete": 1, "unfinished": 1}, "phone": {"complete": 1, "unfinished": 1}}
-    for mode in ("server_vad", "semantic_auto"):
+    for mode in modes:
         groups = result["modes"][mode]["groups"]
         assert set(groups) == {"human", "phone"}
         for summary in groups.values():
@@ -156,3 +158,7 @@ def test_bench_turns_reports_human_and_phone_apart(items):
         assert f"{mode} / human" in run.stdout and f"{mode} / phone" in run.stdout
     decisions = [d for r in result["modes"]["semantic_auto"]["rows"] for d in r["decisions"]]
     assert decisions and all(0.0 <= d["p"] <= 1.0 for d in decisions)  # the model judged the human items
+    heard = [d for r in result["modes"]["semantic_auto+listener"]["rows"] for d in r["decisions"]]
+    judged = [d for d in heard if d["words_p"] is not None]
+    assert judged and all(0.0 <= d["words_p"] <= 1.0 and d["text"] for d in judged)  # the listener's words and judgement weighed
+    assert all(d["words_p"] is None for d in decisions)  # the sound alone: nobody judged words there

@@ -56,3 +56,12 @@ def test_the_search_keeps_the_cut_rate_it_is_asked_for():
     assert again == figures
     loose, looser = fit(Decisions(rows, 4.0), max_cut=0.25, max_split=0.0)
     assert looser["mean_delay_ms"] <= figures["mean_delay_ms"]  # more cuts allowed: never slower
+
+
+def test_the_listeners_judgement_is_weighed_with_the_text_rule_and_the_thinkers_without():
+    """As the product's fusion does: the transcript's last words shift the listener's verdict (a
+    fragment ending on "the" is held past its pause), not the thinker's (it read the words itself)."""
+    fragment = row("unfinished", 0.5)
+    fragment["decisions"][0]["text"] = "I want to go to the"
+    assert Decisions([fragment], longest_wait_s=4.0, judge="listener").figures(W)["cut"] == 0.0
+    assert Decisions([fragment], longest_wait_s=4.0, judge="thinker").figures(W)["cut"] == 1.0

@@ -120,6 +120,30 @@ def test_the_fusion_weighs_the_thinkers_judgement_when_there_is_one():
     assert fitted_audio.probability == pytest.approx(1 / (1 + np.exp(1.0))) and fitted_audio.logit_per_s == 1.0
 
 
+def test_the_listeners_judgement_has_weights_of_its_own_and_the_text_rule_beside_it():
+    listener = Weights(bias=-1.0, audio=0.5, words=1.0, silence_per_s=2.0)
+    fusion = Fusion(with_listener=listener, with_words=Weights(bias=9.0, audio=0.0))
+    heard = fusion.verdict(0.6, 30.0, Heard("I want to go to the", ends=0.3, judge="listener"))
+    z = -1.0 + 0.5 * logit(0.6) + logit(0.3) + math.log(odds_factor("I want to go to the"))
+    assert heard.probability == pytest.approx(1 / (1 + math.exp(-z)))
+    assert (heard.words_probability, heard.logit_per_s) == (0.3, 2.0)
+    off = Fusion(with_listener=listener, text_rule=False).verdict(0.6, 30.0, Heard("I want to go to the", ends=0.3, judge="listener"))
+    assert off.probability == pytest.approx(1 / (1 + math.exp(-(-1.0 + 0.5 * logit(0.6) + logit(0.3)))))
+    # the thinker's judgement: its own weights, no text rule (it read the words itself)
+    thinker = fusion.verdict(0.6, 30.0, Heard("I want to go to the", ends=0.3, judge="thinker"))
+    assert thinker.probability == pytest.approx(1 / (1 + math.exp(-9.0)))
+
+
+def test_the_listeners_judgement_beside_the_thinkers_has_a_weight_of_its_own():
+    w = Weights(bias=-1.0, audio=0.5, words=0.5, silence_per_s=2.0, listener=0.75)
+    both = Fusion(with_words=w).verdict(0.6, 30.0, Heard("Where is it", ends=0.2, judge="thinker", listener=0.9))
+    z = -1.0 + 0.5 * logit(0.6) + 0.5 * logit(0.2) + 0.75 * logit(0.9)
+    assert both.probability == pytest.approx(1 / (1 + math.exp(-z)))
+    assert (both.words_probability, both.listener_probability) == (0.2, 0.9)
+    alone = Fusion(with_words=w).verdict(0.6, 30.0, Heard("Where is it", ends=0.2, judge="thinker"))  # none beside it: no term
+    assert alone.probability == pytest.approx(1 / (1 + math.exp(-(-1.0 + 0.5 * logit(0.6) + 0.5 * logit(0.2)))))
+
+
 def test_the_text_rule_is_a_setting_whatever_the_weights():
     """No hidden mode: the transcript's last words shift any audio-only weights (not only the
     defaults), and ``text_rule: false`` turns that off."""

@@ -94,20 +94,37 @@ def test_fitted_window_transcribes_like_the_full_one():
     assert fit.transcribe(pcm[:800]) == ""  # too short to be speech
 
 
+def test_the_listener_judges_whether_its_words_end_a_sentence():
+    """Whisper's own probability of its last word and of an end after it: high after a question,
+    low after a sentence cut at a pause, where tiny.en writes an ending nobody said ("for it.")."""
+    from pipelines.cascade.listener import WhisperListener
+    from tests.support.audio import espeak
+
+    ears = WhisperListener(str(models.path("whisper-tiny.en")), threads=1)
+    pause = np.zeros(1600, np.int16)  # 100 ms of silence: the pause the session hears at
+    done = ears.hear(np.concatenate([espeak("What is the weather like today?", 16000), pause]))
+    cut = ears.hear(np.concatenate([espeak("I would like to book a table for", 16000), pause]))
+    assert done.text.lower().strip(" .?") == "what is the weather like today"
+    assert done.ends is not None and cut.ends is not None
+    assert done.ends > 0.7 and cut.ends < 0.5, (done, cut)
+    assert ears.hear(pause).ends is None  # no words, no judgement
+    assert ears.hear(np.concatenate([espeak("Thank you very much.", 16000), pause]), ends=False).ends is None  # not asked
+
+
 async def test_noise_reduction_cleans_the_audio_the_listener_hears():
     """A session's noise_reduction runs RNNoise on what Whisper transcribes (the real models; the
     engine is never started): the noise alone before the words is pushed down, the words stay."""
     from dsp.denoise import denoise
     from pipelines.cascade.pipeline import CascadeOptions, CascadePipeline
-    from pipelines.cascade.listener import WhisperListener
+    from pipelines.cascade.listener import WhisperListener, Words
     from tests.support.audio import espeak
 
     heard: list[np.ndarray] = []
 
     class Ears(WhisperListener):
-        def transcribe(self, pcm: np.ndarray) -> str:
+        def hear(self, pcm: np.ndarray, ends: bool = True) -> Words:
             heard.append(pcm.copy())
-            return super().transcribe(pcm)
+            return super().hear(pcm, ends)
 
     pipeline = CascadePipeline(CascadeOptions())
     pipeline.listener = Ears(str(models.path("whisper-tiny.en")), threads=1)

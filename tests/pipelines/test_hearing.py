@@ -1,6 +1,6 @@
 """The cascade's Hearing on its own: what it gives the turn-end policy within the policy's bound,
-and what it leaves behind when a pause is voided or kept. Whisper and the thinker are stood in for
-by coroutines with set delays (the real ones are exercised through the server in
+and what it leaves behind when a pause is voided or kept. Whisper (its words and its own judgement
+of them) and the thinker are stood in for by coroutines with set delays (the real ones are exercised through the server in
 test_cpu_pipeline.py and test_turn_judgement.py); what is tested here is the hearing's own
 bookkeeping: bounds, cancellation, and the engine request it owns."""
 
@@ -14,6 +14,7 @@ import pytest
 
 from pipelines.base import Heard
 from pipelines.cascade.hearing import Hearing
+from pipelines.cascade.listener import Words
 
 AUDIO = np.zeros(16000, np.int16)
 PREFIX = [1, 2, 3]
@@ -42,15 +43,22 @@ class Judge:
         return self.ends
 
 
-def hearing(judge: Judge | None, words: str = "What time is it?", asr_s: float = 0.0) -> tuple[Hearing, dict[str, float], list[Any]]:
-    async def transcribe(pcm: np.ndarray) -> str:
+def hearing(
+    judge: Judge | None, words: str = "What time is it?", asr_s: float = 0.0, by: str = "thinker", ends: float = 0.4
+) -> tuple[Hearing, dict[str, float], list[Any]]:
+    """``by``: who judges (the listener's own judgement is ``ends``, given with its words when asked)."""
+    asked: list[bool] = []
+
+    async def hear(pcm: np.ndarray, judged: bool) -> Words:
+        asked.append(judged)
         await asyncio.sleep(asr_s)
-        return words
+        return Words(words, ends if judged else None)
 
     counts = {"words_judged": 0, "words_judged_streamed": 0}
     tasks: list[Any] = []
-    h = Hearing(transcribe, judge, "salt", counts, lambda coro: tasks.append(asyncio.ensure_future(coro)), "s1")
-    h.judging = judge is not None
+    h = Hearing(hear, judge, "salt", counts, lambda coro: tasks.append(asyncio.ensure_future(coro)), "s1", by)  # type: ignore[arg-type]
+    h.judging = judge is not None or by == "listener"
+    h.asked = asked  # type: ignore[attr-defined]
     return h, counts, tasks
 
 
@@ -58,18 +66,37 @@ async def test_the_words_and_their_judgement_in_the_streamed_request():
     judge, request = Judge(0.7), Request()
     h, counts, _ = hearing(judge)
     h.pause(AUDIO, PREFIX, request)  # type: ignore[arg-type]
-    assert await h.heard(1.0) == Heard("What time is it?", 0.7)
-    assert judge.asked == [(PREFIX, "What time is it?", request)]
+    assert await h.heard(1.0) == Heard("What time is it?", 0.7, "thinker", listener=0.4)  # the listener's beside it: free
+    assert judge.asked == [(PREFIX, "What time is it?", request)] and h.asked == [True]  # type: ignore[attr-defined]
     assert counts == {"words_judged": 1, "words_judged_streamed": 1}
     assert await h.current.claim() is request and request.closed == 0  # type: ignore[union-attr]  # the answer's now
 
 
-async def test_a_judgement_later_than_the_bound_leaves_the_words_alone():
+async def test_the_listener_judges_its_own_words_and_the_thinker_is_not_asked():
+    judge, request = Judge(0.7), Request()
+    h, counts, tasks = hearing(judge, by="listener", ends=0.4)
+    h.pause(AUDIO, PREFIX, request)  # type: ignore[arg-type]
+    assert await h.heard(1.0) == Heard("What time is it?", 0.4, "listener")
+    assert judge.asked == [] and h.asked == [True]  # type: ignore[attr-defined]
+    assert counts == {"words_judged": 1, "words_judged_streamed": 0}
+    await asyncio.gather(*tasks)
+    assert request.closed == 1  # not a judgement's: the answer takes the open turn's request itself
+
+
+async def test_without_judging_the_listener_is_not_asked_for_its_judgement():
+    h, counts, _ = hearing(None, by="listener")
+    h.judging = False
+    h.pause(AUDIO, None, None)
+    assert await h.heard(1.0) == Heard("What time is it?") and h.asked == [False]  # type: ignore[attr-defined]
+    assert counts["words_judged"] == 0
+
+
+async def test_a_thinkers_judgement_later_than_the_bound_leaves_the_listeners():
     h, _, _ = hearing(Judge(0.7, delay_s=5.0))
     h.pause(AUDIO, PREFIX, None)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
-    assert await h.heard(0.2) == Heard("What time is it?", None)
+    assert await h.heard(0.2) == Heard("What time is it?", 0.4, "listener")
     assert loop.time() - t0 < 2.0  # the bound held, not the judgement's 5 s
     h.drop()
 
@@ -85,7 +112,7 @@ async def test_without_judging_only_the_words_are_heard_and_a_given_request_is_c
     request = Request()
     h, counts, tasks = hearing(None)
     h.pause(AUDIO, PREFIX, request)  # type: ignore[arg-type]
-    assert await h.heard(1.0) == Heard("What time is it?")
+    assert await h.heard(1.0) == Heard("What time is it?") and h.asked == [False]  # type: ignore[attr-defined]
     await asyncio.gather(*tasks)
     assert request.closed == 1 and counts["words_judged"] == 0
 
@@ -118,7 +145,7 @@ async def test_a_failed_judgement_gives_the_words_and_drops_the_request_it_was_m
     request = Request()
     h, counts, _ = hearing(Judge(None, fails=True))
     h.pause(AUDIO, PREFIX, request)  # type: ignore[arg-type]
-    assert await h.heard(1.0) == Heard("What time is it?", None)
+    assert await h.heard(1.0) == Heard("What time is it?", 0.4, "listener")  # the listener's judgement, in its place
     assert request.closed == 1 and counts["words_judged"] == 0
     assert await h.current.claim() is None  # type: ignore[union-attr]  # not for the answer
 
