@@ -46,8 +46,10 @@ class Weights(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=T
 # Fitted by bench/turn_fit.py on a bench.turns run's decisions (docs/turn-taking.md: which run, and
 # what they do on the half they were not fitted on): the shortest mean delay that keeps the cut
 # and split rates at most 10% on the fitting half. The listener's: on every fixture of
-# `bench turns --set all --modes semantic_auto+listener` (2026-11-28).
-WITH_WORDS = Weights(bias=-1.5, audio=0.5, words=0.5, silence_per_s=2.0)
+# `bench turns --set all --modes semantic_auto+listener` (2026-11-28); its weight beside the
+# thinker's (0.25): on the fitting half of that set's +thinker run, the same cuts and ~200 ms
+# sooner commits on both halves.
+WITH_WORDS = Weights(bias=-1.5, audio=0.5, words=0.5, silence_per_s=2.0, listener=0.25)
 WITH_LISTENER = Weights(bias=-4.75, audio=0.25, words=0.75, silence_per_s=2.0)
 
 
