@@ -2,13 +2,14 @@
 
 At a pause (``PipelineSession.pause``) the turn so far goes to Whisper. When semantic_vad asks
 (``judging``), the words come with a judgement of whether they end the user's message, by the
-session's ``judge``: the listener's own (``"listener"``, the default: Whisper's probability of its
-last word and of an end after it, read in the same pass, pipelines/cascade/listener.py), or the
-thinker's (``"thinker"``: one engine step over the words, pipelines/turn_end/judgement.py, in the
-turn's streamed request when it has one: the words are then prefilled there for the answer too, and
-the request is handed on to the speculation, ``claim``; else in a request of its own). The
-turn-end policy asks ``heard(within_s)``: the words and the judgement, whatever of them is ready
-within its bound.
+session's ``judge``: the thinker's (``"thinker"``, the cascade's default: one engine step over the
+words, pipelines/turn_end/judgement.py, in the turn's streamed request when it has one: the words
+are then prefilled there for the answer too, and the request is handed on to the speculation,
+``claim``; else in a request of its own), or the listener's own (``"listener"``: Whisper's
+probability of its last word and of an end after it, read in the same pass,
+pipelines/cascade/listener.py). The listener's comes with the words either way: beside the
+thinker's, and in its place when that one is late or fails. The turn-end policy asks
+``heard(within_s)``: the words and the judgements, whatever of them is ready within its bound.
 
 One ``Heard`` round per pause: the user speaking on voids it (``drop``); a commit keeps its words
 for the turn's item (``keep``). ``bench.turns`` hears through this class too, so the end-of-turn
@@ -94,7 +95,7 @@ class Hearing:
         counts: dict[str, int],
         background: Callable[[Awaitable[None]], None],
         name: str = "",
-        judge: Literal["listener", "thinker"] | None = "listener",
+        judge: Literal["listener", "thinker"] | None = "thinker",
     ) -> None:
         self.hear = hear
         self.thinker = thinker

@@ -8,8 +8,9 @@ and how long the silence has lasted:
     logit P(finished) = bias + audio * logit(P_audio) + words * logit(P_words) + silence_per_s * seconds
 
 ``with_listener`` weighs a pause whose words the listener judged, ``with_words`` one the thinker
-judged; ``audio_only`` one nobody did (a pipeline that makes no judgement, or one that came too
-late). Where the pipeline heard words, the text rule's odds (``text_rule.py``) are added to the
+judged (with ``listener * logit(P_listener)`` added when the listener's came beside it);
+``audio_only`` one nobody did (a pipeline that makes no judgement, or one that came too late).
+Where the pipeline heard words, the text rule's odds (``text_rule.py``) are added to the
 listener's and the sound's alone unless ``text_rule`` is off (the thinker reads the words itself). The weights
 were fitted on the end-of-turn bench (``python -m bench turn_fit`` over ``bench.turns`` rows,
 docs/turn-taking.md) and are set in the config (``turn_end.fusion``). The policy (``policy.py``)
