@@ -21,9 +21,9 @@ Modes: ``server_vad`` (500 ms); ``semantic_<eagerness>`` with the audio model al
 pipeline); ``semantic_<eagerness>+asr`` weighing the transcript the CPU cascade makes at each pause
 (Whisper tiny.en, as configs/cpu.yaml runs it) by its last words (pipelines/turn_end/text_rule.py);
 ``semantic_<eagerness>+listener`` weighing the listener's own judgement of those words too
-(Whisper's probability of its last word and of an end after it, from the same pass: the CPU
-cascade's default, ``judge: listener``); ``semantic_<eagerness>+thinker`` weighing the thinker's
-judgement instead (``judge: thinker``: configs/cpu.yaml's thinker on vLLM-CPU in this process, the conversation's
+(Whisper's probability of its last word and of an end after it, from the same pass: ``judge:
+listener``); ``semantic_<eagerness>+thinker`` weighing the thinker's judgement, the listener's
+beside it, as the CPU cascade does by default (``judge: thinker``: configs/cpu.yaml's thinker on vLLM-CPU in this process, the conversation's
 prefix streamed into it when speech starts and the words judged in it at the pause,
 pipelines/turn_end/judgement.py), fused with the audio and the silence (pipelines/turn_end/fusion.py);
 ``semantic_auto_phone``: 8 kHz G.711 u-law audio. Every decision's inputs are kept in the saved
@@ -327,7 +327,7 @@ def fusion(path: str | None) -> Fusion:
         return Fusion()
     data = msgspec.json.decode(open(path, "rb").read())
     weights = msgspec.convert(data["weights"], Weights)
-    return Fusion(with_words=weights) if data.get("judge") == "thinker" else Fusion(with_listener=weights)
+    return Fusion(with_listener=weights) if data.get("judge", "thinker") == "listener" else Fusion(with_words=weights)  # (results before 2026-11-28: the thinker's)
 
 
 async def thinker_for(modes: list[str], config: str = "cpu") -> Any:
