@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from typing import Any
 
 import pytest
@@ -15,14 +16,16 @@ import uvicorn
 from mcp.server.mcpserver import MCPServer
 
 from tests.support.client import connect
-from tests.support.processes import free_port
 
 
 class SseServer:
     """An SSE-only MCP server; ``requests`` records each HTTP request's method and path."""
 
     def __init__(self) -> None:
-        self.port = free_port()
+        # the port is held from here (the allow-list names it when the module is collected) until
+        # the test serves on it: a port only picked then was taken by another process meanwhile
+        self.sock = self._bind(0)
+        self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}/sse"
         self.requests: list[tuple[str, str]] = []
         self.calls: list[str] = []
@@ -44,8 +47,18 @@ class SseServer:
         self.server = uvicorn.Server(uvicorn.Config(recorded, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"))
         self.task: asyncio.Task[Any] | None = None
 
+    @staticmethod
+    def _bind(port: int) -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        return sock
+
     async def __aenter__(self) -> "SseServer":
-        self.task = asyncio.create_task(self.server.serve())
+        if self.sock.fileno() == -1:  # closed with the last serve: bind the same port again
+            self.sock = self._bind(self.port)
+        self.server.started = self.server.should_exit = self.server.force_exit = False
+        self.task = asyncio.create_task(self.server.serve(sockets=[self.sock]))
         for _ in range(200):
             if self.server.started:
                 return self
