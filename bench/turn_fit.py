@@ -37,6 +37,7 @@ import numpy as np
 from bench.common import save
 from bench.metrics import dist
 from bench.turn_fixtures import RATE
+from bench.turns import fusion_for, judge_of
 from pipelines.turn_end.fusion import Fusion, Weights, logit
 from pipelines.turn_end.policy import TurnEndConfig
 
@@ -80,7 +81,8 @@ class Decisions:
         product's fusion (pipelines/turn_end/fusion.py), ``w`` for the judged ones (with the text
         rule for the listener's), the default audio-only weights and the text rule for the rest."""
         unjudged = np.isnan(self.lw)
-        fusion, judged = weighing(self.judge, w)
+        judged = Weights(**w)
+        fusion = fusion_for(self.judge, judged)
         shift = self.shift if fusion.text_rule else 0.0
         z = judged.score(self.la, np.where(unjudged, 0.0, self.lw), self.ll) + (shift if self.judge == "listener" else 0.0)
         z_audio = fusion.audio_only.score(self.la) + shift
@@ -109,17 +111,6 @@ class Decisions:
             "delay_ms": dist(list(delays), 1),
             "mean_delay_ms": float(delays.mean()) if len(delays) else float("inf"),
         }
-
-
-def weighing(judge: str, w: dict[str, float]) -> tuple[Fusion, Weights]:
-    """The fusion with ``w`` as the weights for ``judge``'s judgement, and those weights."""
-    weights = Weights(**w)
-    fusion = Fusion(with_listener=weights) if judge == "listener" else Fusion(with_words=weights)
-    return fusion, weights
-
-
-def judge_of(mode: str) -> str:
-    return "thinker" if mode.endswith("+thinker") else "listener"
 
 
 def half(row: dict[str, Any]) -> int:
@@ -161,7 +152,7 @@ def main() -> None:
     data = json.loads(open(args.result).read())
     rows = data["modes"][args.mode]["rows"]
     parts = {h: [r for r in rows if half(r) == h] for h in (0, 1)}
-    judge = judge_of(args.mode)
+    judge = judge_of(args.mode) or "listener"
     weights, fitted = fit(Decisions(parts[0], args.longest_wait_s, args.wall_ms, judge), args.max_cut, args.max_split)
     print("weights:", weights)
     out: dict[str, Any] = {"source": args.result, "mode": args.mode, "judge": judge, "weights": weights, "groups": {}}

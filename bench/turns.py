@@ -321,13 +321,22 @@ def report_line(label: str, summary: dict[str, Any]) -> str:
     )
 
 
+def judge_of(mode: str) -> Literal["listener", "thinker"] | None:
+    """Who judges the words in ``mode``: the thinker (``+thinker``), the listener (``+listener``), nobody."""
+    return "thinker" if mode.endswith("+thinker") else "listener" if mode.endswith("+listener") else None
+
+
+def fusion_for(judge: str | None, weights: Weights) -> Fusion:
+    """The default fusion with ``weights`` as the ones for ``judge``'s judgement."""
+    return Fusion(with_listener=weights) if judge == "listener" else Fusion(with_words=weights)
+
+
 def fusion(path: str | None) -> Fusion:
     """The fusion's weights: the config's defaults, or a ``bench turn_fit`` result's."""
     if path is None:
         return Fusion()
     data = msgspec.json.decode(open(path, "rb").read())
-    weights = msgspec.convert(data["weights"], Weights)
-    return Fusion(with_listener=weights) if data.get("judge", "thinker") == "listener" else Fusion(with_words=weights)  # (results before 2026-11-28: the thinker's)
+    return fusion_for(data.get("judge", "thinker"), msgspec.convert(data["weights"], Weights))  # (results before 2026-11-28: the thinker's)
 
 
 async def thinker_for(modes: list[str], config: str = "cpu") -> Any:
@@ -369,7 +378,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     result["fusion"] = msgspec.to_builtins(model.config.fusion)
     result["config"] = args.config
     for mode in args.modes:
-        judge = "thinker" if mode.endswith("+thinker") else "listener" if mode.endswith("+listener") else None
+        judge = judge_of(mode)
         pipeline = Listening(listener if mode.endswith(("+asr", "+listener", "+thinker")) else None, thinker if judge == "thinker" else None, judge)
         rows = [await replay(f, mode, pipeline, model, noise) for f in made]
         by_group = {g: summarize([r for r in rows if r["group"] == g]) for g in groups}
