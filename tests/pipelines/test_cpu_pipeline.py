@@ -153,7 +153,9 @@ async def test_speculation_thrown_away_when_the_user_goes_on(cpu_server):
     async with connect(cpu_server.ws_base) as c:
         await c.expect("session.created")
         # a pause long enough to speculate (200 ms) but shorter than the end of turn (500 ms)
-        speech = np.concatenate([silence(500), spoken("What is the capital"), silence(350), spoken("of Italy?"), silence(1200)])
+        # (tiny.en hears this pair whole at every alignment of the turn we tried, 52 of 52; "What is
+        # the capital ... of Italy?" lost its second half at some: a CI failure that was Whisper's)
+        speech = np.concatenate([silence(500), spoken("What is the weather like"), silence(350), spoken("in Paris today?"), silence(1200)])
         await c.speak(speech)
         await c.expect("response.done", timeout=RESPONSE_TIMEOUT)
         await c.first("conversation.item.input_audio_transcription.completed", timeout=RESPONSE_TIMEOUT)
@@ -169,7 +171,7 @@ async def test_speculation_thrown_away_when_the_user_goes_on(cpu_server):
     assert types.count("response.created") == 1
     heard = c.of("conversation.item.input_audio_transcription.completed")[0].transcript
     # the whole turn, not the speculation's first half
-    assert "capital" in words(heard) and words(heard) - {"what", "is", "the", "capital"}, heard
+    assert {"weather", "paris"} <= words(heard), heard
     assert after["engine_unfinished_requests"] == 0
 
 
