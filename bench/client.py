@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+
 from .dataset import RATE, Conversation, Turn
 from .metrics import TurnRecord
 from .microphone import Mic
@@ -284,6 +286,7 @@ class SimulatedUser:
                     if rec.first_audio_t is None:
                         rec.first_audio_t = now
                         rec.first_audio.set()
+                    rec.heard_from(now, np.frombuffer(raw, "<i2"), RATE)
             elif kind in ("response.output_audio_transcript.delta", "response.output_text.delta", "response.audio_transcript.delta", "response.text.delta"):
                 rec = self._by_response.get(rid or "")
                 if rec is not None and rec.first_text_t is None:

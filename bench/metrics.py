@@ -4,6 +4,9 @@ and the percentiles that summarize a run. Plain data and arithmetic: no I/O, no 
 Per turn (all client-side, times on the harness's clock):
 
 * ``voice_to_voice_ms``: end of the user's speech in the replayed audio -> first audio delta;
+* ``voice_to_voice_audible_ms``: the same end of speech -> the first audible sample of the answer
+  (``AUDIBLE``), played from its first delta's arrival: what a caller hears, lead-in silence counted
+  (the WebRTC transports' deltas begin at their first audible frame, so there the two agree to a frame);
 * ``ttft_ms``: the same end of speech -> first text (transcript or text delta);
 * ``audio_ttfp_ms``: the server's end-of-turn (``input_audio_buffer.speech_stopped`` arriving) ->
   first audio delta: time to first audio packet, without the VAD's end-of-turn wait;
@@ -31,9 +34,12 @@ from typing import Any
 
 import numpy as np
 
+AUDIBLE = 100  # |sample| (int16) from which an answer counts as heard (about -50 dBFS)
+
 # the latency distributions a run is summarized by: (key, title, unit)
 DISTRIBUTIONS = [
     ("voice_to_voice_ms", "Voice to voice", "ms"),
+    ("voice_to_voice_audible_ms", "Voice to voice, audible", "ms"),
     ("ttft_ms", "Time to first text", "ms"),
     ("audio_ttfp_ms", "Time to first audio packet", "ms"),
     ("audio_rtf", "Audio real-time factor", ""),
@@ -73,6 +79,7 @@ class TurnRecord:
     created_t: float | None = None
     first_text_t: float | None = None
     first_audio_t: float | None = None
+    first_audible_t: float | None = None
     last_audio_t: float | None = None
     done_t: float | None = None
     status: str | None = None
@@ -98,6 +105,17 @@ class TurnRecord:
         """Seconds of the received audio played by ``at``."""
         return sum(min(seconds, at - start) for start, seconds in playback_schedule(self.deliveries) if start < at)
 
+    def heard_from(self, arrival: float, pcm: np.ndarray, rate: int) -> None:
+        """A delta of the answer (int16 at the client's rate) arrived: note when its first audible
+        sample plays, if it is the answer's first (playback starting at the first delta). Call it
+        after the delta is counted in ``audio_s`` and ``first_audio_t``."""
+        if self.first_audible_t is not None:
+            return
+        loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) >= AUDIBLE)
+        if len(loud):
+            before = self.audio_s - len(pcm) / rate  # seconds of the answer that came before this delta
+            self.first_audible_t = max(arrival, (self.first_audio_t or arrival) + before + int(loud[0]) / rate)
+
     def gaps(self) -> list[float]:
         """Silences in the playback: how long each piece arrived after the one before had finished."""
         schedule = playback_schedule(self.deliveries)
@@ -118,6 +136,7 @@ class TurnRecord:
             "barge_in": self.barge_in,
             "status": self.status,
             "voice_to_voice_ms": ms(self.first_audio_t, self.speech_end_t),
+            "voice_to_voice_audible_ms": ms(self.first_audible_t, self.speech_end_t),
             "ttft_ms": ms(self.first_text_t, self.speech_end_t),
             "audio_ttfp_ms": ms(self.first_audio_t, self.turn_end_t),
             "turn_end_detected_ms": ms(self.turn_end_t, self.speech_end_t),

@@ -95,6 +95,7 @@ def summarize(turns: list[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "turns": len(turns),
         "voice_to_voice_ms": dist([t["voice_to_voice_ms"] for t in ok]),
+        "voice_to_voice_audible_ms": dist([t["voice_to_voice_audible_ms"] for t in ok if t.get("voice_to_voice_audible_ms") is not None]),
         "turn_end_detected_ms": dist([t["turn_end_detected_ms"] for t in ok if t["turn_end_detected_ms"] is not None]),
         "errors": sum(len(t["errors"]) for t in turns),
         "cached_fraction": round(sum(t["cached_tokens"] or 0 for t in ok) / max(1, sum(t["input_tokens"] or 0 for t in ok)), 3),
@@ -144,13 +145,13 @@ def main() -> None:
         if check:
             print(f"{variant}: the server's self-check: thinker {check['thinker_tokens_per_s']} tokens/s, talker RTF {check['talker_rtf']}, load {check['load']} (keeps up: {check['keeps_up']})", flush=True)
     print(f"\n{result['machine']['cpu']} ({', '.join(result['machine']['flags'])}), run as {result['machine']['ran_as']}")
-    print(f"\n{'variant':16} {'v2v p50':>8} {'v2v p90':>8} {'end-det':>8} {'asr':>7} {'ttft':>7} {'clause':>7} {'audio':>7} {'cached':>7} {'stalls':>7}")
+    print(f"\n{'variant':16} {'v2v p50':>8} {'v2v p90':>8} {'heard':>8} {'end-det':>8} {'asr':>7} {'ttft':>7} {'clause':>7} {'audio':>7} {'cached':>7} {'stalls':>7}")
     for variant, data in result["variants"].items():
         s = data["summary"]
-        cells = [s["voice_to_voice_ms"].get("p50"), s["voice_to_voice_ms"].get("p90"), s["turn_end_detected_ms"].get("p50")]
+        cells = [s["voice_to_voice_ms"].get("p50"), s["voice_to_voice_ms"].get("p90"), s["voice_to_voice_audible_ms"].get("p50"), s["turn_end_detected_ms"].get("p50")]
         cells += [s[f"{k}_ms"].get("p50") for k in STAGES]
-        print(f"{variant:16} " + " ".join(f"{c if c is not None else '-':>{8 if i < 3 else 7}}" for i, c in enumerate(cells)) + f" {s['cached_fraction']:>7} {s['turns_with_stalls']:>3}/{s['turns']}")
-    print("(ms, medians; stage times from the response trigger, negative = done before the turn ended)")
+        print(f"{variant:16} " + " ".join(f"{c if c is not None else '-':>{8 if i < 4 else 7}}" for i, c in enumerate(cells)) + f" {s['cached_fraction']:>7} {s['turns_with_stalls']:>3}/{s['turns']}")
+    print("(ms, medians; heard: to the answer's first audible sample, its lead-in counted; stage times from the response trigger, negative = done before the turn ended)")
     print("saved", save("voice_to_voice", result))
 
 

@@ -145,7 +145,7 @@ class PiperTalker:
         pieces = [self._audio(piece) for sentence in self.voice.phonemize(text) for piece in split_phonemes(sentence, MAX_PHONEMES)]
         if self._trim is not None:
             self._trim(0)
-        return np.concatenate(pieces) if pieces else np.zeros(0, np.int16)
+        return lead_trimmed(np.concatenate(pieces), self.rate) if pieces else np.zeros(0, np.int16)
 
     def _audio(self, phonemes: list[str]) -> np.ndarray:
         """One inference: what ``PiperVoice.synthesize`` does per sentence with our settings
@@ -154,6 +154,31 @@ class PiperTalker:
             return np.zeros(0, np.int16)
         audio = self.voice.phoneme_ids_to_audio(self.voice.phonemes_to_ids(phonemes), self.settings)
         return (np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0) * 32767).astype(np.int16)
+
+
+# Piper begins every clause with 30-70 ms below -45 dBFS before the voice: on the first clause of
+# an answer that is latency the caller hears as silence (docs/cpu-agent.md, speed).
+LEAD_DBFS = -45.0
+LEAD_KEEP_MS = 10  # of it kept before the voice
+LEAD_FADE_MS = 5
+
+
+def lead_trimmed(pcm: np.ndarray, rate: int) -> np.ndarray:
+    """``pcm`` from ``LEAD_KEEP_MS`` before its first 5 ms above ``LEAD_DBFS``, faded in over
+    ``LEAD_FADE_MS`` (no click where the cut falls on low noise). Unchanged without such a frame."""
+    frame = rate // 200
+    n = len(pcm) // frame
+    if not n:
+        return pcm
+    x = pcm[: n * frame].astype(np.float64).reshape(n, frame)
+    loud = np.flatnonzero(np.sqrt((x**2).mean(axis=1)) > 32768 * 10 ** (LEAD_DBFS / 20))
+    start = int(loud[0]) * frame - rate * LEAD_KEEP_MS // 1000 if len(loud) else 0
+    if start <= 0:
+        return pcm
+    out = pcm[start:].copy()
+    fade = min(len(out), rate * LEAD_FADE_MS // 1000)
+    out[:fade] = (out[:fade] * np.linspace(0.0, 1.0, fade, endpoint=False)).astype(np.int16)
+    return out
 
 
 def split_phonemes(phonemes: list[str], most: int) -> list[list[str]]:

@@ -159,6 +159,27 @@ def test_playback_is_simulated_in_real_time_from_the_first_packet():
     assert metrics.TurnRecord("c", 0, "", False).playback_end() == 0.0
 
 
+def test_the_first_audible_sample_is_timed_as_it_plays():
+    rate = 1000  # 1 ms a sample
+    rec = metrics.TurnRecord("c", 0, "", False, speech_end_t=9.0)
+
+    def arrive(t: float, pcm: np.ndarray) -> None:  # what the client does with each delta
+        rec.first_audio_t = rec.first_audio_t or t
+        rec.audio_s += len(pcm) / rate
+        rec.heard_from(t, pcm, rate)
+
+    arrive(10.0, np.zeros(50, np.int16))  # 50 ms of lead-in
+    assert rec.first_audible_t is None
+    arrive(10.01, np.concatenate([np.full(20, metrics.AUDIBLE - 1, np.int16), np.full(5, -metrics.AUDIBLE, np.int16)]))
+    assert rec.first_audible_t == pytest.approx(10.0 + 0.050 + 0.020)  # played from the first delta's arrival
+    arrive(10.02, np.full(10, 30000, np.int16))  # later loud audio changes nothing
+    m = rec.metrics()
+    assert m["voice_to_voice_ms"] == 1000.0 and m["voice_to_voice_audible_ms"] == pytest.approx(1070.0)
+    late = metrics.TurnRecord("c", 0, "", False, first_audio_t=10.0, audio_s=0.01)
+    late.heard_from(12.0, np.full(10, 30000, np.int16), rate)  # it cannot play before it arrives
+    assert late.first_audible_t == 12.0
+
+
 def test_microphone_frames_and_speech_positions():
     from bench.microphone import CHUNK, FrameQueue, Mic
 

@@ -233,6 +233,33 @@ def test_piper_speaks_a_sentence_longer_than_one_inference_takes_whole():
     assert np.abs(long.astype(np.int32)).max() > 1000
 
 
+def test_piper_clauses_begin_with_the_voice_not_its_lead_in():
+    """Piper starts a clause with 30-70 ms of near silence (on an answer's first clause, latency the
+    caller hears): the talker keeps 10 ms of it, faded in."""
+    from pipelines.cascade import talker as module
+
+    voice = models.ensure("piper-joe", progress=lambda _: None)
+    onnx = next(voice.glob("*.onnx"))
+    talker = module.PiperTalker(str(onnx), str(onnx) + ".json", 1)
+
+    def lead_ms(pcm: np.ndarray) -> float:
+        return float(np.flatnonzero(np.abs(pcm.astype(np.int32)) >= 100)[0]) * 1000 / talker.rate
+
+    for text in ("Yes, of course.", "What a day.", "Paris."):
+        trimmed = talker.speak(text)
+        raw = np.concatenate([talker._audio(p) for s in talker.voice.phonemize(text) for p in module.split_phonemes(s, module.MAX_PHONEMES)])
+        assert lead_ms(raw) >= 25, text  # 33-68 ms in 25 calls each: what Piper makes (its noise is sampled, so each call differs a little)
+        assert lead_ms(trimmed) <= 20, text  # (10 ms kept, the 5 ms frame it falls in)
+        assert trimmed[0] == 0 and np.abs(trimmed.astype(np.int32)).max() > 3000  # faded in, the voice whole
+    # the rule itself: from 10 ms before the first 5 ms above -45 dBFS; nothing changes without one
+    rate = 16000
+    pcm = np.concatenate([np.full(1600, 20, np.int16), np.full(800, 8000, np.int16)])  # 100 ms of hum, then voice
+    out = module.lead_trimmed(pcm, rate)
+    assert len(out) == 800 + 160 and out[0] == 0 and (out[160:] == 8000).all()
+    assert module.lead_trimmed(pcm[:1600], rate) is not None and len(module.lead_trimmed(pcm[:1600], rate)) == 1600
+    assert len(module.lead_trimmed(pcm[1600:], rate)) == 800  # the voice from its first sample: nothing to cut
+
+
 def test_playback_counts_audio_ahead_of_its_clock():
     p = Playback()
     assert p.ahead() == 0.0  # nothing made yet
