@@ -7,6 +7,10 @@
 2. Headless Chromium runs the web demo with a fake microphone (bench/browser.py, loopback-only
    network namespace); the page measures each turn itself (last loud mic sample -> first loud
    sample of the answer).
+3. The path: each turn's figure to the answer's first audible sample, less the server's own time
+   from the turn's trigger to its first audio (response.done's ``timing.first_audio_ms``), so that
+   transports compare whatever each answer cost to make (the page asks one question again and
+   again, and Whisper may hear it otherwise than the replay's voices).
 
     python -m bench.webrtc_vs_ws --configs synthetic cpu --turns 4 --conversations 3 --browser-turns 5
 """
@@ -40,7 +44,17 @@ def replay(url: str, transport: str, turns: int, conversations: int, out: Path) 
     return json.loads((out / "summary.json").read_text())
 
 
-def browser(config: dict[str, Any], turns: int, gap_ms: int, out: Path) -> list[float]:
+def paths(out: Path) -> list[float]:
+    """Per turn of a replay in ``out``: end of speech -> the answer's first audible sample, less the
+    server's own time from the turn's trigger to its first audio (``timing.first_audio_ms``): the
+    end of turn's wait and the way there and back, whatever the answer cost to make."""
+    rows = [json.loads(line) for line in (out / "turns.jsonl").read_text().splitlines() if line.strip()]
+    return [r["voice_to_voice_audible_ms"] - r["server_timings_ms"]["first_audio"] for r in rows
+            if r.get("voice_to_voice_audible_ms") is not None and "first_audio" in r["server_timings_ms"]]
+
+
+def browser(config: dict[str, Any], turns: int, gap_ms: int, out: Path) -> list[tuple[float, float | None]]:
+    """(the page's latency, the server's trigger -> first audio) per turn, in ms."""
     speech = speak(QUESTION, 48000)
     first, last = speech_bounds_ms(speech, 48000)
     speech = speech[first * 48 : (last + 1) * 48]
@@ -51,7 +65,9 @@ def browser(config: dict[str, Any], turns: int, gap_ms: int, out: Path) -> list[
            "--timeout", str(turns * (gap_ms / 1000 + 4) + 20), "--out", str(out)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     state = json.loads((out / "result.json").read_text())
-    return [t["latencyMs"] for t in state["demo"]["turns"] if t["latencyMs"] is not None and not t["interrupted"]]
+    turns_ = [t for t in state["demo"]["turns"] if t["latencyMs"] is not None and not t["interrupted"]]
+    made = [t["timings"].get("timing.first_audio_ms") for t in turns_]
+    return [(t["latencyMs"], float(m) if m is not None else None) for t, m in zip(turns_, made)]
 
 
 def main() -> None:
@@ -71,15 +87,25 @@ def main() -> None:
         with server_process(config) as url:
             for transport in ("websocket", "webrtc"):
                 s = replay(url, transport, args.turns, args.conversations, root / f"{name}-{transport}")
-                row[transport] = {"v2v": s["voice_to_voice_ms"], "v2v_audible": s["voice_to_voice_audible_ms"], "ttfp": s["audio_ttfp_ms"], "errors": s["errors"]}
+                row[transport] = {"v2v": s["voice_to_voice_ms"], "v2v_audible": s["voice_to_voice_audible_ms"], "ttfp": s["audio_ttfp_ms"],
+                                  "path": dist(paths(root / f"{name}-{transport}")), "errors": s["errors"]}
         gap = 5000 if name == "synthetic" else 9000
-        row["chromium"] = {"v2v": dist(browser(config, args.browser_turns, gap, root / f"{name}-chromium"))}
+        heard = browser(config, args.browser_turns, gap, root / f"{name}-chromium")
+        row["chromium"] = {"v2v": dist([v for v, _ in heard]), "path": dist([v - m for v, m in heard if m is not None])}
         rows[name] = row
         ws, rtc = row["websocket"]["v2v"], row["webrtc"]["v2v"]
         row["webrtc_added_ms"] = round(rtc["p50"] - ws["p50"], 1)
         heard = row["websocket"]["v2v_audible"] or {}  # to the first audible sample, as the WebRTC clients measure
         print(f"{name}: v2v p50 websocket {ws['p50']:.0f} (its first audible sample {heard.get('p50', float('nan')):.0f}) | webrtc (aiortc)"
               f" {rtc['p50']:.0f} | chromium {row['chromium']['v2v']['p50']:.0f} ms; webrtc adds {row['webrtc_added_ms']:.0f} ms", flush=True)
+        # the answers differ from run to run (sampled; the page says one question again and again):
+        # the path, less each answer's own making, compares the transports whatever was answered
+        p50 = {t: (row[t]["path"] or {}).get("p50") for t in ("websocket", "webrtc", "chromium")}
+        if p50["websocket"] is not None and p50["chromium"] is not None:
+            row["chromium_path_added_ms"] = round(p50["chromium"] - p50["websocket"], 1)
+            print(f"{name}: the path (v2v to the first audible sample, less the server's trigger -> first audio) p50 websocket"
+                  f" {p50['websocket']:.0f} | webrtc (aiortc) {p50['webrtc'] or float('nan'):.0f} | chromium {p50['chromium']:.0f} ms;"
+                  f" chromium adds {row['chromium_path_added_ms']:.0f} ms", flush=True)
     root.mkdir(parents=True, exist_ok=True)
     (root / "summary.json").write_text(json.dumps(rows, indent=2))
     print(json.dumps(rows, indent=2))

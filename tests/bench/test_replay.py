@@ -214,3 +214,16 @@ def test_python_m_bench_lists_the_benches_and_refuses_an_unknown_one():
     assert not {"common", "metrics", "audio"} & set(names)  # modules without a command line are not benches
     unknown = subprocess.run([sys.executable, "-m", "bench", "nope"], capture_output=True, text=True)
     assert unknown.returncode == 2 and "no bench named 'nope'" in unknown.stderr
+
+
+def test_webrtc_vs_ws_compares_paths_less_each_answers_making(tmp_path: Path):
+    from bench.webrtc_vs_ws import paths
+
+    rows = [
+        {"voice_to_voice_audible_ms": 700.0, "server_timings_ms": {"first_audio": 150.0}},
+        {"voice_to_voice_audible_ms": 560.0, "server_timings_ms": {"first_audio": 20.0}},
+        {"voice_to_voice_audible_ms": None, "server_timings_ms": {"first_audio": 20.0}},  # never heard: not a path
+        {"voice_to_voice_audible_ms": 600.0, "server_timings_ms": {}},  # no server timing (a peer's server)
+    ]
+    (tmp_path / "turns.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert paths(tmp_path) == [550.0, 540.0]
