@@ -109,12 +109,13 @@ def cpu_config(**thinker: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def cpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CpuServer]:
-    from tests.support.processes import free_port
+    from tests.support.ports import reserved_port
     from tests.support.sip import free_udp_port
 
     log = tmp_path_factory.mktemp("cpu") / "timings.jsonl"
     sip_port = free_udp_port()
-    mcp_url = f"http://127.0.0.1:{free_port()}/mcp"  # the MCP server a test serves (tests/pipelines/test_cpu_mcp.py)
+    mcp_port, held = reserved_port()  # held for the session: a test serves it much later
+    mcp_url = f"http://127.0.0.1:{mcp_port}/mcp"  # the MCP server a test serves (tests/pipelines/test_cpu_mcp.py)
     # three sentences at most: answers long enough to interrupt while the thinker still writes
     config = cpu_config(max_sentences=3)
     # semantic_vad's decisions wait for the words and their judgement however slow the box:
@@ -123,5 +124,5 @@ def cpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CpuServer]:
     # (docs/turn-taking.md; how fast it must be is issue 37's).
     config["turn_end"]["hearing_wait_ms"] = 10_000
     config["mcp"] = {"allowed_servers": [mcp_url]}
-    with server_process({**config, "timings_log": str(log), "sip": {"port": sip_port}}, startup_s=900) as ws_base:
+    with held, server_process({**config, "timings_log": str(log), "sip": {"port": sip_port}}, startup_s=900) as ws_base:
         yield CpuServer(ws_base, log, sip_port, mcp_url)

@@ -16,14 +16,16 @@ from tests.pipelines.test_cpu_mcp import weather_server
 from tests.pipelines.test_cpu_tools import HELD, TIME, WEATHER, calls_of, held_call, streamed_arguments, user
 from tests.support.client import connect
 from tests.support.mcp_server import Served
-from tests.support.processes import free_port, server_process, vllm_serve
+from tests.support.ports import reserved_port
+from tests.support.processes import server_process, vllm_serve
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
 MODEL = "qwen2.5-coder-0.5b-instruct-w8"  # configs/cpu.yaml's thinker: its template has a tool format
 
 
-MCP_URL = f"http://127.0.0.1:{free_port()}/mcp"  # the MCP server the MCP test serves, allowed by the server
+_MCP_PORT, _MCP_HELD = reserved_port()  # held from collection to the test that serves it
+MCP_URL = f"http://127.0.0.1:{_MCP_PORT}/mcp"  # the MCP server the MCP test serves, allowed by the server
 
 
 @pytest.fixture(scope="module")

@@ -30,17 +30,20 @@ from tests.core.test_run import ListPort
 from tests.support.client import connect
 from tests.support.fake_pipeline import CAPS
 from tests.support.mcp_server import Served
+from tests.support.ports import reserved_port
 from tests.support.validation import validate
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port held for the module's life (tests/support/ports.py): picked now, served later."""
+    port, sock = reserved_port()
+    _HELD.append(sock)
+    return port
 
 
 # The allowed MCP servers' ports: each test starts its own on a port of its own (a server killed by
 # cancelling its task may hold its port until the process ends).
+_HELD: list[socket.socket] = []
 _PORTS = [_free_port() for _ in range(14)]
 ALLOWED = [f"http://127.0.0.1:{port}/mcp" for port in _PORTS]
 PORTS = iter(_PORTS)

@@ -8,13 +8,18 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 
-from tests.support.processes import free_port
+from tests.support.ports import reserved_port
 
 
 class Served:
+    """Without a ``port``, one is held from construction to the exit (tests/support/ports.py)."""
+
     def __init__(self, server: MCPServer, port: int | None = None) -> None:
         self.server = server
-        self.port = free_port() if port is None else port
+        self.held = None
+        if port is None:
+            port, self.held = reserved_port()
+        self.port = port
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.task: asyncio.Task[Any] | None = None
 
@@ -34,3 +39,6 @@ class Served:
             self.task.cancel()
             await asyncio.gather(self.task, return_exceptions=True)
             self.task = None
+        if self.held is not None:
+            self.held.close()
+            self.held = None
