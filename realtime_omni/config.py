@@ -81,8 +81,9 @@ class WebRTCConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     host_addresses: list[str] = []
     video_fps: float = 1.0  # video frames sampled per second for pipelines that take images
     max_buffer_ms: int = 200  # outgoing audio queued ahead of the 20 ms clock
-    # incoming audio frames held to absorb network jitter (20 ms each; aiortc's own default is 4)
-    jitter_frames: int = 2
+    # incoming audio frames held to put reordered packets back in place (20 ms each on every turn;
+    # aiortc's own is 4). 0: none, each packet passed on as it comes, a reordered one dropped
+    jitter_frames: int = 0
     connect_timeout_s: float = 30.0  # offer answered -> media flowing, or the call is dropped
     media_timeout_s: float = 20.0  # no incoming audio packet for this long ends the call
 

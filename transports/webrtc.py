@@ -33,7 +33,7 @@ from aiortc import (
     RTCPeerConnection,
     RTCSessionDescription,
 )
-from aiortc.jitterbuffer import JitterBuffer
+from aiortc.jitterbuffer import JitterBuffer, JitterFrame
 from aiortc.mediastreams import MediaStreamError
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
@@ -360,18 +360,39 @@ async def _close_peer(pc: RTCPeerConnection) -> None:
                     await transport.transport.stop()
 
 
+class InOrder:
+    """The incoming audio as it comes: each Opus packet is a whole 20 ms frame, and the caller's
+    audio goes to the turn detector and the recognizer, not to a loudspeaker, so a frame waits for
+    nothing (aiortc's own buffer holds each until 4 newer ones have come: 80 ms on every turn's end).
+    A packet older than one already passed on (reordered, or a duplicate) is dropped: a 20 ms gap
+    for the detector and ASR. aiortc's ``JitterBuffer.add`` contract: (send a PLI?, a frame or None)."""
+
+    capacity = 1
+
+    def __init__(self) -> None:
+        self._next: int | None = None  # the sequence number after the last one passed on
+        self.dropped = 0
+
+    def add(self, packet: Any) -> tuple[bool, JitterFrame | None]:
+        seq = packet.sequence_number
+        if self._next is not None and (seq - self._next) & 0xFFFF >= 0x8000:  # behind (mod 2^16)
+            self.dropped += 1
+            return False, None
+        self._next = (seq + 1) & 0xFFFF
+        return False, JitterFrame(data=packet._data, timestamp=packet.timestamp)
+
+
 def _set_jitter_frames(receiver: Any, frames: int) -> None:
     """aiortc holds every incoming audio packet until 4 newer ones have arrived (80 ms) and has no
-    setting for it. Each frame held here is 20 ms added to every turn (the end of the caller's
-    speech reaches the turn detector that much later), so the depth is ours to choose: a packet
-    later than ``frames`` x 20 ms is dropped instead (a 20 ms gap for the turn detector and ASR)."""
+    setting for it. Each frame held is 20 ms added to every turn (the end of the caller's speech
+    reaches the turn detector that much later): with ``frames`` 0 (the default) none is
+    (``InOrder``); with more, aiortc's buffer at that depth, which puts a packet up to ``frames`` x
+    20 ms late back in its place (otherwise dropped: a 20 ms gap for the turn detector and ASR)."""
     attr = "_RTCRtpReceiver__jitter_buffer"
-    if frames <= 0:
-        return
     if not hasattr(receiver, attr):  # an aiortc that renamed it: its own 80 ms stands
         log.warning("this aiortc has no %s: webrtc.jitter_frames is not applied", attr)
         return
-    setattr(receiver, attr, JitterBuffer(capacity=16, prefetch=frames))
+    setattr(receiver, attr, InOrder() if frames <= 0 else JitterBuffer(capacity=16, prefetch=frames))
 
 
 def _mono(frame: av.AudioFrame) -> np.ndarray:

@@ -438,3 +438,41 @@ async def test_transcription_session_over_webrtc(echo):
         types = [e["type"] for _, e in client.log]
         assert not [t for t in types if t.startswith(("response.", "output_audio_buffer."))]
         assert loud_frames(client, 0.0, t_update) == 0 and await silent_after(client, t_update)  # the track stayed silent
+
+
+def test_incoming_audio_is_passed_on_as_it_comes_and_a_reordered_packet_dropped():
+    """``webrtc.jitter_frames: 0`` (the default): no packet waits for a later one; one behind what
+    was passed on (reordered, duplicated; sequence numbers wrap at 2^16) is dropped. Random
+    sequences against a small model of that rule."""
+    import random
+    from types import SimpleNamespace
+
+    from transports.webrtc import InOrder
+
+    def packet(seq: int) -> SimpleNamespace:
+        return SimpleNamespace(sequence_number=seq & 0xFFFF, timestamp=seq * 960 & 0xFFFFFFFF, _data=seq.to_bytes(4, "big"))
+
+    for seed in range(200):
+        rng = random.Random(seed)
+        start = rng.choice([0, 65530, rng.randrange(65536)])
+        order = list(range(start, start + rng.randrange(1, 60)))
+        for _ in range(rng.randrange(4)):  # reorder, duplicate, lose
+            i = rng.randrange(len(order))
+            kind = rng.choice(["swap", "dup", "lose"])
+            if kind == "swap" and i + 1 < len(order):
+                order[i], order[i + 1] = order[i + 1], order[i]
+            elif kind == "dup":
+                order.insert(rng.randrange(i, len(order) + 1), order[i])
+            elif kind == "lose" and len(order) > 1:
+                del order[i]
+        buffer, out, expected, last = InOrder(), [], [], None
+        for seq in order:
+            pli, frame = buffer.add(packet(seq))
+            assert pli is False
+            if frame is not None:
+                out.append(int.from_bytes(frame.data, "big"))
+            if last is None or seq > last:  # the model, on sequence numbers that do not wrap
+                expected.append(seq)
+                last = seq
+        assert out == expected, (seed, order)
+        assert buffer.dropped == len(order) - len(expected)
