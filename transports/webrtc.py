@@ -364,10 +364,12 @@ class InOrder:
     """The incoming audio as it comes: each Opus packet is a whole 20 ms frame, and the caller's
     audio goes to the turn detector and the recognizer, not to a loudspeaker, so a frame waits for
     nothing (aiortc's own buffer holds each until 4 newer ones have come: 80 ms on every turn's end).
-    A packet older than one already passed on (reordered, or a duplicate) is dropped: a 20 ms gap
-    for the detector and ASR. aiortc's ``JitterBuffer.add`` contract: (send a PLI?, a frame or None)."""
+    A packet up to ``MAX_BEHIND`` behind the last one passed on (reordered, or a duplicate) is
+    dropped: a 20 ms gap for the detector and ASR; one further behind is a sender that restarted its
+    numbering, and is passed on. aiortc's ``JitterBuffer.add`` contract: (send a PLI?, a frame or None)."""
 
     capacity = 1
+    MAX_BEHIND = 100  # packets (2 s); as aiortc's own buffer tells misorder from a restart
 
     def __init__(self) -> None:
         self._next: int | None = None  # the sequence number after the last one passed on
@@ -375,7 +377,7 @@ class InOrder:
 
     def add(self, packet: Any) -> tuple[bool, JitterFrame | None]:
         seq = packet.sequence_number
-        if self._next is not None and (seq - self._next) & 0xFFFF >= 0x8000:  # behind (mod 2^16)
+        if self._next is not None and 0 < (self._next - seq) & 0xFFFF <= self.MAX_BEHIND:  # behind (mod 2^16)
             self.dropped += 1
             return False, None
         self._next = (seq + 1) & 0xFFFF
