@@ -65,7 +65,7 @@ import numpy as np
 from bench.answers import NUMBERS, normalise
 from bench.audio import espeak, speech_bounds_ms
 from bench.common import free_port, machine, save, server_process
-from bench.metrics import dist
+from bench.metrics import AUDIBLE, dist
 from dsp.resample import resample
 from realtime_omni import config as config_file
 
@@ -395,6 +395,7 @@ class Exchange:
     audio: bytearray = field(default_factory=bytearray)
     call_ms: float | None = None  # end of speech -> the first call's arguments.done
     answer_ms: float | None = None  # end of speech -> the spoken answer's first audio (two-step; --mcp: after a call)
+    answer_heard_ms: float | None = None  # the same -> its first audible sample, played from its first delta
     tool_ms: float | None = None  # --mcp: the first call's response.mcp_call.in_progress -> .completed
     status: str = ""
     mcp_names: dict[str, str] = field(default_factory=dict)  # --mcp: item id -> the tool its mcp_call names
@@ -427,7 +428,13 @@ async def _until_done(conn: Any, ex: Exchange, speech_end: float, answering: boo
                 if (answering or after_call) and ex.answer_ms is None:
                     ex.answer_ms = (time.perf_counter() - speech_end) * 1000
                 if answering or after_call:
-                    ex.audio += base64.b64decode(event.delta)
+                    raw = base64.b64decode(event.delta)
+                    if ex.answer_heard_ms is None and ex.answer_ms is not None:
+                        loud = np.flatnonzero(np.abs(np.frombuffer(raw, "<i2").astype(np.int32)) >= AUDIBLE)
+                        if len(loud):  # (as bench.metrics counts what a caller hears)
+                            plays = ex.answer_ms + (len(ex.audio) // 2 + int(loud[0])) * 1000 / RATE
+                            ex.answer_heard_ms = max((time.perf_counter() - speech_end) * 1000, plays)
+                    ex.audio += raw
             elif kind == "response.output_audio_transcript.done":
                 ex.said += event.transcript
             elif kind == "conversation.item.input_audio_transcription.completed" and ex.heard is None:
@@ -524,7 +531,7 @@ async def exchange(
                 await conn.response.create()
                 first = Exchange()
                 await _until_done(conn, first, speech_end, answering=True)
-                ex.said, ex.audio, ex.answer_ms, ex.status = first.said, first.audio, first.answer_ms, first.status
+                ex.said, ex.audio, ex.answer_ms, ex.answer_heard_ms, ex.status = first.said, first.audio, first.answer_ms, first.answer_heard_ms, first.status
         except TimeoutError:
             ex.status = "timeout"
         finally:
@@ -640,7 +647,8 @@ async def run(
         rows.append(
             {"set": "requests" if r.tool else "no_tool", "request": r.text, "tool": r.tool, "ears": ex.heard, "ears_right": heard_right(r, ex.heard) if r.tool else None,
              "calls": ex.calls, "said": ex.said, "schema_valid": valid, "right": right, "call_ms": ex.call_ms, "tool_ms": ex.tool_ms,
-             "answer_ms": ex.answer_ms if mcp is not None and ex.calls else None, "status": ex.status}
+             "answer_ms": ex.answer_ms if mcp is not None and ex.calls else None,
+             "answer_heard_ms": ex.answer_heard_ms if mcp is not None and ex.calls else None, "status": ex.status}
         )  # fmt: skip
         print(f"  {'+' if right or (not r.tool and not ex.calls) else '-'} {r.text[:44]:44} heard {ex.heard!r:46.46} {ex.calls or ex.said[:60]!r}", flush=True)
     for t in two_step:
@@ -653,7 +661,7 @@ async def run(
         rows.append(
             {"set": "two_step", "request": t.request.text, "ears": ex.heard, "ears_right": heard_right(t.request, ex.heard), "calls": ex.calls, "said": ex.said,
              "heard": heard, "schema_valid": valid, "right": right, "answer_right": ok, "call_ms": ex.call_ms, "tool_ms": ex.tool_ms, "answer_ms": ex.answer_ms,
-             "status": ex.status}
+             "answer_heard_ms": ex.answer_heard_ms, "status": ex.status}
         )  # fmt: skip
         print(f"  {'+' if ok else '-'} {t.request.text[:44]:44} {ex.calls} -> {heard[:60]!r}", flush=True)
     return {"tool_set": tool_set, "keys": keys, "tools": "mcp" if mcp is not None else "function", "summary": summarize(rows), "exchanges": rows}
@@ -692,6 +700,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "tool_ms": dist([r["tool_ms"] for r in rows if r.get("tool_ms") is not None]),
         "answer_after_call_ms": dist(
             [r["answer_ms"] - r["call_ms"] - (r.get("tool_ms") or 0.0) for r in rows if r.get("answer_ms") is not None and r["call_ms"] is not None]
+        ),
+        # the same to the answer's first audible sample (its lead-in counted, as a caller hears it)
+        "answer_heard_after_call_ms": dist(
+            [r["answer_heard_ms"] - r["call_ms"] - (r.get("tool_ms") or 0.0) for r in rows if r.get("answer_heard_ms") is not None and r["call_ms"] is not None]
         ),
         "errors": sum(1 for r in rows if r["status"] != "completed"),
     }
@@ -778,7 +790,7 @@ def main() -> None:
     print(f"\ntool set {args.tool_set}, voice: {args.voice}, keys: {args.keys}, tools: {'MCP' if args.mcp else 'function'}{f', answered after {args.tool_ms} ms' if args.mcp and args.tool_ms else ''}")
     head = (
         f"{'config':42} {'right':>6} {'valid':>6} {'false':>6} {'empty':>5} {'answers':>7} {'heard':>6} {'miss e/t':>8} {'call p50':>8} {'answer p50':>10}"
-        f" {'after p50':>9} {'errors':>6}"
+        f" {'after p50':>9} {'heard':>6} {'errors':>6}"
     )
     print(head)
     for name, data in result["configs"].items():
@@ -788,7 +800,7 @@ def main() -> None:
         print(
             f"{name:42} {s['right_tool_and_arguments']!s:>6} {s['schema_valid']!s:>6} {s['false_calls']!s:>6} {s['empty_answers']!s:>5}"
             f" {s['right_final_answers']!s:>7} {s['heard_right']!s:>6} {misses:>8} {call.get('p50', '-')!s:>8} {answer.get('p50', '-')!s:>10}"
-            f" {s['answer_after_call_ms'].get('p50', '-')!s:>9} {s['errors']:>6}"
+            f" {s['answer_after_call_ms'].get('p50', '-')!s:>9} {s['answer_heard_after_call_ms'].get('p50', '-')!s:>6} {s['errors']:>6}"
         )
     print("saved", save("tools-mcp" if args.mcp else "tools", result))
 
