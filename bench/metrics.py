@@ -36,6 +36,20 @@ import numpy as np
 
 AUDIBLE = 100  # |sample| (int16) from which an answer counts as heard (about -50 dBFS)
 
+
+def first_audible(pcm: np.ndarray) -> int | None:
+    """The index of the first audible sample of int16 ``pcm``, or None."""
+    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) >= AUDIBLE)
+    return int(loud[0]) if len(loud) else None
+
+
+def audible_at(pcm: np.ndarray, rate: int, first: float, before_s: float, arrival: float) -> float | None:
+    """When the first audible sample of ``pcm`` (a delta of an answer) plays: the answer played from
+    its first delta's arrival (``first``), ``before_s`` seconds of it ahead of this delta, which
+    arrived at ``arrival`` (it cannot play before that). None when nothing in it is audible."""
+    i = first_audible(pcm)
+    return None if i is None else max(arrival, first + before_s + i / rate)
+
 # the latency distributions a run is summarized by: (key, title, unit)
 DISTRIBUTIONS = [
     ("voice_to_voice_ms", "Voice to voice", "ms"),
@@ -109,12 +123,8 @@ class TurnRecord:
         """A delta of the answer (int16 at the client's rate) arrived: note when its first audible
         sample plays, if it is the answer's first (playback starting at the first delta). Call it
         after the delta is counted in ``audio_s`` and ``first_audio_t``."""
-        if self.first_audible_t is not None:
-            return
-        loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) >= AUDIBLE)
-        if len(loud):
-            before = self.audio_s - len(pcm) / rate  # seconds of the answer that came before this delta
-            self.first_audible_t = max(arrival, (self.first_audio_t or arrival) + before + int(loud[0]) / rate)
+        if self.first_audible_t is None:
+            self.first_audible_t = audible_at(pcm, rate, self.first_audio_t or arrival, self.audio_s - len(pcm) / rate, arrival)
 
     def gaps(self) -> list[float]:
         """Silences in the playback: how long each piece arrived after the one before had finished."""

@@ -33,7 +33,7 @@ from openai import AsyncOpenAI
 from dsp.resample import Resampler, resample
 from transports.webrtc import use_host_addresses
 
-from .metrics import AUDIBLE
+from .metrics import first_audible
 from .microphone import FrameQueue
 
 RATE = 48000
@@ -220,7 +220,7 @@ class WebRTCTransport(RtcClient):
     def on_audio(self, t: float, pcm: np.ndarray) -> None:
         if self._playing is None:
             return
-        if not self._audible and np.abs(pcm.astype(np.int32)).max(initial=0) < AUDIBLE:
+        if not self._audible and first_audible(pcm) is None:
             return  # the jitter buffer's lead-in: nothing heard yet
         self._audible = True
         pcm24 = self._resample(pcm)

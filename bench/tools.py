@@ -65,7 +65,7 @@ import numpy as np
 from bench.answers import NUMBERS, normalise
 from bench.audio import espeak, speech_bounds_ms
 from bench.common import free_port, machine, save, server_process
-from bench.metrics import AUDIBLE, dist
+from bench.metrics import audible_at, dist
 from dsp.resample import resample
 from realtime_omni import config as config_file
 
@@ -430,10 +430,9 @@ async def _until_done(conn: Any, ex: Exchange, speech_end: float, answering: boo
                 if answering or after_call:
                     raw = base64.b64decode(event.delta)
                     if ex.answer_heard_ms is None and ex.answer_ms is not None:
-                        loud = np.flatnonzero(np.abs(np.frombuffer(raw, "<i2").astype(np.int32)) >= AUDIBLE)
-                        if len(loud):  # (as bench.metrics counts what a caller hears)
-                            plays = ex.answer_ms + (len(ex.audio) // 2 + int(loud[0])) * 1000 / RATE
-                            ex.answer_heard_ms = max((time.perf_counter() - speech_end) * 1000, plays)
+                        first = speech_end + ex.answer_ms / 1000
+                        heard = audible_at(np.frombuffer(raw, "<i2"), RATE, first, len(ex.audio) / 2 / RATE, time.perf_counter())
+                        ex.answer_heard_ms = None if heard is None else (heard - speech_end) * 1000
                     ex.audio += raw
             elif kind == "response.output_audio_transcript.done":
                 ex.said += event.transcript

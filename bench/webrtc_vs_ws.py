@@ -65,9 +65,11 @@ def browser(config: dict[str, Any], turns: int, gap_ms: int, out: Path) -> list[
            "--timeout", str(turns * (gap_ms / 1000 + 4) + 20), "--out", str(out)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     state = json.loads((out / "result.json").read_text())
-    turns_ = [t for t in state["demo"]["turns"] if t["latencyMs"] is not None and not t["interrupted"]]
-    made = [t["timings"].get("timing.first_audio_ms") for t in turns_]
-    return [(t["latencyMs"], float(m) if m is not None else None) for t, m in zip(turns_, made)]
+    return [
+        (t["latencyMs"], float(t["timings"]["timing.first_audio_ms"]) if "timing.first_audio_ms" in t["timings"] else None)
+        for t in state["demo"]["turns"]
+        if t["latencyMs"] is not None and not t["interrupted"]
+    ]
 
 
 def main() -> None:

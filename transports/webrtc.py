@@ -368,7 +368,6 @@ class InOrder:
     dropped: a 20 ms gap for the detector and ASR; one further behind is a sender that restarted its
     numbering, and is passed on. aiortc's ``JitterBuffer.add`` contract: (send a PLI?, a frame or None)."""
 
-    capacity = 1
     MAX_BEHIND = 100  # packets (2 s); as aiortc's own buffer tells misorder from a restart
 
     def __init__(self) -> None:
