@@ -49,6 +49,20 @@ TABLE = {
         "required": ["party_size", "when"],
     },
 }
+MESSAGE = {
+    "type": "function",
+    "name": "send_message",
+    "description": "Send a text message to one of the user's contacts.",
+    "parameters": {
+        "type": "object",
+        "properties": {"to": {"type": "string"}, "text": {"type": "string", "description": "The message, word for word"}},
+        "required": ["to", "text"],
+    },
+}
+LONG_MESSAGE = (
+    "Send a message to Anna saying: I will be late for dinner tonight because the train from the city is delayed "
+    "by almost an hour, so please start without me and keep a bowl of the soup warm for when I get home."
+)
 INSTRUCTIONS = "You are a helpful voice assistant. Use the tools when they help. Reply in one short sentence."
 
 
@@ -158,13 +172,19 @@ async def test_cancel_while_a_call_is_written(cpu_server):
 
 async def test_barge_in_while_a_call_is_written(cpu_server):
     """The user speaks over a response that is writing its call: the call is cut (incomplete, never
-    done) and the user's new turn is answered."""
+    done) and the user's new turn is answered. The call is a long one (a message of some forty
+    tokens, over a second of writing on two cores), and the user starts once its arguments have
+    begun: a short call (``{"city": "Paris"}``, ~7 tokens) could be written whole before the turn
+    detector hears the user, on a fast machine."""
     async with connect(cpu_server.ws_base) as c:
         await setup(c)
-        await c.send(user("What is the weather in Paris?"))
-        await c.send({"type": "response.create", "response": {"tool_choice": {"type": "function", "name": "get_weather"}}})
+        await c.send({"type": "session.update", "session": {"type": "realtime", "tools": [WEATHER, MESSAGE]}})
+        await c.expect("session.updated")
+        await c.send(user(LONG_MESSAGE))
+        await c.send({"type": "response.create", "response": {"tool_choice": {"type": "function", "name": "send_message"}}})
         added = await c.expect("response.output_item.added", timeout=RESPONSE_TIMEOUT)
         assert added.item.type == "function_call"
+        await c.expect("response.function_call_arguments.delta", timeout=RESPONSE_TIMEOUT)
         await c.append(utterance("Hello, can you hear me?", lead_ms=0, tail_ms=1200))  # faster than real time: heard at once
         cut = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
         assert cut.status == "cancelled" and cut.status_details.reason == "turn_detected"
