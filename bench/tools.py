@@ -618,6 +618,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "qwen2.5-coder-0.5b-w8-ungrounded": ("cpu", {"ground_calls": False}, {}),  # calls with values nobody said go out (before 2026-11-26)
     "qwen2.5-coder-0.5b-w8-free-calls": ("cpu", {"constrain_calls": "never"}, {}),  # every call as the model writes it (before 2026-11-27)
     "qwen2.5-coder-0.5b-w8-held-calls": ("cpu", {"constrain_calls": "always"}, {}),  # a call the model makes on its own held to its schema too
+    "qwen2.5-coder-0.5b-w8-first-choice": ("cpu", {"second_choices": 0}, {}),  # no second choice of tool after a dropped call (before 2026-11-28)
     "qwen2.5-coder-0.5b": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct"}, {}),  # fp32 weights
     "qwen2.5-coder-0.5b-w8-whisper-base": ("cpu", {}, {"asr_model": "whisper-base"}),  # the agent hears better
 }
@@ -647,7 +648,8 @@ async def run(
             {"set": "requests" if r.tool else "no_tool", "request": r.text, "tool": r.tool, "ears": ex.heard, "ears_right": heard_right(r, ex.heard) if r.tool else None,
              "calls": ex.calls, "said": ex.said, "schema_valid": valid, "right": right, "call_ms": ex.call_ms, "tool_ms": ex.tool_ms,
              "answer_ms": ex.answer_ms if mcp is not None and ex.calls else None,
-             "answer_heard_ms": ex.answer_heard_ms if mcp is not None and ex.calls else None, "status": ex.status}
+             "answer_heard_ms": ex.answer_heard_ms if mcp is not None and ex.calls else None, "status": ex.status,
+             "plain_ms": ex.answer_ms if not r.tool and not ex.calls else None}
         )  # fmt: skip
         print(f"  {'+' if right or (not r.tool and not ex.calls) else '-'} {r.text[:44]:44} heard {ex.heard!r:46.46} {ex.calls or ex.said[:60]!r}", flush=True)
     for t in two_step:
@@ -695,6 +697,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "voice_to_voice_call_ms": dist([r["call_ms"] for r in asked + two if r["call_ms"] is not None]),
         "first_call_ms": next((r["call_ms"] for r in asked if r["call_ms"] is not None), None),  # the run's first session's
         "voice_to_voice_answer_ms": dist([r["answer_ms"] for r in two if r["answer_ms"] is not None]),
+        # end of speech -> the first audio of an answer in words to a request that needed no tool
+        # (what tools on offer cost chit-chat: a call written and dropped comes before it)
+        "voice_to_voice_plain_ms": dist([r["plain_ms"] for r in none if r.get("plain_ms") is not None]),
         # the spoken answer after the call and the tool's own time (--mcp: every answered call; functions: the two-step set)
         "tool_ms": dist([r["tool_ms"] for r in rows if r.get("tool_ms") is not None]),
         "answer_after_call_ms": dist(
@@ -789,7 +794,7 @@ def main() -> None:
     print(f"\ntool set {args.tool_set}, voice: {args.voice}, keys: {args.keys}, tools: {'MCP' if args.mcp else 'function'}{f', answered after {args.tool_ms} ms' if args.mcp and args.tool_ms else ''}")
     head = (
         f"{'config':42} {'right':>6} {'valid':>6} {'false':>6} {'empty':>5} {'answers':>7} {'heard':>6} {'miss e/t':>8} {'call p50':>8} {'answer p50':>10}"
-        f" {'after p50':>9} {'heard':>6} {'errors':>6}"
+        f" {'after p50':>9} {'heard':>6} {'plain p50':>9} {'errors':>6}"
     )
     print(head)
     for name, data in result["configs"].items():
@@ -799,7 +804,8 @@ def main() -> None:
         print(
             f"{name:42} {s['right_tool_and_arguments']!s:>6} {s['schema_valid']!s:>6} {s['false_calls']!s:>6} {s['empty_answers']!s:>5}"
             f" {s['right_final_answers']!s:>7} {s['heard_right']!s:>6} {misses:>8} {call.get('p50', '-')!s:>8} {answer.get('p50', '-')!s:>10}"
-            f" {s['answer_after_call_ms'].get('p50', '-')!s:>9} {s['answer_heard_after_call_ms'].get('p50', '-')!s:>6} {s['errors']:>6}"
+            f" {s['answer_after_call_ms'].get('p50', '-')!s:>9} {s['answer_heard_after_call_ms'].get('p50', '-')!s:>6}"
+            f" {s['voice_to_voice_plain_ms'].get('p50', '-')!s:>9} {s['errors']:>6}"
         )
     print("saved", save("tools-mcp" if args.mcp else "tools", result))
 

@@ -9,20 +9,22 @@ pipelines/speculation.py), into a bounded buffer nobody reads until the answer i
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.base import AudioChunk, OutputChunk, ResponseRequest, TextDelta, Usage
-from pipelines.cascade.grounding import ask_back, asked_for
+from pipelines.base import AudioChunk, OutputChunk, ResponseRequest, TextDelta, ToolCall, ToolCallDelta, Usage
+from pipelines.cascade.grounding import ask_back, asked_for, ungrounded
 from pipelines.cascade.hearing import Round
 from pipelines.cascade.shared import Models
 from pipelines.cascade.talker import ClausePolicy, Playback, clauses
 from pipelines.cascade.thinker import Generation, StreamedPrompt
-from pipelines.cascade.tools import OPEN, SpokenLimit, ToolStream, call_head, forced_schema, forced_start, parameters
+from pipelines.cascade.tools import OPEN, SpokenLimit, ToolStream, call_head, forced_schema, forced_start, name_probabilities, parameters, schema_errors
 from pipelines.speculation import Production, Speculation
 from pipelines.stages import chain
 
@@ -85,7 +87,13 @@ class CascadeProduction(Production):
                 self._count_calls(calls)
                 await calls.close()
                 again = self._ask_back(calls) if not calls.made else None
-                if again or not said and not calls.made and (calls.unknown or calls.ungrounded):
+                second = not again and not said and not calls.made and (calls.unknown or calls.ungrounded)
+                if second:  # the model's next choices of tool, where it made no call it could
+                    async for chunk in self._second_choice(calls):
+                        self.times.setdefault("first_call", time.perf_counter())
+                        second = False
+                        yield chunk
+                if again or second:
                     # it only called what it may not (a tool not offered, values nobody said): the
                     # user hears an answer, not silence (nor only its "Let me check."); asked for a
                     # value they asked for the tool with
@@ -143,6 +151,61 @@ class CascadeProduction(Production):
             if self.context is not None and asked_for(name, self.context.asked):
                 return ask_back(values)
         return None
+
+    async def _second_choice(self, calls: ToolStream) -> AsyncIterator[ToolCallDelta | ToolCall]:
+        """A call of another tool, when the model called none it could (its calls were of a tool not
+        offered, or dropped for values nobody said) and said nothing: the tools it gave at least
+        ``second_choice_floor`` at the call's name (``name_probabilities``), the likeliest
+        ``second_choices`` of them, each written at once from the same prompt with its name given
+        and its arguments held to its schema; the likeliest whose values were said is made. A small
+        thinker reaches for the first tool it was shown ("What's 100 divided by 4?" ->
+        ``get_weather`` for Paris, dropped) where the right one was its second or third choice.
+        Nothing when none qualifies: the answer is then said in words."""
+        thinker, thinking = self.pipeline.thinker, self.pipeline.thinker.options
+        if self.context is None or thinking.second_choices <= 0 or self.request.tool_choice != "auto":
+            return
+        dropped = {name for name, _ in calls.ungrounded}
+        others = [t for t in self.offered if t.name not in dropped]
+        if not others:
+            return
+        encode = lambda text: list(thinker.tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
+        chance = await name_probabilities(lambda ids: thinker.top_next(ids, self.salt), encode, self.prompt, [t.name for t in others])
+        likely = sorted((t for t in others if chance[t.name] >= thinking.second_choice_floor), key=lambda t: -chance[t.name])[: thinking.second_choices]
+        if not likely:
+            return
+
+        async def write(tool: Any) -> tuple[str, Generation] | None:
+            head = OPEN + "\n" + call_head(tool.name)
+            g = Generation(schema=parameters(tool), limit=SpokenLimit(thinking.max_sentences, False, head), repetition_penalty=thinking.tool_repetition_penalty)
+            try:
+                text = "".join([d async for d in thinker.stream(self.prompt + encode(head), self.salt, max_tokens=thinking.tool_max_tokens, generation=g)])
+            except Exception as exc:  # (a schema the engine's grammar refuses: that tool is not tried)
+                log.info("second choice %s not written: %s", tool.name, exc)
+                return None
+            return text, g
+
+        written = await asyncio.gather(*(write(t) for t in likely))
+        made: tuple[Any, str] | None = None
+        for tool, result in zip(likely, written):
+            if result is None:
+                continue
+            text, g = result
+            prompt, cached = self._spent
+            self._spent = (prompt + g.prompt_tokens, cached + g.cached_tokens)
+            self.generation.output_tokens += g.output_tokens
+            arguments = text.strip()
+            if made is None and arguments and not schema_errors(arguments, tool) and not ungrounded(arguments, tool.parameters, self.context.words):
+                made = tool, arguments
+        if made is None:
+            return
+        tool, arguments = made
+        self.pipeline.counts["calls_second_choice"] += 1
+        self.pipeline.counts["tool_calls"] += 1
+        log.info("tool call %s(%s): the model's second choice (%.2f)", tool.name, arguments, chance[tool.name])
+        call_id = "call_" + secrets.token_hex(12)
+        yield ToolCallDelta(call_id, tool.name, "")
+        yield ToolCallDelta(call_id, "", arguments)
+        yield ToolCall(call_id, tool.name, arguments)
 
     def _count_calls(self, calls: ToolStream) -> None:
         """Calls whose arguments break their tool's schema are emitted all the same (OpenAI's way

@@ -62,6 +62,12 @@ class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # when tools are offered: the penalty would push the answer off the JSON its prompt shows (bench/tools.py)
     tool_repetition_penalty: float = 1.0
     ground_calls: bool = True  # tool_choice auto: a call whose required values nobody said is dropped, and the answer said in words (grounding.py)
+    # with ground_calls, when every call the model wrote was dropped: up to this many other tools,
+    # each one it gave at least second_choice_floor at the call's name, written from the same
+    # prompt (their arguments held to their schemas) and the likeliest whose values were said made
+    # (a small thinker reaches for the first tool it was shown: docs/tools.md); 0: none
+    second_choices: int = 2
+    second_choice_floor: float = 0.03
     # a tool call held to its tool's JSON schema as it is written (vLLM's structured outputs).
     # forced: a call tool_choice forces, from its first token (one request, no cost); always: also a
     # call the model makes on its own, its arguments from a second request once it has named a tool
@@ -330,14 +336,17 @@ class VllmThinker:
 
     async def judge(self, prompt_ids: list[int], salt: str) -> float:
         """P(the next token after ``prompt_ids`` ends a sentence or the message): one engine step."""
+        return judgement.probability(await self.top_next(prompt_ids, salt), self.end_ids)
+
+    async def top_next(self, prompt_ids: list[int], salt: str, top: int = judgement.TOP_LOGPROBS) -> dict[int, float]:
+        """The ``top`` likeliest tokens after ``prompt_ids`` and their logprobs: one engine step."""
         from vllm.inputs import tokens_input
 
-        params = one_token(judgement.TOP_LOGPROBS)
         last = None
-        async for out in self.engine.generate(tokens_input(prompt_ids, cache_salt=salt), params, request_id=uuid.uuid4().hex):
+        async for out in self.engine.generate(tokens_input(prompt_ids, cache_salt=salt), one_token(top), request_id=uuid.uuid4().hex):
             last = out
         assert last is not None and last.outputs[0].logprobs, "the engine returned no logprobs"
-        return self._ends(last.outputs[0].logprobs[0])
+        return {token: lp.logprob for token, lp in last.outputs[0].logprobs[0].items()}
 
     def _ends(self, top: dict[int, Any]) -> float:
         return judgement.probability({token: lp.logprob for token, lp in top.items()}, self.end_ids)
@@ -555,7 +564,7 @@ class RemoteThinker(VllmThinker):
     def open_prompt(self, prefix: list[int], salt: str, judging: bool = False) -> StreamedPrompt | None:
         return None  # the completions API takes a prompt whole
 
-    async def judge(self, prompt_ids: list[int], salt: str) -> float:
+    async def top_next(self, prompt_ids: list[int], salt: str, top: int = judgement.TOP_LOGPROBS) -> dict[int, float]:
         """As in process, through the deployment's completions: one token with its top logprobs,
         named by token id (vLLM's ``return_tokens_as_token_ids``)."""
         body: dict[str, Any] = {
@@ -563,22 +572,22 @@ class RemoteThinker(VllmThinker):
             "stream": True,
             "max_tokens": 1,
             "temperature": 0.0,
-            "logprobs": judgement.TOP_LOGPROBS,
+            "logprobs": top,
             "return_tokens_as_token_ids": True,
             "cache_salt": salt,
         }
         if self.options.served_model:
             body["model"] = self.options.served_model
-        top: dict[int, Any] = {}
+        found: dict[int, float] = {}
         chunks = self.remote.stream(body, path="/completions")
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:
                 for choice in chunk.get("choices") or ():
                     for entry in (choice.get("logprobs") or {}).get("top_logprobs") or ():
-                        top = {int(name.removeprefix("token_id:")): lp for name, lp in (entry or {}).items()}
-        if not top:
+                        found = {int(name.removeprefix("token_id:")): float(lp) for name, lp in (entry or {}).items()}
+        if not found:
             raise RuntimeError("the thinker deployment returned no logprobs")
-        return judgement.probability(top, self.end_ids)
+        return found
 
     async def decode_rate(self, tokens: int = 32) -> float:
         body: dict[str, Any] = {

@@ -37,9 +37,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import re
 import secrets
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -112,6 +113,35 @@ def forced_start(tool_choice: str, tools: Sequence[Tool], constrained: bool = Fa
     if tool_choice == "required":  # (up to the name: a small model may go on in prose after the tag alone)
         return OPEN + "\n" + ("" if constrained else '{"name": "')
     return OPEN + "\n" + call_head(tool_choice)
+
+
+async def name_probabilities(
+    top_next: Callable[[list[int]], Awaitable[dict[int, float]]], encode: Callable[[str], list[int]], prompt: list[int], names: Sequence[str]
+) -> dict[str, float]:
+    """The model's own probability of each of ``names`` as the name of a call it begins after
+    ``prompt`` (the template's ``<tool_call>\n{"name": "``). The names' tokens are walked as a
+    trie, one engine step per node (``top_next``: the likeliest next tokens and their logprobs,
+    the prompt's prefix cached, so each step prefills a few tokens), the nodes of one depth at
+    once; a token outside a step's top candidates makes its name improbable (0)."""
+    head = OPEN + "\n" + '{"name": "'
+    base = encode(head)
+    lead: dict[str, list[int]] = {}  # each name's text's tokens as far as they are the head's
+    rest: dict[str, list[int]] = {}  # and from there on: the tokens the model chooses
+    for name in names:
+        ids = encode(head + name)
+        common = next((i for i, (a, b) in enumerate(zip(base, ids)) if a != b), min(len(base), len(ids)))
+        lead[name], rest[name] = ids[:common], ids[common:]
+    logprob = dict.fromkeys(names, 0.0)
+    depth = 0
+    while live := [n for n in names if depth < len(rest[n]) and logprob[n] > -math.inf]:
+        node = {n: tuple(lead[n] + rest[n][:depth]) for n in live}
+        keys = sorted(set(node.values()))
+        tops = dict(zip(keys, await asyncio.gather(*(top_next(prompt + list(k)) for k in keys))))
+        for n in live:
+            step = tops[node[n]].get(rest[n][depth])
+            logprob[n] = logprob[n] + step if step is not None else -math.inf
+        depth += 1
+    return {n: math.exp(lp) for n, lp in logprob.items()}
 
 
 def parameters(tool: Tool) -> dict[str, Any]:

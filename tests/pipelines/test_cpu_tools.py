@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import secrets
 
 import pytest
@@ -267,6 +268,31 @@ async def test_a_plain_question_with_tools_offered_gets_an_answer_and_no_call(cp
     # question back: none of these asks for the weather or the time
     assert after["answers_said_instead_of_calls"] - before["answers_said_instead_of_calls"] == min(dropped, 1)
     assert after["answers_asking_back"] == before["answers_asking_back"]
+
+
+CALCULATOR = {
+    "type": "function",
+    "name": "calculate",
+    "description": "Calculate the result of an arithmetic expression.",
+    "parameters": {"type": "object", "properties": {"expression": {"type": "string", "description": "e.g. 12 * 7"}}, "required": ["expression"]},
+}
+
+
+@pytest.mark.parametrize("question, numbers", [("What's 100 divided by 4?", {"100", "4"}), ("What is 42 divided by 6?", {"42", "6"})])
+async def test_a_request_for_the_second_tool_shown_gets_its_call(cpu_server, question, numbers):
+    """The thinker writes a weather call for a division (the first tool it was shown, for a city
+    nobody said: dropped); its second choice of tool, the calculator, is made, with the user's
+    numbers (``CascadeProduction._second_choice``)."""
+    before = cpu_server.stats()
+    async with connect(cpu_server.ws_base) as c:
+        await setup(c, output_modalities=["text"], tools=[WEATHER, TIME, CALCULATOR])
+        done = (await text_turn(c, question)).response  # type: ignore[attr-defined]
+        assert done.status == "completed", done.status_details
+        (call,) = calls_of(c.events)
+        assert call.name == "calculate" and set(re.findall(r"\d+", json.loads(call.arguments)["expression"])) == numbers, call.arguments
+        assert streamed_arguments(c.events, call.id) == call.arguments
+    after = cpu_server.stats()
+    assert after["calls_second_choice"] - before["calls_second_choice"] == after["tool_calls_ungrounded"] - before["tool_calls_ungrounded"] + after["tool_calls_unknown"] - before["tool_calls_unknown"]
 
 
 # (tool, request, what the call must hold); written free (constrain_calls: never), each of these forced

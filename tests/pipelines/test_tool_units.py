@@ -5,6 +5,7 @@ values were said (pipelines/cascade/grounding.py)."""
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 
 import pytest
@@ -16,16 +17,19 @@ from pipelines.cascade.production import CascadeProduction, ToolContext
 from pipelines.cascade.shared import CascadeOptions
 from pipelines.cascade.thinker import Generation, ThinkerOptions, Turn, VllmThinker
 from pipelines.cascade.tools import (
+    OPEN,
     ArgumentsDelta,
     CallEnded,
     CallParser,
     CallStarted,
     Said,
     ToolStream,
+    call_head,
     call_schema,
     call_start_ids,
     forced_schema,
     forced_start,
+    name_probabilities,
     schema_errors,
     tool_specs,
 )
@@ -221,8 +225,10 @@ class ScriptedThinker:
     ``constrain``: ``ThinkerOptions.constrain_calls``; a request held to a schema is scripted like any
     other, its schema recorded."""
 
-    def __init__(self, *texts: str, constrain: str = "never", refuse: bool = False) -> None:
+    def __init__(self, *texts: str, constrain: str = "never", refuse: bool = False, names: dict[str, float] | None = None) -> None:
         self.options = ThinkerOptions(constrain_calls=constrain)  # type: ignore[arg-type]
+        self.names = names or {}  # the probability of each tool's name once a call has begun (``top_next``)
+        self.steps = 0  # ``top_next`` requests
         self.refuse = refuse  # a request with a schema fails as vLLM's does for one its grammar cannot take
         self.texts = list(texts)
         self.prompts: list[list[int]] = []
@@ -236,6 +242,23 @@ class ScriptedThinker:
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(str(models.path("qwen2.5-coder-0.5b-instruct-w8")))
+
+    async def top_next(self, prompt: list[int], salt: str) -> dict[int, float]:
+        """After the production's prompt ([10, 11]), a call's head and part of a name: the next
+        token's logprobs as ``names`` make them (the mass of the names that go on with it over the
+        mass of those that the part begins; every name goes on from the head's own tokens)."""
+        self.steps += 1
+        encode = self.tokenizer.encode
+        head, written = encode(OPEN + "\n" + '{"name": "', add_special_tokens=False), prompt[2:]
+        mass: Counter[int] = Counter()
+        for name, p in self.names.items():
+            ids = encode(OPEN + "\n" + '{"name": "' + name, add_special_tokens=False)
+            if ids[: len(written)] == written and len(ids) > len(written):
+                mass[ids[len(written)]] += p
+        below = 1.0 if len(written) <= len(head) and written == head[: len(written)] else sum(
+            p for n, p in self.names.items() if encode(OPEN + "\n" + '{"name": "' + n, add_special_tokens=False)[: len(written)] == written
+        )
+        return {token: math.log(m / below) for token, m in mass.items()}
 
     async def stream(self, prompt: list[int], salt: str, *, max_tokens: int | None = None, generation: Generation | None = None):  # type: ignore[no-untyped-def]
         self.prompts.append(prompt)
@@ -266,11 +289,14 @@ class Scripted:
 FORECAST_TOOL = Tool("forecast", "Weather forecast for a place on a given day.", FORECAST.parameters)
 
 
-async def _produce(thinker: ScriptedThinker, asked: str, tool_choice: str = "auto") -> tuple[str, list[ToolCall], Scripted]:
+CALCULATE = Tool("calculate", "Calculate an arithmetic expression.", {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]})
+
+
+async def _produce(thinker: ScriptedThinker, asked: str, tool_choice: str = "auto", tools: tuple[Tool, ...] = (FORECAST_TOOL,)) -> tuple[str, list[ToolCall], Scripted]:
     pipeline = Scripted(thinker)
-    request = ResponseRequest("resp_1", [], "Be brief.", output_modalities=("text",), tools=[FORECAST_TOOL], tool_choice=tool_choice)
+    request = ResponseRequest("resp_1", [], "Be brief.", output_modalities=("text",), tools=list(tools), tool_choice=tool_choice)
     context = ToolContext(f"Be brief.\n{asked}", asked, lambda: [10])
-    production = CascadeProduction(pipeline, "salt", request, [10, 11], [FORECAST_TOOL], {}, context=context)  # type: ignore[arg-type]
+    production = CascadeProduction(pipeline, "salt", request, [10, 11], list(tools), {}, context=context)  # type: ignore[arg-type]
     chunks = [c async for c in production.output]
     said = "".join(c.text for c in chunks if isinstance(c, TextDelta))
     return said, [c for c in chunks if isinstance(c, ToolCall)], pipeline
@@ -306,6 +332,83 @@ async def test_a_call_with_the_users_values_goes_out_and_nothing_is_said_again()
     said, calls, pipeline = await _produce(thinker, "Will it snow in Denver tomorrow?")
     assert said == "" and [(c.name, json.loads(c.arguments)) for c in calls] == [("forecast", {"location": "Denver", "day": "tomorrow"})]
     assert pipeline.counts["tool_calls_ungrounded"] == 0 and len(thinker.prompts) == 1
+
+
+# ------------------------------------------------------------------ the model's second choice of tool
+
+
+async def test_a_dropped_call_gives_way_to_the_models_next_choice_of_tool_when_its_values_were_said():
+    """"What's 100 divided by 4?": the small thinker reaches for the first tool it was shown (a
+    forecast for Paris, dropped: nobody said Paris); its second choice, calculate, is written with
+    its name given and its arguments held to its schema, and made: its values were said."""
+    thinker = ScriptedThinker(
+        '{"name": "forecast", "arguments": {"location": "Paris", "day": "today"}}', '{"expression": "100 / 4"}', names={"forecast": 0.6, "calculate": 0.1}
+    )
+    said, calls, pipeline = await _produce(thinker, "What's 100 divided by 4?", tools=(FORECAST_TOOL, CALCULATE))
+    assert said == "" and [(c.name, json.loads(c.arguments)) for c in calls] == [("calculate", {"expression": "100 / 4"})]
+    assert thinker.schemas == [None, CALCULATE.parameters]
+    assert thinker.prompts[1] == [10, 11, *thinker.tokenizer.encode(OPEN + "\n" + call_head("calculate"), add_special_tokens=False)]
+    assert pipeline.counts["calls_second_choice"] == 1 and pipeline.counts["tool_calls_ungrounded"] == 1
+    assert pipeline.counts["answers_said_instead_of_calls"] == 0
+
+
+async def test_a_call_of_a_tool_not_offered_gives_way_to_the_models_next_choice():
+    thinker = ScriptedThinker('{"name": "add", "arguments": {"a": 65, "b": 35}}', '{"expression": "65 + 35"}', names={"calculate": 0.08})
+    _, calls, pipeline = await _produce(thinker, "Add 65 and 35.", tools=(FORECAST_TOOL, CALCULATE))
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("calculate", {"expression": "65 + 35"})]
+    assert pipeline.counts["tool_calls_unknown"] == 1 and pipeline.counts["calls_second_choice"] == 1
+
+
+@pytest.mark.parametrize(
+    "names, second, words",
+    [
+        ({"forecast": 0.9, "calculate": 0.01}, None, "Glad to hear it!"),  # below the floor: not written
+        ({"calculate": 0.3}, '{"expression": "7 * 24"}', "Glad to hear it!"),  # written, values nobody said: dropped
+    ],
+)
+async def test_chit_chat_gets_no_second_choice_of_call(names, second, words):
+    texts = ['{"name": "forecast", "arguments": {"location": "New York", "day": "today"}}', *([second] if second else []), words]
+    thinker = ScriptedThinker(*texts, names=names)
+    said, calls, pipeline = await _produce(thinker, "I'm feeling great today.", tools=(FORECAST_TOOL, CALCULATE))
+    assert calls == [] and said == words
+    assert pipeline.counts["calls_second_choice"] == 0 and pipeline.counts["answers_said_instead_of_calls"] == 1
+    assert len(thinker.prompts) == len(texts) and thinker.prompts[-1] == [10]  # the answer in words, without the tools
+
+
+async def test_no_second_choice_with_second_choices_zero():
+    thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "Paris", "day": "today"}}', "Twenty five.", names={"calculate": 0.5})
+    thinker.options = ThinkerOptions(second_choices=0)
+    said, calls, _ = await _produce(thinker, "What's 100 divided by 4?", tools=(FORECAST_TOOL, CALCULATE))
+    assert calls == [] and said == "Twenty five." and thinker.steps == 0
+
+
+async def test_the_names_probabilities_are_the_models_walked_over_their_shared_tokens():
+    """``name_probabilities`` against a model whose next-token table is known: each name's
+    probability is the product of its tokens', a token outside a step's candidates makes its name
+    improbable, and every node of the names' trie is asked once (one engine step each)."""
+    # a "tokenizer" of one token per character, the head's own characters included
+    encode = lambda text: [ord(c) for c in text]  # noqa: E731
+    head = encode(OPEN + "\n" + '{"name": "')
+    table = {  # what follows each written part of a name (after the head)
+        "": {ord("g"): math.log(0.5), ord("c"): math.log(0.25)},
+        "g": {ord("e"): 0.0},
+        "ge": {ord("t"): 0.0},
+        "get": {ord("_"): 0.0},
+        "get_": {ord("w"): math.log(0.8), ord("t"): math.log(0.2)},
+    }
+    asked: list[str] = []
+
+    async def top_next(ids: list[int]) -> dict[int, float]:
+        assert ids[:3] == [1, 2, 3] and ids[3 : 3 + len(head)] == head
+        part = "".join(map(chr, ids[3 + len(head) :]))
+        asked.append(part)
+        return table.get(part, dict.fromkeys(range(128), 0.0))  # (past these: whatever the name goes on with, certainly)
+
+    chance = await name_probabilities(top_next, encode, [1, 2, 3], ["get_weather", "get_time", "calculate", "lookup"])
+    assert chance["get_weather"] == pytest.approx(0.4) and chance["get_time"] == pytest.approx(0.1)
+    assert chance["calculate"] == pytest.approx(0.25) and chance["lookup"] == 0.0  # ("l" never a candidate)
+    assert sorted(asked) == sorted(set(asked)) and asked[0] == ""  # each node once, the root first
+    assert "get_w" in asked and "get_t" in asked and "c" in asked and "l" not in asked
 
 
 # ------------------------------------------------------------------ a call held to its schema
