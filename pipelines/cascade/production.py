@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 import time
@@ -40,6 +41,21 @@ class ToolContext:
     words: str
     asked: str
     plain: Callable[[], list[int]]
+
+
+def _settled(arguments: str) -> str | None:
+    """Arguments being written, as far as their values are whole (a string closed, a number or
+    anything else followed by its comma): that much closed as an object, if it parses; else None."""
+    text = arguments.rstrip()
+    if text.endswith(","):
+        text = text[:-1]
+    elif not text.endswith('"'):
+        return None
+    try:
+        value = json.loads(text + "}")
+    except ValueError:
+        return None
+    return text + "}" if isinstance(value, dict) else None
 
 
 class CascadeProduction(Production):
@@ -89,7 +105,7 @@ class CascadeProduction(Production):
                 again = self._ask_back(calls) if not calls.made else None
                 second = not again and not said and not calls.made and (calls.unknown or calls.ungrounded)
                 if second:  # the model's next choices of tool, where it made no call it could
-                    async for chunk in self._second_choice(calls):
+                    for chunk in await self._second_choice(calls):
                         self.times.setdefault("first_call", time.perf_counter())
                         second = False
                         yield chunk
@@ -152,7 +168,7 @@ class CascadeProduction(Production):
                 return ask_back(values)
         return None
 
-    async def _second_choice(self, calls: ToolStream) -> AsyncIterator[ToolCallDelta | ToolCall]:
+    async def _second_choice(self, calls: ToolStream) -> list[ToolCallDelta | ToolCall]:
         """A call of another tool, when the model called none it could (its calls were of a tool not
         offered, or dropped for values nobody said) and said nothing: the tools it gave at least
         ``second_choice_floor`` at the call's name (``name_probabilities``), the likeliest
@@ -160,25 +176,35 @@ class CascadeProduction(Production):
         and its arguments held to its schema; the likeliest whose values were said is made. A small
         thinker reaches for the first tool it was shown ("What's 100 divided by 4?" ->
         ``get_weather`` for Paris, dropped) where the right one was its second or third choice.
-        Nothing when none qualifies: the answer is then said in words."""
+        Nothing when none qualifies: the answer is then said in words. A candidate is given up as
+        soon as a value it has written whole was not said (``_settled``): the user waits for none
+        of its remaining tokens."""
         thinker, thinking = self.pipeline.thinker, self.pipeline.thinker.options
         if self.context is None or thinking.second_choices <= 0 or self.request.tool_choice != "auto":
-            return
+            return []
+        words = self.context.words
         dropped = {name for name, _ in calls.ungrounded}
         others = [t for t in self.offered if t.name not in dropped]
         if not others:
-            return
+            return []
         encode = lambda text: list(thinker.tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
         chance = await name_probabilities(lambda ids: thinker.top_next(ids, self.salt), encode, self.prompt, [t.name for t in others])
         likely = sorted((t for t in others if chance[t.name] >= thinking.second_choice_floor), key=lambda t: -chance[t.name])[: thinking.second_choices]
         if not likely:
-            return
+            return []
 
         async def write(tool: Any) -> tuple[str, Generation] | None:
             head = OPEN + "\n" + call_head(tool.name)
             g = Generation(schema=parameters(tool), limit=SpokenLimit(thinking.max_sentences, False, head), repetition_penalty=thinking.tool_repetition_penalty)
+            text = ""
+            stream = thinker.stream(self.prompt + encode(head), self.salt, max_tokens=thinking.second_choice_tokens, generation=g)
             try:
-                text = "".join([d async for d in thinker.stream(self.prompt + encode(head), self.salt, max_tokens=thinking.tool_max_tokens, generation=g)])
+                async with contextlib.aclosing(stream):
+                    async for delta in stream:
+                        text += delta
+                        settled = _settled(text)
+                        if settled is not None and ungrounded(settled, tool.parameters, words):
+                            return None  # (its request aborted)
             except Exception as exc:  # (a schema the engine's grammar refuses: that tool is not tried)
                 log.info("second choice %s not written: %s", tool.name, exc)
                 return None
@@ -194,18 +220,16 @@ class CascadeProduction(Production):
             self._spent = (prompt + g.prompt_tokens, cached + g.cached_tokens)
             self.generation.output_tokens += g.output_tokens
             arguments = text.strip()
-            if made is None and arguments and not schema_errors(arguments, tool) and not ungrounded(arguments, tool.parameters, self.context.words):
+            if made is None and arguments and not g.hit_max_tokens and not schema_errors(arguments, tool) and not ungrounded(arguments, tool.parameters, words):
                 made = tool, arguments
         if made is None:
-            return
+            return []
         tool, arguments = made
         self.pipeline.counts["calls_second_choice"] += 1
         self.pipeline.counts["tool_calls"] += 1
         log.info("tool call %s(%s): the model's second choice (%.2f)", tool.name, arguments, chance[tool.name])
         call_id = "call_" + secrets.token_hex(12)
-        yield ToolCallDelta(call_id, tool.name, "")
-        yield ToolCallDelta(call_id, "", arguments)
-        yield ToolCall(call_id, tool.name, arguments)
+        return [ToolCallDelta(call_id, tool.name, ""), ToolCallDelta(call_id, "", arguments), ToolCall(call_id, tool.name, arguments)]
 
     def _count_calls(self, calls: ToolStream) -> None:
         """Calls whose arguments break their tool's schema are emitted all the same (OpenAI's way

@@ -225,13 +225,17 @@ class ScriptedThinker:
     ``constrain``: ``ThinkerOptions.constrain_calls``; a request held to a schema is scripted like any
     other, its schema recorded."""
 
-    def __init__(self, *texts: str, constrain: str = "never", refuse: bool = False, names: dict[str, float] | None = None) -> None:
+    def __init__(
+        self, *texts: str, constrain: str = "never", refuse: bool = False, names: dict[str, float] | None = None, held: list[str] | None = None
+    ) -> None:
         self.options = ThinkerOptions(constrain_calls=constrain)  # type: ignore[arg-type]
         self.names = names or {}  # the probability of each tool's name once a call has begun (``top_next``)
+        self.held = held  # if given, the texts of the requests held to a schema, scripted apart from the others
         self.steps = 0  # ``top_next`` requests
         self.refuse = refuse  # a request with a schema fails as vLLM's does for one its grammar cannot take
         self.texts = list(texts)
         self.prompts: list[list[int]] = []
+        self.budgets: list[int | None] = []
         self.banned: list[frozenset[int]] = []
         self.schemas: list[object] = []
         self.call_start_ids = frozenset({1, 2})
@@ -262,11 +266,12 @@ class ScriptedThinker:
 
     async def stream(self, prompt: list[int], salt: str, *, max_tokens: int | None = None, generation: Generation | None = None):  # type: ignore[no-untyped-def]
         self.prompts.append(prompt)
+        self.budgets.append(max_tokens)
         self.banned.append(generation.banned if generation is not None else frozenset())
         self.schemas.append(generation.schema if generation is not None else None)
         if self.refuse and self.schemas[-1] is not None:
             raise ValueError("The provided JSON schema contains features not supported by xgrammar.")
-        text = self.texts.pop(0)
+        text = self.held.pop(0) if self.held is not None and self.schemas[-1] is not None else self.texts.pop(0)
         i = 0
         try:
             for i in range(0, len(text), 4):
@@ -342,18 +347,22 @@ async def test_a_dropped_call_gives_way_to_the_models_next_choice_of_tool_when_i
     forecast for Paris, dropped: nobody said Paris); its second choice, calculate, is written with
     its name given and its arguments held to its schema, and made: its values were said."""
     thinker = ScriptedThinker(
-        '{"name": "forecast", "arguments": {"location": "Paris", "day": "today"}}', '{"expression": "100 / 4"}', names={"forecast": 0.6, "calculate": 0.1}
+        '{"name": "forecast", "arguments": {"location": "Paris", "day": "today"}}',
+        "That is twenty five.",  # an answer in words, had the second choice not been made
+        names={"forecast": 0.6, "calculate": 0.1},
+        held=['{"expression": "100 / 4"}'],
     )
     said, calls, pipeline = await _produce(thinker, "What's 100 divided by 4?", tools=(FORECAST_TOOL, CALCULATE))
     assert said == "" and [(c.name, json.loads(c.arguments)) for c in calls] == [("calculate", {"expression": "100 / 4"})]
-    assert thinker.schemas == [None, CALCULATE.parameters]
+    assert thinker.schemas == [None, CALCULATE.parameters] and thinker.texts == ["That is twenty five."]  # (never asked for)
     assert thinker.prompts[1] == [10, 11, *thinker.tokenizer.encode(OPEN + "\n" + call_head("calculate"), add_special_tokens=False)]
+    assert thinker.budgets[1] == ThinkerOptions().second_choice_tokens  # (a value rambling on is not waited for)
     assert pipeline.counts["calls_second_choice"] == 1 and pipeline.counts["tool_calls_ungrounded"] == 1
     assert pipeline.counts["answers_said_instead_of_calls"] == 0
 
 
 async def test_a_call_of_a_tool_not_offered_gives_way_to_the_models_next_choice():
-    thinker = ScriptedThinker('{"name": "add", "arguments": {"a": 65, "b": 35}}', '{"expression": "65 + 35"}', names={"calculate": 0.08})
+    thinker = ScriptedThinker('{"name": "add", "arguments": {"a": 65, "b": 35}}', "One hundred.", names={"calculate": 0.08}, held=['{"expression": "65 + 35"}'])
     _, calls, pipeline = await _produce(thinker, "Add 65 and 35.", tools=(FORECAST_TOOL, CALCULATE))
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("calculate", {"expression": "65 + 35"})]
     assert pipeline.counts["tool_calls_unknown"] == 1 and pipeline.counts["calls_second_choice"] == 1
@@ -363,16 +372,26 @@ async def test_a_call_of_a_tool_not_offered_gives_way_to_the_models_next_choice(
     "names, second, words",
     [
         ({"forecast": 0.9, "calculate": 0.01}, None, "Glad to hear it!"),  # below the floor: not written
-        ({"calculate": 0.3}, '{"expression": "7 * 24"}', "Glad to hear it!"),  # written, values nobody said: dropped
+        ({"calculate": 0.3}, '{"expression": "7 * 24", "unit": "hours"}', "Glad to hear it!"),  # written, values nobody said: dropped
     ],
 )
 async def test_chit_chat_gets_no_second_choice_of_call(names, second, words):
-    texts = ['{"name": "forecast", "arguments": {"location": "New York", "day": "today"}}', *([second] if second else []), words]
-    thinker = ScriptedThinker(*texts, names=names)
+    thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "New York", "day": "today"}}', words, names=names, held=[second] if second else [])
     said, calls, pipeline = await _produce(thinker, "I'm feeling great today.", tools=(FORECAST_TOOL, CALCULATE))
     assert calls == [] and said == words
     assert pipeline.counts["calls_second_choice"] == 0 and pipeline.counts["answers_said_instead_of_calls"] == 1
-    assert len(thinker.prompts) == len(texts) and thinker.prompts[-1] == [10]  # the answer in words, without the tools
+    assert len(thinker.prompts) == 2 + bool(second) and [10] in thinker.prompts  # the answer in words, without the tools
+    assert thinker.held == []  # (the second choice written when over the floor) ...
+    assert thinker.closed == bool(second)  # ... and given up once its expression was whole: nobody said 7 or 24
+
+
+def test_a_value_is_checked_once_it_is_written_whole():
+    from pipelines.cascade.production import _settled
+
+    assert _settled('{"city": "Lon') is None and _settled('{"city"') is None and _settled('{"people": 1') is None
+    assert _settled('{"city": "London"') == '{"city": "London"}'
+    assert _settled('{"people": 12, ') == '{"people": 12}'  # (a number is whole at its comma: "1" of "120" is not)
+    assert _settled('{"a": {"b": "c"') is None  # (an object left open: not checked until it closes)
 
 
 async def test_no_second_choice_with_second_choices_zero():
