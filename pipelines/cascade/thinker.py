@@ -67,7 +67,7 @@ class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # prompt (their arguments held to their schemas) and the likeliest whose values were said made
     # (a small thinker reaches for the first tool it was shown: docs/tools.md); 0: none
     second_choices: int = 2
-    second_choice_floor: float = 0.03
+    second_choice_floor: float = 0.03  # the least probability a second choice of tool needs at the call's name
     second_choice_tokens: int = 40  # a second choice's arguments longer than this are not made (a chit-chat value rambling on)
     # a tool call held to its tool's JSON schema as it is written (vLLM's structured outputs).
     # forced: a call tool_choice forces, from its first token (one request, no cost); always: also a
