@@ -193,9 +193,12 @@ class CascadeProduction(Production):
         if not likely:
             return []
 
+        spent: list[Generation] = []  # every candidate's request, given up or not (the usage)
+
         async def write(tool: Any) -> tuple[str, Generation] | None:
             head = OPEN + "\n" + call_head(tool.name)
             g = Generation(schema=parameters(tool), limit=SpokenLimit(thinking.max_sentences, False, head), repetition_penalty=thinking.tool_repetition_penalty)
+            spent.append(g)
             text = ""
             stream = thinker.stream(self.prompt + encode(head), self.salt, max_tokens=thinking.second_choice_tokens, generation=g)
             try:
@@ -211,14 +214,15 @@ class CascadeProduction(Production):
             return text, g
 
         written = await asyncio.gather(*(write(t) for t in likely))
+        for g in spent:
+            prompt, cached = self._spent
+            self._spent = (prompt + g.prompt_tokens, cached + g.cached_tokens)
+            self.generation.output_tokens += g.output_tokens
         made: tuple[Any, str] | None = None
         for tool, result in zip(likely, written):
             if result is None:
                 continue
             text, g = result
-            prompt, cached = self._spent
-            self._spent = (prompt + g.prompt_tokens, cached + g.cached_tokens)
-            self.generation.output_tokens += g.output_tokens
             arguments = text.strip()
             if made is None and arguments and not g.hit_max_tokens and not schema_errors(arguments, tool) and not ungrounded(arguments, tool.parameters, words):
                 made = tool, arguments
