@@ -128,6 +128,22 @@ def ungrounded(arguments: str, parameters: dict[str, Any], words: str) -> list[s
     return missing
 
 
+def settled(arguments: str) -> str | None:
+    """Arguments being written, as far as their values are whole (a string closed, a number or
+    anything else followed by its comma): that much closed as an object, if it parses, for
+    ``ungrounded`` to check before the rest is written; else None."""
+    text = arguments.rstrip()
+    if text.endswith(","):
+        text = text[:-1]
+    elif not text.endswith('"'):
+        return None
+    try:
+        value = json.loads(text + "}")
+    except ValueError:
+        return None
+    return text + "}" if isinstance(value, dict) else None
+
+
 _STOP = frozenset("the and for with from that this what which who how when where get set make give find current about into your".split())
 
 

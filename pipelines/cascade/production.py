@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import secrets
 import time
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.base import AudioChunk, OutputChunk, ResponseRequest, TextDelta, ToolCall, ToolCallDelta, Usage
+from pipelines.cascade import grounding
 from pipelines.cascade.grounding import ask_back, asked_for, ungrounded
 from pipelines.cascade.hearing import Round
 from pipelines.cascade.shared import Models
@@ -43,19 +43,11 @@ class ToolContext:
     plain: Callable[[], list[int]]
 
 
-def _settled(arguments: str) -> str | None:
-    """Arguments being written, as far as their values are whole (a string closed, a number or
-    anything else followed by its comma): that much closed as an object, if it parses; else None."""
-    text = arguments.rstrip()
-    if text.endswith(","):
-        text = text[:-1]
-    elif not text.endswith('"'):
-        return None
-    try:
-        value = json.loads(text + "}")
-    except ValueError:
-        return None
-    return text + "}" if isinstance(value, dict) else None
+def held_call(tool: Any, thinking: Any) -> tuple[str, dict[str, Any]]:
+    """A call of ``tool`` written with its name given: the head the prompt ends with, and the
+    ``Generation`` fields that hold its arguments to the tool's schema."""
+    head = OPEN + "\n" + call_head(tool.name)
+    return head, {"schema": parameters(tool), "limit": SpokenLimit(thinking.max_sentences, False, head), "repetition_penalty": thinking.tool_repetition_penalty}
 
 
 class CascadeProduction(Production):
@@ -103,13 +95,13 @@ class CascadeProduction(Production):
                 self._count_calls(calls)
                 await calls.close()
                 again = self._ask_back(calls) if not calls.made else None
-                second = not again and not said and not calls.made and (calls.unknown or calls.ungrounded)
-                if second:  # the model's next choices of tool, where it made no call it could
-                    for chunk in await self._second_choice(calls):
-                        self.times.setdefault("first_call", time.perf_counter())
-                        second = False
-                        yield chunk
-                if again or second:
+                instead = not again and not said and not calls.made and (calls.unknown or calls.ungrounded)
+                second = await self._second_choice(calls) if instead else []  # the model's next choice of tool
+                if second:
+                    self.times.setdefault("first_call", time.perf_counter())
+                for chunk in second:
+                    yield chunk
+                if again or instead and not second:
                     # it only called what it may not (a tool not offered, values nobody said): the
                     # user hears an answer, not silence (nor only its "Let me check."); asked for a
                     # value they asked for the tool with
@@ -177,7 +169,7 @@ class CascadeProduction(Production):
         thinker reaches for the first tool it was shown ("What's 100 divided by 4?" ->
         ``get_weather`` for Paris, dropped) where the right one was its second or third choice.
         Nothing when none qualifies: the answer is then said in words. A candidate is given up as
-        soon as a value it has written whole was not said (``_settled``): the user waits for none
+        soon as a value it has written whole was not said (``grounding.settled``): the user waits for none
         of its remaining tokens."""
         thinker, thinking = self.pipeline.thinker, self.pipeline.thinker.options
         if self.context is None or thinking.second_choices <= 0 or self.request.tool_choice != "auto":
@@ -196,8 +188,8 @@ class CascadeProduction(Production):
         spent: list[Generation] = []  # every candidate's request, given up or not (the usage)
 
         async def write(tool: Any) -> tuple[str, Generation] | None:
-            head = OPEN + "\n" + call_head(tool.name)
-            g = Generation(schema=parameters(tool), limit=SpokenLimit(thinking.max_sentences, False, head), repetition_penalty=thinking.tool_repetition_penalty)
+            head, held = held_call(tool, thinking)
+            g = Generation(**held)
             spent.append(g)
             text = ""
             stream = thinker.stream(self.prompt + encode(head), self.salt, max_tokens=thinking.second_choice_tokens, generation=g)
@@ -205,7 +197,7 @@ class CascadeProduction(Production):
                 async with contextlib.aclosing(stream):
                     async for delta in stream:
                         text += delta
-                        settled = _settled(text)
+                        settled = grounding.settled(text)
                         if settled is not None and ungrounded(settled, tool.parameters, words):
                             return None  # (its request aborted)
             except Exception as exc:  # (a schema the engine's grammar refuses: that tool is not tried)
@@ -294,11 +286,8 @@ class CascadeProduction(Production):
             """The arguments of a call of ``name``, held to its schema: a request of its own for the
             prompt, what was said before the call and the call's head (all but the last block of
             the prompt found in the prefix cache)."""
-            head = OPEN + "\n" + call_head(name)
-            tool = next(t for t in offered if t.name == name)
-            self._next_generation(
-                schema=parameters(tool), limit=SpokenLimit(thinking.max_sentences, False, head), repetition_penalty=thinking.tool_repetition_penalty
-            )
+            head, held = held_call(next(t for t in offered if t.name == name), thinking)
+            self._next_generation(**held)
             ids = prompt + list(pipeline.thinker.tokenizer.encode(before + head, add_special_tokens=False))
             return self._think(ids, budget)
 

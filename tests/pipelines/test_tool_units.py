@@ -386,7 +386,7 @@ async def test_chit_chat_gets_no_second_choice_of_call(names, second, words):
 
 
 def test_a_value_is_checked_once_it_is_written_whole():
-    from pipelines.cascade.production import _settled
+    from pipelines.cascade.grounding import settled as _settled
 
     assert _settled('{"city": "Lon') is None and _settled('{"city"') is None and _settled('{"people": 1') is None
     assert _settled('{"city": "London"') == '{"city": "London"}'
