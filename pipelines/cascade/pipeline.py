@@ -59,7 +59,7 @@ class CascadePipeline(Pipeline):
         self.speed: Speed | None = None  # measured at start (_measure_speed)
         self.counts = {"prefix_warmups": 0, "speculations_started": 0, "speculations_adopted": 0, "speculations_discarded": 0, "responses": 0}
         self.counts.update(prefix_prepares=0, prefix_prepared_tokens=0, prefix_prepared_cached_tokens=0)
-        self.counts.update(words_judged=0, words_judged_streamed=0, tool_calls=0, tool_calls_off_schema=0, tool_calls_unknown=0, tool_schemas_refused=0)
+        self.counts.update(words_judged=0, words_judged_streamed=0, tool_calls=0, tool_calls_steered=0, tool_calls_off_schema=0, tool_calls_unknown=0, tool_schemas_refused=0)
         self.counts.update(tool_calls_ungrounded=0, answers_said_instead_of_calls=0, answers_asking_back=0, prefills_ahead_of_output=0, calls_second_choice=0)
 
     async def start(self) -> None:

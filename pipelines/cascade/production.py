@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.base import AudioChunk, OutputChunk, ResponseRequest, TextDelta, ToolCall, ToolCallDelta, Usage
-from pipelines.cascade import grounding
+from pipelines.cascade import grounding, steering
 from pipelines.cascade.grounding import ask_back, asked_for, ungrounded
 from pipelines.cascade.hearing import Round
 from pipelines.cascade.shared import Models
@@ -77,6 +77,7 @@ class CascadeProduction(Production):
         self.generation = Generation(banned=pipeline.thinker.call_start_ids if words_only else frozenset())
         self._spent = (0, 0)  # prompt and cached tokens of an answer replaced by one in words
         self.calls: ToolStream | None = None  # the answer's tool calls, when tools are offered
+        self.steered = False  # its calls written by steering the engine (steering.py)
         super().__init__(self._produce(), pipeline.options.buffer_chunks, f"produce:{name}", times)
 
     async def _produce(self) -> AsyncIterator[OutputChunk]:
@@ -237,6 +238,7 @@ class CascadeProduction(Production):
             log.info("tool call %s dropped: %s not said in the conversation", name, ", ".join(values))
         for call in calls.ended:
             counts["tool_calls"] += 1
+            counts["tool_calls_steered"] += self.steered
             errors = calls.errors(call)
             if errors:
                 counts["tool_calls_off_schema"] += 1
@@ -262,6 +264,10 @@ class CascadeProduction(Production):
             self.generation.repetition_penalty = thinking.tool_repetition_penalty
             if constrained and forced:  # the answer is a call from its first token
                 self.generation.schema = forced_schema(request.tool_choice, offered)
+        # a call the model makes on its own, written by steering the engine (steering.py)
+        steered = self.steered = bool(offered) and not forced and thinking.steer_calls and pipeline.thinker.vocab is not None
+        if steered:
+            self.generation.steer = steering.Calls(offered, request.parallel_tool_calls)
         prompt = self.prompt
         if words_only and say is None:  # a second request: the usage is both's
             self._next_generation(banned=pipeline.thinker.call_start_ids)
@@ -295,7 +301,7 @@ class CascadeProduction(Production):
         if offered:  # the text before a call is said; the calls follow it (``_produce``)
             ground = request.tool_choice == "auto" and thinking.ground_calls  # (a call the client demands is never dropped)
             words = self.context.words if ground and self.context is not None else None
-            again = constrain if thinking.constrain_calls == "always" and not forced else None
+            again = constrain if thinking.constrain_calls == "always" and not forced and not steered else None
             self.calls = ToolStream(said, offered, forced, request.parallel_tool_calls, words, again)
             said = self.calls.speech()
 

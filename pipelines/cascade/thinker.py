@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from pipelines.cascade import steering
 from pipelines.remote import RemoteEngine, RemoteOptions
 from pipelines.sentences import SentenceLimit
 from pipelines.turn_end import judgement
@@ -74,6 +75,10 @@ class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # call the model makes on its own, its arguments from a second request once it has named a tool
     # offered (+0.2 s to the call on two cores: docs/tools.md); never: every call as the model writes it
     constrain_calls: Literal["forced", "always", "never"] = "forced"
+    # a call the model makes on its own written by steering the engine (in process, steering.py):
+    # the model chooses the tool and each value, the server writes the JSON around them (a third
+    # of the engine steps: the call sooner, docs/tools.md)
+    steer_calls: bool = True
     max_sentences: int = 2  # stop after this many sentences: spoken answers stay short
     temperature: float = 0.3  # small models ramble when hot; responses' temperature is not used
     repetition_penalty: float = 1.2
@@ -107,6 +112,7 @@ class Generation:
     repetition_penalty: float | None = None  # this answer's, if not the configured one
     banned: frozenset[int] = frozenset()  # tokens this answer may not write (an answer held to words)
     schema: dict[str, Any] | None = None  # the JSON schema the answer is held to as it is written (a tool call: tools.call_schema)
+    steer: Any = None  # a steering.Calls: the calls the answer may make, written by steering (where the thinker can)
 
 
 def _cpu_environment(options: ThinkerOptions) -> None:
@@ -146,6 +152,7 @@ class VllmThinker:
         self.stop_strings: list[str] = []
         self.end_ids: frozenset[int] = frozenset()  # tokens that end a sentence or a message (pipelines/turn_end/judgement.py)
         self.call_start_ids: frozenset[int] = frozenset()  # tokens that may begin a tool call (tools.call_start_ids)
+        self.vocab: steering.Vocab | None = None  # what steered calls are held to: None, no steering
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -216,6 +223,8 @@ class VllmThinker:
         self.end_ids = await asyncio.to_thread(judgement.end_token_ids, self.tokenizer)
         if template_takes_tools(self.tokenizer):  # an answer in words may have to be held to words
             self.call_start_ids = await asyncio.to_thread(call_start_ids, self.tokenizer)
+            if o.steer_calls and o.engine == "in_process" and not self.stop_strings:
+                self.vocab = await asyncio.to_thread(steering.vocab, self.tokenizer)
 
     def _limit(self, max_tokens: int | None) -> int:
         """The answer budget: the config's, or the one asked (the caller lowers it to a response's
@@ -299,16 +308,95 @@ class VllmThinker:
 
         g = generation or Generation()
         g.prompt_tokens = len(prompt_ids)
+        if self.steers(g):  # one resumable request, its first part the whole prompt
+            from vllm.engine.protocol import StreamingInput
+
+            parts: asyncio.Queue[Any] = asyncio.Queue(maxsize=2)  # (one part at a time, then the end)
+            params = self._answer_params(max_tokens, g, steered=True)
+            parts.put_nowait(StreamingInput(tokens_input(list(prompt_ids), cache_salt=salt), params))
+            outputs = self.engine.generate(_parts(parts), params, request_id=g.request_id)
+            async for delta in self._steer(outputs, parts, g, salt, max_tokens, None):
+                yield delta
+            return
         outputs = self.engine.generate(tokens_input(list(prompt_ids), cache_salt=salt), self._answer_params(max_tokens, g), request_id=g.request_id)
         async for delta in self._deltas(outputs, g):
             yield delta
 
-    def _answer_params(self, max_tokens: int | None, g: Generation | None = None, logprobs: int | None = None) -> Any:
+    def steers(self, g: Generation) -> bool:
+        """Whether the answer's calls are written by steering (``steering.py``): calls offered and
+        not held to a schema, in process, with the tool-call token."""
+        return g.steer is not None and self.vocab is not None and g.schema is None and not g.banned
+
+    async def _steer(
+        self, outputs: AsyncIterator[Any], parts: asyncio.Queue[Any], g: Generation, salt: str, max_tokens: int | None, logprobs: int | None
+    ) -> AsyncGenerator[str, None]:
+        """The text of a steered answer (``steering.CallWriter``): the request's parts, each given
+        once the one before it ended; its last part ended, the input ends. ``logprobs``: what
+        every part of the request asks for (``StreamedPrompt``)."""
+        from vllm import SamplingParams
+        from vllm.engine.protocol import StreamingInput
+        from vllm.inputs import tokens_input
+        from vllm.sampling_params import RequestOutputKind
+
+        assert self.vocab is not None
+        writer = steering.CallWriter(g.steer, self.vocab, self.tokenizer)
+        cut = g.limit or SentenceLimit(self.options.max_sentences)
+        budget = self._limit(max_tokens)
+        finished = counted = False
+        try:
+            async for out in outputs:
+                if out.num_cached_tokens is not None and not counted:
+                    g.cached_tokens, counted = out.num_cached_tokens, True  # (the answer's part's: the later ones go on from it)
+                c = out.outputs[0]
+                g.output_tokens += len(c.token_ids)
+                if c.token_ids and not g.first_token_at:
+                    g.first_token_at = time.perf_counter()
+                finished = out.finished
+                said = writer.took(c.text) if c.text else ""
+                if not finished and c.finish_reason is not None:  # a part ended: the request waits for the next
+                    g.hit_max_tokens = c.finish_reason == "length" and writer.state == "speech"
+                    part = writer.ended(c.finish_reason, c.stop_reason if isinstance(c.stop_reason, int) else None, c.token_ids[-1] if c.token_ids else None)
+                    if part is not None:
+                        said += part.say
+                    if part is not None and part.feed is not None and g.output_tokens < budget:
+                        params = SamplingParams(
+                            max_tokens=max(1, budget - g.output_tokens) if part.free else part.max_tokens,
+                            temperature=self.options.temperature,
+                            repetition_penalty=g.repetition_penalty or self.options.repetition_penalty,
+                            output_kind=RequestOutputKind.DELTA,
+                            seed=self.options.seed,
+                            logprobs=logprobs,
+                            allowed_token_ids=sorted(part.allowed) if part.allowed is not None else None,
+                            stop_token_ids=sorted(part.stop) or None,
+                        )
+                        await parts.put(StreamingInput(tokens_input(list(self.tokenizer.encode(part.feed, add_special_tokens=False)), cache_salt=salt), params))
+                    else:
+                        g.finish_reason = "stop" if not g.hit_max_tokens else "length"
+                        finished = True  # (ended below: the request is aborted)
+                if said:
+                    delta = cut(said)
+                    if delta:
+                        yield delta
+                    if cut.done:
+                        g.finish_reason = "stop"
+                        return
+                if finished:
+                    return
+        finally:
+            with contextlib.suppress(asyncio.QueueFull):
+                parts.put_nowait(None)  # the input's end
+            if self.engine is not None:
+                await self.engine.abort(g.request_id)
+
+    def _answer_params(self, max_tokens: int | None, g: Generation | None = None, logprobs: int | None = None, steered: bool = False) -> Any:
+        """``steered``: the answer's first part of a steered request, ended by a token that may
+        begin a call (``steering.py``)."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         o = self.options
         return SamplingParams(
+            stop_token_ids=sorted(self.vocab.starts) if steered and self.vocab is not None else None,
             max_tokens=self._limit(max_tokens),
             temperature=o.temperature,
             repetition_penalty=o.repetition_penalty if g is None or g.repetition_penalty is None else g.repetition_penalty,
@@ -425,6 +513,12 @@ class VllmThinker:
         return out
 
 
+async def _parts(parts: asyncio.Queue[Any]) -> AsyncIterator[Any]:
+    """A resumable request's input: its parts as they are given, until None."""
+    while (item := await parts.get()) is not None:
+        yield item
+
+
 def one_token(logprobs: int | None) -> Any:
     """Sampling for one engine step whose token is not kept (a prefill, a judgement): greedy, with
     the top ``logprobs`` candidates when asked."""
@@ -466,12 +560,8 @@ class StreamedPrompt:
         prefill = one_token(logprobs)
         # the engine extends a resumable request's token list in place (in process): give it copies
         self._input.put_nowait(StreamingInput(tokens_input(list(prefix), cache_salt=salt), prefill))
-        self._outputs = thinker.engine.generate(self._inputs(), prefill, request_id=self.request_id)
+        self._outputs = thinker.engine.generate(_parts(self._input), prefill, request_id=self.request_id)
         self._prefilled = asyncio.ensure_future(anext(self._outputs))  # the prefix's one dropped token
-
-    async def _inputs(self) -> AsyncIterator[Any]:
-        while (item := await self._input.get()) is not None:
-            yield item
 
     def fits(self, prompt: list[int]) -> bool:
         """Whether ``prompt`` goes on from what this request was given (and it is still unused)."""
@@ -507,15 +597,18 @@ class StreamedPrompt:
         self.used = True
         g = generation or Generation()
         g.request_id, g.prompt_tokens = self.request_id, len(prompt)
-        params = self.thinker._answer_params(max_tokens, g, self.logprobs)
+        steered = self.thinker.steers(g)  # (the parts after this one given as the answer goes)
+        params = self.thinker._answer_params(max_tokens, g, self.logprobs, steered)
         await self._input.put(StreamingInput(tokens_input(prompt[len(self.sent) :], cache_salt=self.salt), params))
-        await self._input.put(None)
+        if not steered:
+            await self._input.put(None)
         try:
             await self._prefilled
         except BaseException:
             await self.close()
             raise
-        async for delta in self.thinker._deltas(self._outputs, g):
+        answer = self.thinker._steer(self._outputs, self._input, g, self.salt, max_tokens, self.logprobs) if steered else self.thinker._deltas(self._outputs, g)
+        async for delta in answer:
             yield delta
 
     async def close(self) -> None:

@@ -152,6 +152,26 @@ async def test_parallel_calls_only_when_allowed(cpu_server):
         assert [o.type for o in one.output].count("function_call") == 1, one.output
 
 
+async def test_a_call_the_model_makes_is_steered(cpu_server):
+    """The model chooses the tool and the value, the server writes the JSON around them
+    (pipelines/cascade/steering.py): the call in the template's own compact form, from a handful of
+    sampled tokens where the model alone writes 16-30 (its fence, its indentation, its keys); and
+    with parallel calls allowed, the step that chooses the end instead of a second call."""
+    before = cpu_server.stats()
+    for parallel in (False, True):
+        async with connect(cpu_server.ws_base) as c:
+            await setup(c, output_modalities=["text"], parallel_tool_calls=parallel)
+            await c.send(user("What is the weather in Paris?"))
+            await c.send({"type": "response.create"})
+            done = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
+            assert done.status == "completed", done.status_details
+            (call,) = [o for o in done.output if o.type == "function_call"]
+            assert call.name == "get_weather" and call.arguments == '{"city": "Paris"}'
+            assert done.usage.output_tokens <= 10, done.usage
+    after = cpu_server.stats()
+    assert after["tool_calls_steered"] == before["tool_calls_steered"] + 2
+
+
 async def test_cancel_while_a_call_is_written(cpu_server):
     async with connect(cpu_server.ws_base) as c:
         await setup(c, output_modalities=["text"])

@@ -239,6 +239,7 @@ class ScriptedThinker:
         self.banned: list[frozenset[int]] = []
         self.schemas: list[object] = []
         self.call_start_ids = frozenset({1, 2})
+        self.vocab = None  # (no steered calls: the scripted texts are the calls as written)
         self.closed = 0  # requests closed before their text ran out (aborted)
 
     @property

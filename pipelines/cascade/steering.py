@@ -1,0 +1,298 @@
+"""Tool calls written by steering the engine: the model makes each choice, the server writes the JSON.
+
+Left to itself, Qwen2.5-Coder-0.5B writes a call as ~30 tokens of pretty-printed JSON in a fence
+(```` ```json\\n{\\n    "name": "get_weather",\\n    "arguments": {\\n ... ````), one engine step each
+(~33 ms on two cores): the call is whole ~1 s after the answer began, though its only choices
+are the tool and a value or two. Steered, the answer is one resumable engine request (vLLM's
+streaming input: each part ends, its last sampled token is dropped, and the next part's tokens
+are appended and prefilled in one step) written in parts:
+
+    speech  the answer as the model writes it, until a token that may begin a call (a fence, "{",
+            ``<tool_call>``): that token is dropped
+    name    ``<tool_call>\\n{"name": "`` fed, the model writes the tool's name up to its quote
+    value   for each of the tool's required properties, in the schema's order, the JSON before it
+            fed (``", "arguments": {"city": "``), the model writes the value alone: a string up
+            to its closing quote, a number from digits only, a boolean as true or false, an
+            enum's string from its values' tokens
+    more    with optional properties left: one step choosing "," or "}" (after ",", the key up to
+            its quote: one of those properties, or the object is closed without it)
+    next    with parallel calls: one step choosing another ``<tool_call>`` or the end
+
+Each part's end gives the text it makes whole (``Part.say``); what streams out is the call in
+the template's own form, ``<tool_call>\\n{"name": "get_weather", "arguments": {"city":
+"Paris"}}\\n</tool_call>``, which ``tools.ToolStream`` parses as any other (grounding included).
+A tool whose schema has other kinds of values (arrays, objects) has its arguments written as the
+model writes them, after ``"arguments": ``. ``CallWriter`` is the state machine, without an
+engine (``thinker.VllmThinker._steer`` drives a request with it); measured in docs/tools.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.base import Tool
+from pipelines.cascade.tools import CLOSE, OPEN
+
+NAME_TOKENS = 16  # a tool's name longer than this is not one
+STRING_TOKENS = 32  # a string value is closed after this many (grounding judges what it holds)
+NUMBER_TOKENS = 12
+KEY_TOKENS = 12
+SCALARS = ("string", "integer", "number", "boolean")
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """The tokens each kind of part is held to, found once per tokenizer (``vocab``)."""
+
+    starts: frozenset[int]  # may begin a call: the speech part stops there
+    quotes: frozenset[int]  # hold a '"' or a control character (a newline): a string (a name, a key, a value) ends there
+    digits: frozenset[int]  # only "0-9", ".", "-": a number's
+    ends: frozenset[int]  # "," / "}" / "]" (and spaces) only, one of them at least: a number ends there
+    commas: frozenset[int]  # "," alone: another property follows
+    closes: frozenset[int]  # "}" (one or more) alone: the object ends
+    booleans: frozenset[int]  # the first tokens of "true" and "false"
+    call: int  # <tool_call>
+    eos: frozenset[int]  # the end of the answer
+    pieces: dict[str, frozenset[int]] = field(default_factory=dict)  # a text's tokens (an enum's values), cached
+
+
+def vocab(tokenizer: Any) -> Vocab | None:
+    """The ``Vocab`` of ``tokenizer``; None without a ``<tool_call>`` token (no steering)."""
+    call = tokenizer.convert_tokens_to_ids(OPEN)
+    if not isinstance(call, int) or call == getattr(tokenizer, "unk_token_id", None):
+        return None
+    starts, quotes, digits, ends, commas, closes = set(), set(), set(), set(), set(), set()
+    for i in range(len(tokenizer)):
+        text = tokenizer.decode([i])
+        if not text:
+            continue
+        bare = text.strip()
+        if bare.startswith(("`", "{")):
+            starts.add(i)
+        if any(ch == '"' or ch < " " for ch in text):
+            quotes.add(i)
+        if all(ch in "0123456789.-" for ch in text):
+            digits.add(i)
+        if bare and all(ch in ",}] \t\n" for ch in text):
+            ends.add(i)
+        if bare == ",":
+            commas.add(i)
+        if bare and set(bare) == {"}"}:
+            closes.add(i)
+    starts.add(call)
+    eos = {t for t in (tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")) if isinstance(t, int)}
+    booleans = {tokenizer.encode(word, add_special_tokens=False)[0] for word in ("true", "false")}
+    return Vocab(frozenset(starts), frozenset(quotes), frozenset(digits), frozenset(ends), frozenset(commas), frozenset(closes), frozenset(booleans), call, frozenset(eos))
+
+
+@dataclass(frozen=True)
+class Calls:
+    """What an answer may call: its tools, and whether it may make several calls."""
+
+    tools: Sequence[Tool]
+    parallel: bool
+
+
+@dataclass(frozen=True)
+class Part:
+    """The next part of the request: ``say``, text that streams out now (the JSON a part's end
+    made whole); ``feed``, the tokens' text given to the engine (None: the answer ends); the
+    engine then writes at most ``max_tokens``, from ``allowed`` only if given, and the part ends
+    at a token in ``stop`` (dropped; ``free``: as the answer's own part, with its stops)."""
+
+    say: str
+    feed: str | None = None
+    max_tokens: int = 1
+    allowed: frozenset[int] | None = None
+    stop: frozenset[int] = frozenset()
+    free: bool = False
+
+
+def steerable(tool: Tool) -> bool:
+    """Whether a call of ``tool`` can be steered: an object of scalar properties (an enum's strings)."""
+    schema = tool.parameters or {}
+    properties = schema.get("properties") or {}
+    if schema.get("type", "object") != "object" or not isinstance(properties, dict):
+        return False
+    for spec in properties.values():
+        if not isinstance(spec, dict) or spec.get("type") not in SCALARS:
+            return False
+        if "enum" in spec and (spec["type"] != "string" or not all(isinstance(v, str) and v for v in spec["enum"])):
+            return False
+    return True
+
+
+def _string(text: str) -> str:
+    """``text`` as a JSON string's content: as the model wrote it if that is valid JSON (its own
+    escapes), else escaped whole."""
+    try:
+        json.loads('"' + text + '"')
+        return text
+    except ValueError:
+        return json.dumps(text)[1:-1]
+
+
+class CallWriter:
+    """The parts of one steered answer. ``took(text)``: what of a part's text streams out;
+    ``ended(reason, stop, last)``: the part ended (``reason``: the engine's finish reason,
+    ``stop``: the stop token it ended at, if any, ``last``: its last sampled token, which the
+    engine dropped) -> the next ``Part``, or None when the answer is over."""
+
+    def __init__(self, calls: Calls, vocab: Vocab, tokenizer: Any) -> None:
+        self.tools = {t.name: t for t in calls.tools}
+        self.parallel = calls.parallel
+        self.vocab = vocab
+        self.tokenizer = tokenizer
+        self.state = "speech"
+        self.text = ""  # the open part's text
+        self.tool: Tool | None = None
+        self.left: list[str] = []  # the call's required properties not written yet
+        self.optional: list[str] = []  # its optional ones not written yet
+        self.property = ""  # the property whose value (or key) is being written
+        self.first = True  # no property written yet in the call's arguments
+        self.calls = 0  # calls begun
+
+    def took(self, text: str) -> str:
+        self.text += text
+        return text if self.state in ("speech", "free") else ""  # (the call's own parts: at their end, as valid JSON)
+
+    def ended(self, reason: str | None, stop: int | None, last: int | None) -> Part | None:
+        text, self.text = self.text, ""
+        state = self.state
+        if state == "speech":
+            return self._call("") if stop in self.vocab.starts else None
+        if state == "next":
+            return self._call("\n") if last == self.vocab.call else None
+        if state == "name":
+            return self._named(text, stop)
+        if state == "string":
+            # the model's tokens but the last stay in the request: the stop's text before its
+            # quote is given; at the cap, the last token (dropped by the engine) is given again
+            again = self._before_quote(stop) if stop is not None else self._piece(last)
+            return self._next(_string(text + (again if stop is not None else "")) + '"', again + '"')
+        if state == "number":
+            return self._next(self._number(text), "" if stop is not None else self._piece(last))
+        if state == "boolean":
+            value = self._piece(last)
+            return self._next(value if value in ("true", "false") else "null", value)
+        if state == "more":
+            if last in self.vocab.commas:
+                self.state = "key"
+                return Part("", ', "', KEY_TOKENS, stop=self.vocab.quotes)
+            return self._close("")
+        if state == "key":
+            key = text + self._before_quote(stop)
+            if stop is None or key not in self.optional:
+                return self._close("")  # (the object closes without it: its ', "' was never said)
+            return self._value(key, ", " + json.dumps(key) + ": ", self._before_quote(stop) + '": ')
+        return None  # ("free": the model wrote the arguments; "done")
+
+    # ------------------------------------------------------------------ the parts
+
+    def _call(self, before: str) -> Part:
+        self.calls += 1
+        self.state = "name"
+        head = OPEN + '\n{"name": "'
+        return Part(before + head, head, NAME_TOKENS, stop=self.vocab.quotes)
+
+    def _named(self, text: str, stop: int | None) -> Part:
+        rest = self._before_quote(stop)
+        name = _string(text + rest)
+        tool = self.tools.get(text + rest)
+        if stop is None or tool is None:  # a name too long, or a tool not offered: the call closes empty
+            self.state = "done"  # (and the ToolStream drops it as a call of a tool not offered)
+            return Part(name + '", "arguments": {}}\n' + CLOSE)
+        self.tool = tool
+        if not steerable(tool):
+            self.state = "free"
+            head = '", "arguments": '
+            return Part(name + head, rest + head, free=True)
+        schema = tool.parameters or {}
+        properties = list((schema.get("properties") or {}).keys())
+        required = set(schema.get("required") or [])
+        self.left = [p for p in properties if p in required]
+        self.optional = [p for p in properties if p not in required]
+        self.first = True
+        part = self._property(rest + '", "arguments": {')
+        return Part(name + part.say[len(rest) :], part.feed, part.max_tokens, part.allowed, part.stop, part.free)
+
+    def _property(self, before: str) -> Part:
+        """After ``before`` (said and given): the next required property's value, else the choice
+        of an optional one, else the end of the call."""
+        if self.left:
+            name = self.left.pop(0)
+            head = before + ("" if self.first else ", ") + json.dumps(name) + ": "
+            return self._value(name, head, head)
+        if self.optional:
+            self.state = "more"
+            return Part(before, before, 1, allowed=self.vocab.commas | self.vocab.closes)
+        return self._close(before)
+
+    def _value(self, name: str, say: str, feed: str) -> Part:
+        """The value of property ``name``, after ``say`` (said) and ``feed`` (given)."""
+        assert self.tool is not None
+        if name in self.optional:
+            self.optional.remove(name)
+        self.property, self.first = name, False
+        spec = (self.tool.parameters.get("properties") or {})[name]
+        kind = spec.get("type")
+        if kind == "string":
+            self.state = "string"
+            allowed = self._pieces(spec["enum"]) | self.vocab.quotes if "enum" in spec else None
+            return Part(say + '"', feed + '"', STRING_TOKENS, allowed, self.vocab.quotes)
+        if kind == "boolean":
+            self.state = "boolean"
+            return Part(say, feed, 1, allowed=self.vocab.booleans)
+        self.state = "number"
+        return Part(say, feed, NUMBER_TOKENS, allowed=self.vocab.digits | self.vocab.ends, stop=self.vocab.ends)
+
+    def _number(self, text: str) -> str:
+        """The number written, or null where the model wrote none (the schema check and the
+        grounding see that)."""
+        assert self.tool is not None
+        kind = ((self.tool.parameters.get("properties") or {})[self.property]).get("type")
+        try:
+            value = float(text)
+        except ValueError:
+            return "null"
+        if not math.isfinite(value) or kind == "integer" and not (value.is_integer() and "." not in text):
+            return "null"
+        return text
+
+    def _next(self, say: str, feed: str) -> Part:
+        """A value ended: ``say`` ends it in what streams out, ``feed`` in what the engine is given."""
+        part = self._property(feed)
+        return Part(say + part.say[len(feed) :], part.feed, part.max_tokens, part.allowed, part.stop, part.free)
+
+    def _close(self, before: str) -> Part:
+        end = before + "}}\n" + CLOSE
+        if not self.parallel:
+            self.state = "done"
+            return Part(end)
+        self.state = "next"
+        return Part(end, end + "\n", 1, allowed=frozenset({self.vocab.call}) | self.vocab.eos)
+
+    # ------------------------------------------------------------------ tokens
+
+    def _piece(self, token: int | None) -> str:
+        return "" if token is None else str(self.tokenizer.decode([token]))
+
+    def _before_quote(self, stop: int | None) -> str:
+        """The stop token's text before its quote (or control character): ``."`` ends "8 pm."."""
+        piece = self._piece(stop)
+        for i, ch in enumerate(piece):
+            if ch == '"' or ch < " ":
+                return piece[:i]
+        return piece
+
+    def _pieces(self, values: Sequence[str]) -> frozenset[int]:
+        key = "\0".join(values)
+        found = self.vocab.pieces.get(key)
+        if found is None:
+            found = frozenset(t for v in values for t in self.tokenizer.encode(v, add_special_tokens=False))
+            self.vocab.pieces[key] = found
+        return found

@@ -1,0 +1,251 @@
+"""Steered tool calls (pipelines/cascade/steering.py): the ``CallWriter``'s parts driven by a scripted
+model through an engine that keeps vLLM's rules for a resumable request's parts (a part's tokens held to
+``allowed``; it ends at a token in ``stop``, whose text is not returned, or after ``max_tokens``; the last
+sampled token is dropped from the request, the next part's tokens appended), with the default thinker's
+own tokenizer. What streams out must be the call as the template writes it, and what the engine was
+given must be the same text (the model sees the call it is writing); a seeded run of random schemas and
+random choices checks that every call made is JSON that fits its schema's keys and kinds."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from pipelines import models
+from pipelines.base import Tool
+from pipelines.cascade.steering import NAME_TOKENS, STRING_TOKENS, CallWriter, Calls, Part, Vocab, steerable, vocab
+from pipelines.cascade.tools import CLOSE, OPEN, CallEnded, CallParser, Said
+
+WEATHER = Tool("get_weather", "", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+TABLE = Tool(
+    "book_table",
+    "",
+    {"type": "object", "properties": {"people": {"type": "integer"}, "time": {"type": "string"}}, "required": ["people", "time"]},
+)
+FORECAST = Tool(
+    "forecast",
+    "",
+    {
+        "type": "object",
+        "properties": {"location": {"type": "string"}, "day": {"type": "string", "enum": ["today", "tomorrow"]}, "celsius": {"type": "boolean"}},
+        "required": ["location", "day"],
+    },
+)
+LIST = Tool("add_items", "", {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"}}}, "required": ["items"]})
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(models.path("qwen2.5-coder-0.5b-instruct-w8")))
+
+
+@pytest.fixture(scope="module")
+def words(tokenizer: Any) -> Vocab:
+    found = vocab(tokenizer)
+    assert found is not None
+    return found
+
+
+class Engine:
+    """One steered answer through vLLM's rules for a resumable request. ``model(part, context)`` is the
+    scripted model: the token it samples next given the part and all the text of the request so far."""
+
+    def __init__(self, tokenizer: Any, writer: CallWriter, model: Any, first_stop: frozenset[int]) -> None:
+        self.tokenizer, self.writer, self.model = tokenizer, writer, model
+        self.context = ""  # everything the request holds after its prompt
+        self.said = ""
+        self.first = Part("", "", 64, stop=first_stop)
+
+    def run(self, parts: int = 40) -> str:
+        part: Part | None = self.first
+        while part is not None and parts:
+            parts -= 1
+            kept, text, reason, stop, last = [], "", None, None, None
+            for _ in range(64 if part.free else part.max_tokens):  # (a free part: the answer's budget, its stops)
+                token = self.model(part, self.context + "".join(self.tokenizer.decode([t]) for t in kept))
+                assert part.allowed is None or token in part.allowed, f"token {token!r} outside the part's allowed tokens"
+                last = token
+                if token in part.stop:
+                    reason, stop = "stop", token
+                    break
+                if token in self.writer.vocab.eos:
+                    reason = "stop"
+                    break
+                piece = self.tokenizer.decode([token])
+                text += piece
+                kept.append(token)
+            else:
+                reason = "length"
+                kept = kept[:-1]  # (the last sampled token is dropped: its text was returned)
+            self.context += "".join(self.tokenizer.decode([t]) for t in kept)
+            self.said += self.writer.took(text) if text else ""
+            part = self.writer.ended(reason, stop, last)
+            if part is not None:
+                self.said += part.say
+                if part.feed is None:
+                    break
+                self.context += part.feed
+        return self.said
+
+
+def scripted(tokenizer: Any, script: list[str]) -> Any:
+    """A model that writes ``script``'s texts in turn, one per part, each as its tokens (an
+    empty text: the end of the answer)."""
+    queue = [list(tokenizer.encode(text, add_special_tokens=False)) or [tokenizer.convert_tokens_to_ids("<|im_end|>")] for text in script]
+
+    def model(part: Part, context: str) -> int:
+        while queue and not queue[0]:
+            queue.pop(0)
+        token = queue[0].pop(0)
+        if part.stop and token in part.stop or part.allowed is not None and part.max_tokens == 1:
+            queue.pop(0)  # (the part ends here: the rest of that text is not written)
+        return token
+
+    return model
+
+
+def steer(tokenizer: Any, words: Vocab, tools: list[Tool], script: list[str], parallel: bool = False) -> tuple[str, str]:
+    writer = CallWriter(Calls(tools, parallel), words, tokenizer)
+    engine = Engine(tokenizer, writer, scripted(tokenizer, script), words.starts)
+    said = engine.run()
+    return said, engine.context
+
+
+def calls_in(text: str) -> tuple[str, list[tuple[str, Any]]]:
+    parser = CallParser()
+    events = parser.feed(text) + parser.finish()
+    said = "".join(e.text for e in events if isinstance(e, Said))
+    return said, [(e.name, json.loads(e.arguments)) for e in events if isinstance(e, CallEnded)]
+
+
+def test_a_call_is_written_in_the_templates_form_from_the_models_choices(tokenizer: Any, words: Vocab) -> None:
+    # the model would go on with a fence and pretty JSON: only its name and value are its own here
+    said, context = steer(tokenizer, words, [WEATHER, TABLE], ["Let me check.```", 'get_weather",\n', 'Paris"\n }'])
+    assert said == 'Let me check.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n' + CLOSE
+    assert context == said[: -len('"}}\n' + CLOSE)]  # the engine holds the call as written (its end is never needed)
+    assert calls_in(said) == ("Let me check.", [("get_weather", {"city": "Paris"})])
+
+
+def test_an_integer_and_a_string_in_the_schemas_order(tokenizer: Any, words: Vocab) -> None:
+    said, context = steer(tokenizer, words, [WEATHER, TABLE], ["<tool_call>", 'book_table"', "4,", '8 pm."}'])
+    assert calls_in(said)[1] == [("book_table", {"people": 4, "time": "8 pm."})]
+    assert context == OPEN + '\n{"name": "book_table", "arguments": {"people": 4, "time": "8 pm'
+
+
+def test_a_number_the_model_does_not_write_is_null(tokenizer: Any, words: Vocab) -> None:
+    said, _ = steer(tokenizer, words, [TABLE], ["{", 'book_table"', ",", 'noon"'])
+    assert calls_in(said)[1] == [("book_table", {"people": None, "time": "noon"})]
+
+
+def test_a_tool_not_offered_is_closed_empty(tokenizer: Any, words: Vocab) -> None:
+    said, _ = steer(tokenizer, words, [WEATHER], ["```", 'divide", "arguments'])
+    assert calls_in(said)[1] == [("divide", {})]  # (the ToolStream drops a call of a tool not offered)
+
+
+def test_an_answer_without_a_call_is_the_models_own(tokenizer: Any, words: Vocab) -> None:
+    said, context = steer(tokenizer, words, [WEATHER], ["Bees make honey.", ""])
+    assert said == context == "Bees make honey."
+
+
+def test_a_name_that_never_ends_is_not_a_call(tokenizer: Any, words: Vocab) -> None:
+    said, _ = steer(tokenizer, words, [WEATHER], ["```", "get_weather_" * NAME_TOKENS])
+    assert calls_in(said)[1] and calls_in(said)[1][0][1] == {}  # a name of no tool offered, closed empty
+
+
+def test_an_enums_value_is_written_from_its_values_tokens(tokenizer: Any, words: Vocab) -> None:
+    writer = CallWriter(Calls([FORECAST], False), words, tokenizer)
+    assert writer.ended("stop", next(iter(words.starts)), None) is not None
+    writer.took("forecast")
+    location = writer.ended("stop", tokenizer.encode('",', add_special_tokens=False)[0], None)
+    assert location is not None and location.say.endswith('"location": "') and location.allowed is None
+    writer.took("Oslo")
+    day = writer.ended("stop", tokenizer.encode('",', add_special_tokens=False)[0], None)
+    assert day is not None and day.say == 'Oslo", "day": "' and day.allowed is not None
+    for value in ("today", "tomorrow"):
+        assert set(tokenizer.encode(value, add_special_tokens=False)) <= day.allowed
+    assert not {tokenizer.encode(" Paris", add_special_tokens=False)[0]} & day.allowed
+
+
+def test_an_optional_property_chosen_and_one_left(tokenizer: Any, words: Vocab) -> None:
+    said, _ = steer(tokenizer, words, [FORECAST], ["```", 'forecast"', 'Oslo"', 'today"', ",", 'celsius"', "true"])
+    assert calls_in(said)[1] == [("forecast", {"location": "Oslo", "day": "today", "celsius": True})]
+    said, _ = steer(tokenizer, words, [FORECAST], ["```", 'forecast"', 'Oslo"', 'today"', "}"])
+    assert calls_in(said)[1] == [("forecast", {"location": "Oslo", "day": "today"})]
+    said, _ = steer(tokenizer, words, [FORECAST], ["```", 'forecast"', 'Oslo"', 'today"', ",", 'wind"'])
+    assert calls_in(said)[1] == [("forecast", {"location": "Oslo", "day": "today"})]  # a key not in the schema: closed without it
+
+
+def test_parallel_calls_then_the_end(tokenizer: Any, words: Vocab) -> None:
+    said, context = steer(tokenizer, words, [WEATHER], ["```", 'get_weather"', 'Paris"', "<tool_call>", 'get_weather"', 'Rome"', ""], parallel=True)
+    assert calls_in(said)[1] == [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Rome"})]
+    assert context.count(OPEN) == 2 and context.endswith(CLOSE + "\n")
+
+
+def test_a_schema_with_other_kinds_of_values_is_written_by_the_model(tokenizer: Any, words: Vocab) -> None:
+    assert not steerable(LIST) and steerable(FORECAST) and steerable(Tool("ping", "", {}))
+    said, _ = steer(tokenizer, words, [LIST], ["```", 'add_items"', '{"items": ["milk"]}}\n</tool_call>', ""])
+    assert calls_in(said)[1] == [("add_items", {"items": ["milk"]})]
+
+
+def test_a_capped_string_is_closed_and_its_last_token_given_again(tokenizer: Any, words: Vocab) -> None:
+    said, context = steer(tokenizer, words, [WEATHER], ["```", 'get_weather"', " a" * STRING_TOKENS, ""], parallel=True)
+    (name, arguments), = calls_in(said)[1]
+    assert name == "get_weather" and set(arguments["city"]) == {"a", " "}
+    assert context.endswith(arguments["city"] + '"}}\n' + CLOSE + "\n")  # the request holds the value as it was said
+
+
+def test_random_schemas_and_choices_always_give_calls_that_parse(tokenizer: Any, words: Vocab) -> None:
+    """Seeded: random tools (scalar properties, some required, enums), a model sampling random
+    tokens within each part's rules (now and then one that ends it); every call made parses, holds
+    every required key, no key outside the schema, and values of their kinds (or null)."""
+    rng = random.Random(20261128)
+    pool = [t for t in range(2000)] + sorted(words.starts)[:20] + sorted(words.quotes)[:200] + sorted(words.digits) + sorted(words.ends)
+    kinds = ["string", "integer", "number", "boolean", "enum"]
+    checked: Counter[str] = Counter()
+    for trial in range(200):
+        tools = []
+        for n in range(rng.randint(1, 3)):
+            props: dict[str, Any] = {}
+            for k in range(rng.randint(0, 4)):
+                kind = rng.choice(kinds)
+                props[f"p{k}"] = {"type": "string", "enum": ["red", "green"]} if kind == "enum" else {"type": kind}
+            required = [p for p in props if rng.random() < 0.6]
+            tools.append(Tool(f"tool_{n}", "", {"type": "object", "properties": props, "required": required}))
+        names = [t.name for t in tools]
+
+        pending: list[int] = []  # a name being written
+
+        def model(part: Part, context: str) -> int:
+            if pending:
+                return pending.pop(0)
+            if context.endswith('{"name": "') and rng.random() < 0.8:  # a tool's name, then its quote
+                pending.extend(tokenizer.encode(rng.choice(names) + '",', add_special_tokens=False))
+                return pending.pop(0)
+            if part.allowed is not None:
+                return rng.choice(sorted(part.allowed))
+            if part.stop == words.starts and rng.random() < 0.3:  # the speech: a call begins
+                return rng.choice(sorted(words.starts))
+            return rng.choice(pool)
+
+        writer = CallWriter(Calls(tools, rng.random() < 0.5), words, tokenizer)
+        said = Engine(tokenizer, writer, model, words.starts).run(parts=30)
+        parser = CallParser()
+        for event in parser.feed(said) + parser.finish():
+            if not isinstance(event, CallEnded) or event.name not in names:
+                continue
+            arguments = json.loads(event.arguments)  # parses
+            checked["calls"] += 1
+            checked["values"] += len(arguments)
+            schema = next(t for t in tools if t.name == event.name).parameters
+            assert set(schema["required"]) <= set(arguments) <= set(schema["properties"]), (trial, said)
+            for key, value in arguments.items():
+                kind = schema["properties"][key]["type"]
+                ok = {"string": str, "integer": int, "number": (int, float), "boolean": bool}[kind]
+                assert value is None or isinstance(value, ok) and (kind != "integer" or not isinstance(value, bool)), (trial, key, value, said)
+    assert checked["calls"] >= 150 and checked["values"] >= 200, checked  # (the run made calls to check)
