@@ -379,8 +379,14 @@ def heard_right(request: Request, heard: str | None) -> bool | None:
 
 
 def heard_key(key: str, heard: str) -> bool:
+    """Whether an alternative of ``key`` was heard as a word, or (a word of four letters or more)
+    as the beginning of one: "snowfall" says "snow" (since 2026-11-28; "5" never passes as "50")."""
     said = f" {normalise(heard)} "
-    return any(f" {normalise(alt)} " in said for alt in key.split("|"))
+    for alt in key.split("|"):
+        word = normalise(alt)
+        if f" {word} " in said or len(word) >= 4 and word.isalpha() and f" {word}" in said:
+            return True
+    return False
 
 
 # ------------------------------------------------------------------------------------- the client

@@ -34,6 +34,8 @@ def test_the_answer_key_is_heard_in_words_or_digits():
     assert tools.heard_key("31", "It is 31 degrees in Madrid.")
     assert tools.heard_key("9|nine", "It's nine fifteen in Tokyo.")
     assert not tools.heard_key("snow|snowing", "It is sunny.")
+    assert tools.heard_key("snow|snowing", "There is an expected snowfall in Denver.")  # a word it begins
+    assert not tools.heard_key("5|five", "Set for 50 minutes.") and not tools.heard_key("cloud", "It is clear.")
 
 
 def test_the_heldout_set_is_apart_and_complete():
