@@ -9,7 +9,8 @@ are appended and prefilled in one step) written in parts:
 
     speech  the answer as the model writes it, until a token that may begin a call (a fence, "{",
             ``<tool_call>``): that token is dropped
-    name    ``<tool_call>\\n{"name": "`` fed, the model writes the tool's name up to its quote
+    name    ``<tool_call>\\n{"name": "`` fed, the model writes the tool's name a token a step, taken
+            once it is one tool's whole name and no other's beginning (else up to its quote)
     value   for each of the tool's required properties, in the schema's order, the JSON before it
             fed (``", "arguments": {"city": "``), the model writes the value alone: a string up
             to its closing quote, a number from digits only, a boolean as true or false, an
@@ -153,6 +154,8 @@ class CallWriter:
         self.left: list[str] = []  # the call's required properties not written yet
         self.optional: list[str] = []  # its optional ones not written yet
         self.property = ""  # the property whose value (or key) is being written
+        self.name = ""  # the name written so far
+        self.steps = 0  # the name's steps so far
         self.first = True  # no property written yet in the call's arguments
         self.calls = 0  # calls begun
 
@@ -168,7 +171,7 @@ class CallWriter:
         if state == "next":
             return self._call("\n") if last == self.vocab.call else None
         if state == "name":
-            return self._named(text, stop)
+            return self._naming(text, stop, last)
         if state == "string":
             # the model's tokens but the last stay in the request: the stop's text before its
             # quote is given; at the cap, the last token (dropped by the engine) is given again
@@ -195,15 +198,34 @@ class CallWriter:
 
     def _call(self, before: str) -> Part:
         self.calls += 1
-        self.state = "name"
+        self.state, self.name, self.steps = "name", "", 0
         head = OPEN + '\n{"name": "'
-        return Part(before + head, head, NAME_TOKENS, stop=self.vocab.quotes)
+        return Part(before + head, head, 1, stop=self.vocab.quotes)
 
-    def _named(self, text: str, stop: int | None) -> Part:
-        rest = self._before_quote(stop)
-        name = _string(text + rest)
-        tool = self.tools.get(text + rest)
-        if stop is None or tool is None:  # a name too long, or a tool not offered: the call closes empty
+    def _naming(self, text: str, stop: int | None, last: int | None) -> Part:
+        """The name token by token (a step that gives one token costs what a decoded one does),
+        while it is the beginning of a tool's name: once it is one tool's whole name and no other
+        goes on from it, it is that tool's (the model's closing quote, a step more, not awaited);
+        else up to the model's quote."""
+        if stop is not None:
+            return self._named(self.name + text + self._before_quote(stop), self._before_quote(stop))
+        self.name += text
+        self.steps += 1
+        if self.steps >= NAME_TOKENS:
+            return self._named(self.name, None)
+        again = self._piece(last)  # (the step's token, dropped by the engine, is given again)
+        if self.name in self.tools and not any(n != self.name and n.startswith(self.name) for n in self.tools):
+            return self._named(self.name, again)
+        if any(n.startswith(self.name) for n in self.tools):
+            return Part("", again, 1, stop=self.vocab.quotes)
+        left, self.steps = NAME_TOKENS - self.steps, NAME_TOKENS  # (a name of no tool: up to its quote, or given up at the cap)
+        return Part("", again, left, stop=self.vocab.quotes)
+
+    def _named(self, name: str, rest: str | None) -> Part:
+        """The call of tool ``name`` (None ``rest``: no name came), after ``rest`` given."""
+        tool = self.tools.get(name)
+        name = _string(name)
+        if rest is None or tool is None:  # a name too long, or a tool not offered: the call closes empty
             self.state = "done"  # (and the ToolStream drops it as a call of a tool not offered)
             return Part(name + '", "arguments": {}}\n' + CLOSE)
         self.tool = tool

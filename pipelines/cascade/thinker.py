@@ -355,7 +355,8 @@ class VllmThinker:
                 said = writer.took(c.text) if c.text else ""
                 if not finished and c.finish_reason is not None:  # a part ended: the request waits for the next
                     g.hit_max_tokens = c.finish_reason == "length" and writer.state == "speech"
-                    part = writer.ended(c.finish_reason, c.stop_reason if isinstance(c.stop_reason, int) else None, c.token_ids[-1] if c.token_ids else None)
+                    stop = c.stop_reason if c.finish_reason == "stop" and isinstance(c.stop_reason, int) else None  # (a part ended by its length keeps the last part's)
+                    part = writer.ended(c.finish_reason, stop, c.token_ids[-1] if c.token_ids else None)
                     if part is not None:
                         said += part.say
                     if part is not None and part.feed is not None and g.output_tokens < budget:

@@ -60,6 +60,7 @@ class Engine:
         self.tokenizer, self.writer, self.model = tokenizer, writer, model
         self.context = ""  # everything the request holds after its prompt
         self.said = ""
+        self.sampled: list[int] = []  # every token the model sampled (one engine step each)
         self.first = Part("", "", 64, stop=first_stop)
 
     def run(self, parts: int = 40) -> str:
@@ -70,6 +71,7 @@ class Engine:
             for _ in range(64 if part.free else part.max_tokens):  # (a free part: the answer's budget, its stops)
                 token = self.model(part, self.context + "".join(self.tokenizer.decode([t]) for t in kept))
                 assert part.allowed is None or token in part.allowed, f"token {token!r} outside the part's allowed tokens"
+                self.sampled.append(token)
                 last = token
                 if token in part.stop:
                     reason, stop = "stop", token
@@ -85,7 +87,10 @@ class Engine:
                 kept = kept[:-1]  # (the last sampled token is dropped: its text was returned)
             self.context += "".join(self.tokenizer.decode([t]) for t in kept)
             self.said += self.writer.took(text) if text else ""
+            state = self.writer.state
             part = self.writer.ended(reason, stop, last)
+            if (reason == "stop" or self.writer.state != state) and hasattr(self.model, "advance"):
+                self.model.advance()  # (the writer moved on: the rest of what the model meant there is not written)
             if part is not None:
                 self.said += part.say
                 if part.feed is None:
@@ -94,27 +99,28 @@ class Engine:
         return self.said
 
 
-def scripted(tokenizer: Any, script: list[str]) -> Any:
-    """A model that writes ``script``'s texts in turn, one per part, each as its tokens (an
-    empty text: the end of the answer)."""
-    queue = [list(tokenizer.encode(text, add_special_tokens=False)) or [tokenizer.convert_tokens_to_ids("<|im_end|>")] for text in script]
+class scripted:  # noqa: N801 (a model, called like a function)
+    """A model that writes ``script``'s texts in turn, each as its tokens (an empty text: the end
+    of the answer), one for each thing the writer asks of it (the speech, the name, each value);
+    once the writer moves on, the rest of the text is not written (``advance``)."""
 
-    def model(part: Part, context: str) -> int:
-        while queue and not queue[0]:
-            queue.pop(0)
-        token = queue[0].pop(0)
-        if part.stop and token in part.stop or part.allowed is not None and part.max_tokens == 1:
-            queue.pop(0)  # (the part ends here: the rest of that text is not written)
-        return token
+    def __init__(self, tokenizer: Any, script: list[str]) -> None:
+        self.queue = [list(tokenizer.encode(text, add_special_tokens=False)) or [tokenizer.convert_tokens_to_ids("<|im_end|>")] for text in script]
 
-    return model
+    def __call__(self, part: Part, context: str) -> int:
+        while self.queue and not self.queue[0]:
+            self.queue.pop(0)
+        return self.queue[0].pop(0)
+
+    def advance(self) -> None:
+        if self.queue:
+            self.queue.pop(0)
 
 
 def steer(tokenizer: Any, words: Vocab, tools: list[Tool], script: list[str], parallel: bool = False) -> tuple[str, str]:
     writer = CallWriter(Calls(tools, parallel), words, tokenizer)
     engine = Engine(tokenizer, writer, scripted(tokenizer, script), words.starts)
-    said = engine.run()
-    return said, engine.context
+    return engine.run(), engine.context
 
 
 def calls_in(text: str) -> tuple[str, list[tuple[str, Any]]]:
@@ -130,6 +136,17 @@ def test_a_call_is_written_in_the_templates_form_from_the_models_choices(tokeniz
     assert said == 'Let me check.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n' + CLOSE
     assert context == said[: -len('"}}\n' + CLOSE)]  # the engine holds the call as written (its end is never needed)
     assert calls_in(said) == ("Let me check.", [("get_weather", {"city": "Paris"})])
+
+
+def test_a_name_is_taken_once_it_is_one_tools_and_no_others(tokenizer: Any, words: Vocab) -> None:
+    time_zone = Tool("get_time_zone", "", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+    time = Tool("get_time", "", time_zone.parameters)
+    for tools, name, steps in (([WEATHER, time], "get_weather", 2), ([time, time_zone], "get_time", 3), ([time, time_zone], "get_time_zone", 3)):
+        writer = CallWriter(Calls(tools, False), words, tokenizer)
+        engine = Engine(tokenizer, writer, scripted(tokenizer, ["```", name + '",', 'Paris"']), words.starts)
+        assert calls_in(engine.run())[1] == [(name, {"city": "Paris"})]
+        # the fence, the name's tokens (and its quote only where another name goes on from it), the value and its quote
+        assert len(engine.sampled) == 1 + steps + 2, [tokenizer.decode([t]) for t in engine.sampled]
 
 
 def test_an_integer_and_a_string_in_the_schemas_order(tokenizer: Any, words: Vocab) -> None:
@@ -154,7 +171,7 @@ def test_an_answer_without_a_call_is_the_models_own(tokenizer: Any, words: Vocab
 
 
 def test_a_name_that_never_ends_is_not_a_call(tokenizer: Any, words: Vocab) -> None:
-    said, _ = steer(tokenizer, words, [WEATHER], ["```", "get_weather_" * NAME_TOKENS])
+    said, _ = steer(tokenizer, words, [WEATHER], ["```", "weather_" * NAME_TOKENS])
     assert calls_in(said)[1] and calls_in(said)[1][0][1] == {}  # a name of no tool offered, closed empty
 
 
@@ -222,6 +239,8 @@ def test_random_schemas_and_choices_always_give_calls_that_parse(tokenizer: Any,
         pending: list[int] = []  # a name being written
 
         def model(part: Part, context: str) -> int:
+            if '"arguments"' in context[context.rfind('{"name": "') :]:
+                pending.clear()  # (past the name: the writer took it whole before its quote)
             if pending:
                 return pending.pop(0)
             if context.endswith('{"name": "') and rng.random() < 0.8:  # a tool's name, then its quote
