@@ -265,7 +265,7 @@ class CascadeProduction(Production):
             if constrained and forced:  # the answer is a call from its first token
                 self.generation.schema = forced_schema(request.tool_choice, offered)
         # a call the model makes on its own, written by steering the engine (steering.py)
-        steered = self.steered = bool(offered) and not forced and thinking.steer_calls and pipeline.thinker.vocab is not None
+        steered = self.steered = bool(offered) and not forced and pipeline.thinker.vocab is not None  # (a vocabulary only with steer_calls)
         if steered:
             self.generation.steer = steering.Calls(offered, request.parallel_tool_calls)
         prompt = self.prompt

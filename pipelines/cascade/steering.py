@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pipelines.base import Tool
@@ -58,7 +58,6 @@ class Vocab:
     booleans: frozenset[int]  # the first tokens of "true" and "false"
     call: int  # <tool_call>
     eos: frozenset[int]  # the end of the answer
-    pieces: dict[str, frozenset[int]] = field(default_factory=dict)  # a text's tokens (an enum's values), cached
 
 
 def vocab(tokenizer: Any) -> Vocab | None:
@@ -137,6 +136,12 @@ def _string(text: str) -> str:
         return json.dumps(text)[1:-1]
 
 
+def _said_as(part: Part, given: str, said: str) -> Part:
+    """``part``, whose text begins with ``given`` (what the engine is given), with ``said`` in its
+    place in what streams out (a name or value as the JSON must hold it)."""
+    return replace(part, say=said + part.say[len(given) :])
+
+
 class CallWriter:
     """The parts of one steered answer. ``took(text)``: what of a part's text streams out;
     ``ended(reason, stop, last)``: the part ended (``reason``: the engine's finish reason,
@@ -157,7 +162,6 @@ class CallWriter:
         self.name = ""  # the name written so far
         self.steps = 0  # the name's steps so far
         self.first = True  # no property written yet in the call's arguments
-        self.calls = 0  # calls begun
 
     def took(self, text: str) -> str:
         self.text += text
@@ -197,7 +201,6 @@ class CallWriter:
     # ------------------------------------------------------------------ the parts
 
     def _call(self, before: str) -> Part:
-        self.calls += 1
         self.state, self.name, self.steps = "name", "", 0
         head = OPEN + '\n{"name": "'
         return Part(before + head, head, 1, stop=self.vocab.quotes)
@@ -239,8 +242,7 @@ class CallWriter:
         self.left = [p for p in properties if p in required]
         self.optional = [p for p in properties if p not in required]
         self.first = True
-        part = self._property(rest + '", "arguments": {')
-        return Part(name + part.say[len(rest) :], part.feed, part.max_tokens, part.allowed, part.stop, part.free)
+        return _said_as(self._property(rest + '", "arguments": {'), rest, name)
 
     def _property(self, before: str) -> Part:
         """After ``before`` (said and given): the next required property's value, else the choice
@@ -264,7 +266,7 @@ class CallWriter:
         kind = spec.get("type")
         if kind == "string":
             self.state = "string"
-            allowed = self._pieces(spec["enum"]) | self.vocab.quotes if "enum" in spec else None
+            allowed = self._pieces(spec["enum"]) | self.vocab.quotes if "enum" in spec else None  # (a few values: encoded each time, never cached per client)
             return Part(say + '"', feed + '"', STRING_TOKENS, allowed, self.vocab.quotes)
         if kind == "boolean":
             self.state = "boolean"
@@ -287,8 +289,7 @@ class CallWriter:
 
     def _next(self, say: str, feed: str) -> Part:
         """A value ended: ``say`` ends it in what streams out, ``feed`` in what the engine is given."""
-        part = self._property(feed)
-        return Part(say + part.say[len(feed) :], part.feed, part.max_tokens, part.allowed, part.stop, part.free)
+        return _said_as(self._property(feed), feed, say)
 
     def _close(self, before: str) -> Part:
         end = before + "}}\n" + CLOSE
@@ -312,9 +313,4 @@ class CallWriter:
         return piece
 
     def _pieces(self, values: Sequence[str]) -> frozenset[int]:
-        key = "\0".join(values)
-        found = self.vocab.pieces.get(key)
-        if found is None:
-            found = frozenset(t for v in values for t in self.tokenizer.encode(v, add_special_tokens=False))
-            self.vocab.pieces[key] = found
-        return found
+        return frozenset(t for v in values for t in self.tokenizer.encode(v, add_special_tokens=False))

@@ -333,10 +333,8 @@ class VllmThinker:
         """The text of a steered answer (``steering.CallWriter``): the request's parts, each given
         once the one before it ended; its last part ended, the input ends. ``logprobs``: what
         every part of the request asks for (``StreamedPrompt``)."""
-        from vllm import SamplingParams
         from vllm.engine.protocol import StreamingInput
         from vllm.inputs import tokens_input
-        from vllm.sampling_params import RequestOutputKind
 
         assert self.vocab is not None
         writer = steering.CallWriter(g.steer, self.vocab, self.tokenizer)
@@ -360,13 +358,10 @@ class VllmThinker:
                     if part is not None:
                         said += part.say
                     if part is not None and part.feed is not None and g.output_tokens < budget:
-                        params = SamplingParams(
+                        params = self._sampling(
+                            g,
+                            logprobs,
                             max_tokens=max(1, budget - g.output_tokens) if part.free else part.max_tokens,
-                            temperature=self.options.temperature,
-                            repetition_penalty=g.repetition_penalty or self.options.repetition_penalty,
-                            output_kind=RequestOutputKind.DELTA,
-                            seed=self.options.seed,
-                            logprobs=logprobs,
                             allowed_token_ids=sorted(part.allowed) if part.allowed is not None else None,
                             stop_token_ids=sorted(part.stop) or None,
                         )
@@ -392,22 +387,26 @@ class VllmThinker:
     def _answer_params(self, max_tokens: int | None, g: Generation | None = None, logprobs: int | None = None, steered: bool = False) -> Any:
         """``steered``: the answer's first part of a steered request, ended by a token that may
         begin a call (``steering.py``)."""
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+        from vllm.sampling_params import StructuredOutputsParams
 
-        o = self.options
-        return SamplingParams(
+        return self._sampling(
+            g,
+            logprobs,
             stop_token_ids=sorted(self.vocab.starts) if steered and self.vocab is not None else None,
             max_tokens=self._limit(max_tokens),
-            temperature=o.temperature,
-            repetition_penalty=o.repetition_penalty if g is None or g.repetition_penalty is None else g.repetition_penalty,
             stop=self.stop_strings or None,
-            output_kind=RequestOutputKind.DELTA,
-            seed=o.seed,
-            logprobs=logprobs,
             logit_bias=dict.fromkeys(g.banned, -100.0) if g is not None and g.banned else None,
             structured_outputs=StructuredOutputsParams(json=g.schema) if g is not None and g.schema else None,
         )
+
+    def _sampling(self, g: Generation | None, logprobs: int | None, **what: Any) -> Any:
+        """The sampling every answer's request (or part of one) shares, with ``what`` it has of its own."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        o = self.options
+        penalty = o.repetition_penalty if g is None or g.repetition_penalty is None else g.repetition_penalty
+        return SamplingParams(temperature=o.temperature, repetition_penalty=penalty, output_kind=RequestOutputKind.DELTA, seed=o.seed, logprobs=logprobs, **what)
 
     # ------------------------------------------------------------------ the end of the user's turn
 

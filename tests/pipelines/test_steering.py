@@ -99,7 +99,7 @@ class Engine:
         return self.said
 
 
-class scripted:  # noqa: N801 (a model, called like a function)
+class Scripted:
     """A model that writes ``script``'s texts in turn, each as its tokens (an empty text: the end
     of the answer), one for each thing the writer asks of it (the speech, the name, each value);
     once the writer moves on, the rest of the text is not written (``advance``)."""
@@ -119,7 +119,7 @@ class scripted:  # noqa: N801 (a model, called like a function)
 
 def steer(tokenizer: Any, words: Vocab, tools: list[Tool], script: list[str], parallel: bool = False) -> tuple[str, str]:
     writer = CallWriter(Calls(tools, parallel), words, tokenizer)
-    engine = Engine(tokenizer, writer, scripted(tokenizer, script), words.starts)
+    engine = Engine(tokenizer, writer, Scripted(tokenizer, script), words.starts)
     return engine.run(), engine.context
 
 
@@ -143,7 +143,7 @@ def test_a_name_is_taken_once_it_is_one_tools_and_no_others(tokenizer: Any, word
     time = Tool("get_time", "", time_zone.parameters)
     for tools, name, steps in (([WEATHER, time], "get_weather", 2), ([time, time_zone], "get_time", 3), ([time, time_zone], "get_time_zone", 3)):
         writer = CallWriter(Calls(tools, False), words, tokenizer)
-        engine = Engine(tokenizer, writer, scripted(tokenizer, ["```", name + '",', 'Paris"']), words.starts)
+        engine = Engine(tokenizer, writer, Scripted(tokenizer, ["```", name + '",', 'Paris"']), words.starts)
         assert calls_in(engine.run())[1] == [(name, {"city": "Paris"})]
         # the fence, the name's tokens (and its quote only where another name goes on from it), the value and its quote
         assert len(engine.sampled) == 1 + steps + 2, [tokenizer.decode([t]) for t in engine.sampled]
