@@ -1,7 +1,8 @@
 """Answer quality of a voice agent: does what it says make sense?
 
 Spoken prompts a voice assistant gets (facts with a checkable answer, arithmetic, yes/no, short
-how-to, greetings, and follow-ups that need the previous turn), spoken by espeak-ng, go through the
+how-to, greetings, and follow-ups that need the previous turn), spoken by espeak-ng (or, with
+``--voice piper``, Piper's joe: a voice nearer a person's for the agent's ears), go through the
 real server over the replay harness, one fresh session per prompt (two turns for a follow-up). The
 answer *audio* is transcribed by Whisper base (a larger model than the agent's own, so the score
 does not share its ears), so a TTS failure counts as a wrong answer. Per thinker config:
@@ -11,11 +12,16 @@ does not share its ears), so a TTS failure counts as a wrong answer. Per thinker
                 follow-ups)
     sentences   answers (the server's own transcript) that are one or two complete sentences
     v2v         voice-to-voice p50 / p90 (end of the user's speech -> first answer audio)
+    heard       whose miss: the prompts the agent's ears (the server's transcript of the request)
+                heard word for word, and the factual ones right among those (the thinker's score
+                with the ears' misses set apart)
 
-    python -m bench.answers [--configs smollm2 smollm2-examples gemma3-270m] [--limit N] [--silence-ms 500] [--tools]
+    python -m bench.answers [--configs smollm2 smollm2-examples gemma3-270m] [--limit N] [--silence-ms 500] [--tools] [--voice piper]
 
-``--tools`` offers bench.tools' five function tools in every session (no prompt needs one): what
-tools on offer do to plain answers. Every session is opened with one API key, as an app's sessions
+``--tools`` offers bench.tools' five function tools in every session: what tools on offer do to
+plain answers. The arithmetic prompts may then be answered by a call to ``calculate`` (the bench
+runs no tool): such a call is right when its expression comes to the answer; any other call is a
+wrong answer. Every session is opened with one API key, as an app's sessions
 are (the openai SDK always sends one), so sessions share the cached prefix of the instructions and
 tools (docs/reliability.md); ``--anonymous`` opens them without a key, each in a prefix-cache
 namespace of its own, so each prefills its tools while its user speaks.
@@ -27,8 +33,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import re
 from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,7 +56,7 @@ FACTUAL = {"fact", "math", "yesno", "follow"}
 @dataclass(frozen=True)
 class Prompt:
     text: str
-    keys: tuple[str, ...]  # every key must appear; "a|b" means either
+    keys: tuple[str, ...]  # every key must appear; "a|b" means either; "+word": the word, and no negation in the answer
     kind: str  # fact, math, yesno, howto, greeting, follow
 
 
@@ -86,13 +94,13 @@ PROMPTS: list[Prompt] = [
     P("What is six plus seven?", ("13",), "math"),
     P("What is nine minus three?", ("6",), "math"),
     P("What is half of twenty?", ("10",), "math"),
-    P("Is the sun a star?", ("yes",), "yesno"),
-    P("Is water wet?", ("yes",), "yesno"),
-    P("Can fish breathe under water?", ("yes",), "yesno"),
+    P("Is the sun a star?", ("yes|+star",), "yesno"),
+    P("Is water wet?", ("yes|+wet",), "yesno"),
+    P("Can fish breathe under water?", ("yes|+breathe",), "yesno"),
     P("Is the moon bigger than the Earth?", ("no|smaller",), "yesno"),
     P("Can a dog fly?", ("no|not|cannot|can t",), "yesno"),
-    P("Is ice cold?", ("yes",), "yesno"),
-    P("Is Paris in France?", ("yes",), "yesno"),
+    P("Is ice cold?", ("yes|+cold",), "yesno"),
+    P("Is Paris in France?", ("yes|+france",), "yesno"),
     P("How do I boil an egg?", ("water|boil",), "howto"),
     P("How do I make a cup of tea?", ("water|tea bag|boil|kettle",), "howto"),
     P("How can I fall asleep faster?", ("bed|sleep|relax|light|screen|routine|breath",), "howto"),
@@ -121,6 +129,9 @@ NUMBERS = {
 }  # fmt: skip
 
 
+NEGATIONS = ("no", "not", "cannot", "can t", "isn t", "aren t", "doesn t", "don t", "never")
+
+
 def normalise(text: str) -> str:
     """Lower case, words only, number words as digits ("four" and "4" both become "4")."""
     text = re.sub(r"[^a-z0-9 ]+", " ", text.lower())
@@ -129,9 +140,24 @@ def normalise(text: str) -> str:
     return " ".join(text.split())
 
 
-def correct(prompt: Prompt, heard: str) -> bool:
+def correct(prompt: Prompt, heard: str, calls: Sequence[dict[str, str]] = ()) -> bool:
+    """The key word(s) heard in the answer; or, for arithmetic with a calculator offered, the
+    answer was a call to it whose expression comes to the key (what an app would run and say)."""
+    if calls:
+        from bench.tools import evaluate  # (bench.tools imports this module)
+
+        try:
+            values = [evaluate(json.loads(c["arguments"]).get("expression", "")) if c["name"] == "calculate" else None for c in calls]
+        except (ValueError, AttributeError):
+            return False
+        return prompt.kind == "math" and len(values) == 1 and values[0] is not None and f"{values[0]:g}" == prompt.keys[0]
     said = f" {normalise(heard)} "
-    return all(any(f" {normalise(alt)} " in said for alt in key.split("|")) for key in prompt.keys)
+    denied = any(f" {w} " in said for w in NEGATIONS)
+
+    def says(alt: str) -> bool:  # "+word": affirmed ("Fish can breathe underwater." answers "Can fish ...?")
+        return not denied and f" {normalise(alt[1:])} " in said if alt.startswith("+") else f" {normalise(alt)} " in said
+
+    return all(any(says(alt) for alt in key.split("|")) for key in prompt.keys)
 
 
 def complete_sentences(answer: str) -> bool:
@@ -142,13 +168,34 @@ def complete_sentences(answer: str) -> bool:
     return 1 <= len([s for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]) <= 2
 
 
-def conversations(limit: int) -> list[tuple[Conversation, Prompt]]:
-    """One conversation per prompt (the follow-ups two turns long); the prompt scored is the last."""
+# spelt either way: one spelling for both (a contraction for its words, British for American)
+SAME = {"what s": "what is", "it s": "it is", "that s": "that is", "can t": "cannot", "can not": "cannot", "don t": "do not", "favourite": "favorite", "colour": "color", "under water": "underwater"}
+
+
+def heard_right(prompt: str, heard: str | None) -> bool | None:
+    """Whether the ears heard the prompt word for word (case, punctuation, number words against
+    digits and a few spellings aside: ``SAME``). None: no transcript came."""
+    if heard is None:
+        return None
+
+    def words(text: str) -> str:
+        text = f" {normalise(text)} "
+        for either, one in SAME.items():
+            text = text.replace(f" {either} ", f" {one} ")
+        return " ".join(text.split())
+
+    return words(heard) == words(prompt)
+
+
+def conversations(limit: int, speak: Callable[[str], np.ndarray] | None = None) -> list[tuple[Conversation, Prompt]]:
+    """One conversation per prompt (the follow-ups two turns long); the prompt scored is the last.
+    ``speak``: text -> 24 kHz speech (espeak-ng unless given)."""
+    speak = speak or (lambda text: espeak(text, RATE))
     out: list[tuple[Conversation, Prompt]] = []
     for k, p in enumerate(PROMPTS[:limit] if limit else PROMPTS):
-        out.append((Conversation(f"answers-{k:02d}", [Turn(p.text, espeak(p.text, RATE))]), p))
+        out.append((Conversation(f"answers-{k:02d}", [Turn(p.text, speak(p.text))]), p))
     for k, (first, p) in enumerate(FOLLOW_UPS[: max(1, limit // 10)] if limit else FOLLOW_UPS):
-        turns = [Turn(first, espeak(first, RATE)), Turn(p.text, espeak(p.text, RATE))]
+        turns = [Turn(first, speak(first)), Turn(p.text, speak(p.text))]
         out.append((Conversation(f"answers-follow-{k}", turns), p))
     return out
 
@@ -164,7 +211,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "smollm2": ("cpu-smollm2", {}),
     "smollm2-examples": ("cpu-smollm2", {"examples": EXAMPLES, "temperature": 0.0}),
     "gemma3-270m": ("cpu-gemma", {}),
-    "qwen2.5-coder-0.5b-w8": ("cpu", {}),  # the default: int8 weights
+    "qwen2.5-coder-0.5b-w8": ("cpu", {}),  # the default: int8 weights, greedy
+    "qwen2.5-coder-0.5b-w8-t0.3": ("cpu", {"temperature": 0.3}),  # the default before 2026-11-28: sampled at 0.3
     "qwen2.5-coder-0.5b": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct"}),
     "qwen2.5-coder-0.5b-examples": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct", "examples": EXAMPLES, "temperature": 0.0}),
 }
@@ -204,8 +252,11 @@ async def score(url: str, items: list[tuple[Conversation, Prompt]], ears: Any, a
                 "prompt": prompt.text,
                 "kind": prompt.kind,
                 "answer": turn.get("answer") or "",
+                "ears": turn.get("heard"),  # what the agent's ears made of the prompt
+                "ears_right": heard_right(prompt.text, turn.get("heard")),
                 "heard": heard,
-                "correct": correct(prompt, heard),
+                "calls": turn.get("calls") or [],
+                "correct": correct(prompt, heard, turn.get("calls") or []),
                 "sentences_ok": complete_sentences(turn.get("answer") or ""),
                 "voice_to_voice_ms": turn.get("voice_to_voice_ms"),
                 "status": turn.get("status"),
@@ -226,6 +277,10 @@ def summarize(rows: list[dict[str, Any]], result: dict[str, Any]) -> dict[str, A
         "sentences_ok": round(sum(r["sentences_ok"] for r in rows) / max(1, len(rows)), 3),
         "voice_to_voice_ms": dist(v2v),
         "errors": len(result["connection_errors"]) + sum(1 for r in rows if r["status"] != "completed"),
+        # whose miss: the thinker's score over the prompts its ears heard word for word
+        "ears_right": round(sum(bool(r["ears_right"]) for r in rows) / max(1, len(rows)), 3),
+        "correct_factual_heard_right": round(np.mean([r["correct"] for r in factual if r["ears_right"]]), 3) if any(r["ears_right"] for r in factual) else None,
+        "answered_by_call": sum(1 for r in rows if r["calls"]),
         "by_kind": {k: round(np.mean([r["correct"] for r in rows if r["kind"] == k]), 3) for k in sorted({r["kind"] for r in rows})},
     }
     return summary
@@ -237,32 +292,62 @@ def run_config(name: str, items: list[tuple[Conversation, Prompt]], silence_ms: 
     return {"summary": summarize(rows, result), "answers": rows}
 
 
+def report(result: dict[str, Any]) -> None:
+    for name, data in result["configs"].items():
+        print(f"{name}:")
+        for r in data["answers"]:
+            misheard = "" if r.get("ears_right") else f" (heard {r.get('ears')!r})"
+            print(f"  {'+' if r['correct'] else '-'} {r['prompt'][:40]:40} -> {r['heard'][:70]!r}{misheard}")
+    print(f"\n{'config':12} {'correct':>8} {'factual':>8} {'1-2 sent.':>9} {'v2v p50':>8} {'v2v p90':>8} {'errors':>6} {'heard':>6} {'factual|heard':>13}")
+    for name, data in result["configs"].items():
+        s = data["summary"]
+        v = s["voice_to_voice_ms"]
+        print(f"{name:12} {s['correct']:>8} {s['correct_factual']:>8} {s['sentences_ok']:>9} {v.get('p50', '-'):>8} {v.get('p90', '-'):>8} {s['errors']:>6} {s['ears_right']:>6} {s['correct_factual_heard_right'] or '-':>13}")
+        print(f"{'':12} by kind: {s['by_kind']}")
+
+
+def rescore(path: str) -> dict[str, Any]:
+    """A saved result scored again by today's rules (``correct``, ``heard_right``): runs from
+    before a rule changed, compared with runs after it."""
+    with open(path) as f:
+        result = json.load(f)
+    prompts = {p.text: p for p in [*PROMPTS, *(p for _, p in FOLLOW_UPS)]}
+    for data in result["configs"].values():
+        for r in data["answers"]:
+            r.setdefault("calls", [])
+            r["correct"] = correct(prompts[r["prompt"]], r["heard"], r["calls"])
+            r["ears_right"] = heard_right(r["prompt"], r.get("ears"))
+        errors = data["summary"]["errors"]
+        data["summary"] = summarize(data["answers"], {"connection_errors": []})
+        data["summary"]["errors"] = errors
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", nargs="+", default=list(VARIANTS), help=f"thinkers to compare: {', '.join(VARIANTS)} or config names (configs/NAME.yaml)")
     parser.add_argument("--limit", type=int, default=0, help="only the first N prompts (and N/10 follow-ups)")
     parser.add_argument("--silence-ms", type=int, default=500)
     parser.add_argument("--tools", action="store_true", help="offer bench.tools' five function tools in every session (no prompt needs one)")
+    parser.add_argument("--voice", choices=["espeak", "piper"], default="espeak", help="who says the prompts: espeak-ng (hard for Whisper), or Piper's joe (nearer a person)")
     parser.add_argument("--anonymous", action="store_true", help="sessions without an API key: each its own prefix-cache namespace")
+    parser.add_argument("--rescore", metavar="RESULT", help="score a saved result (bench/results/answers-*.json) again by today's rules; nothing is run")
     args = parser.parse_args()
+    if args.rescore:
+        report(rescore(args.rescore))
+        return
     from pipelines import models
     from pipelines.cascade.listener import WhisperListener
 
     ears = WhisperListener(str(models.ensure("whisper-base", print)), 2, 1)
-    items = conversations(args.limit)
-    result: dict[str, Any] = {"machine": machine(), "silence_ms": args.silence_ms, "tools": args.tools, "anonymous": args.anonymous, "configs": {}}
+    from bench.tools import espeak_voice, piper_voice
+
+    items = conversations(args.limit, piper_voice() if args.voice == "piper" else espeak_voice)
+    result: dict[str, Any] = {"machine": machine(), "voice": args.voice, "silence_ms": args.silence_ms, "tools": args.tools, "anonymous": args.anonymous, "configs": {}}
     for name in args.configs:
         print(f"{name}: {len(items)} conversations ...", flush=True)
-        result["configs"][name] = data = run_config(name, items, args.silence_ms, ears, args.tools, None if args.anonymous else KEY)
-        for r in data["answers"]:
-            mark = "+" if r["correct"] else "-"
-            print(f"  {mark} {r['prompt'][:40]:40} -> {r['heard'][:70]!r}")
-    print(f"\n{'config':12} {'correct':>8} {'factual':>8} {'1-2 sent.':>9} {'v2v p50':>8} {'v2v p90':>8} {'errors':>6}")
-    for name, data in result["configs"].items():
-        s = data["summary"]
-        v = s["voice_to_voice_ms"]
-        print(f"{name:12} {s['correct']:>8} {s['correct_factual']:>8} {s['sentences_ok']:>9} {v.get('p50', '-'):>8} {v.get('p90', '-'):>8} {s['errors']:>6}")
-        print(f"{'':12} by kind: {s['by_kind']}")
+        result["configs"][name] = run_config(name, items, args.silence_ms, ears, args.tools, None if args.anonymous else KEY)
+    report(result)
     print("saved", save("answers", result))
 
 

@@ -142,9 +142,11 @@ class LiveTurn(TurnRecord):
     done: asyncio.Event = field(default_factory=asyncio.Event, repr=False, compare=False)
     first_audio: asyncio.Event = field(default_factory=asyncio.Event, repr=False, compare=False)
     audio: list[bytes] | None = field(default=None, repr=False, compare=False)  # kept when asked
+    calls: list[dict[str, str]] = field(default_factory=list)  # the function calls the response made
 
     def metrics(self, origin: float = 0.0) -> dict[str, Any]:
         out = super().metrics(origin)
+        out["calls"] = self.calls
         if self.audio is not None:
             out["answer_audio"] = b"".join(self.audio)
         return out
@@ -305,6 +307,8 @@ class SimulatedUser:
                 rec.input_tokens = usage.get("input_tokens")
                 rec.cached_tokens = (usage.get("input_token_details") or {}).get("cached_tokens")
                 for output in r.get("output") or []:
+                    if output.get("type") == "function_call":
+                        rec.calls.append({"name": output.get("name", ""), "arguments": output.get("arguments", "")})
                     for part in output.get("content") or []:
                         rec.answer = part.get("transcript") or part.get("text") or rec.answer
                 for key, value in (r.get("metadata") or {}).items():
