@@ -96,8 +96,12 @@ class CascadeProduction(Production):
                 self._count_calls(calls)
                 await calls.close()
                 again = self._ask_back(calls) if not calls.made else None
-                instead = not again and not said and not calls.made and (calls.unknown or calls.ungrounded)
-                second = await self._second_choice(calls) if instead else []  # the model's next choice of tool
+                # its calls all dropped after nothing said, or after words cut off where the model
+                # began a call ("You can call the" + a call: a small thinker's way of talking about
+                # its tools): the user hears an answer, not silence or half a sentence
+                unfinished = said.rstrip()[-1:] not in (".", "!", "?")  # (nothing said too)
+                instead = not again and unfinished and not calls.made and bool(calls.unknown or calls.ungrounded)
+                second = await self._second_choice(calls) if instead and not said else []  # the model's next choice of tool
                 if second:
                     self.times.setdefault("first_call", time.perf_counter())
                 for chunk in second:
@@ -107,9 +111,7 @@ class CascadeProduction(Production):
                     # user hears an answer, not silence (nor only its "Let me check."); asked for a
                     # value they asked for the tool with
                     self.pipeline.counts["answers_asking_back" if again else "answers_said_instead_of_calls"] += 1
-                    if again and said and not said[-1].isspace():
-                        again = " " + again
-                    async with chain(*self._stages(words_only=True, say=again)) as stream:
+                    async with chain(*self._stages(words_only=True, say=again, after=said)) as stream:
                         async for chunk in stream:
                             yield chunk
         finally:
@@ -244,12 +246,13 @@ class CascadeProduction(Production):
                 counts["tool_calls_off_schema"] += 1
                 log.info("tool call %s(%s) does not fit its schema: %s", call.name, call.arguments, "; ".join(errors))
 
-    def _stages(self, words_only: bool = False, say: str | None = None) -> list[Any]:
+    def _stages(self, words_only: bool = False, say: str | None = None, after: str = "") -> list[Any]:
         """The stage chain: thinker -> (clauses -> talker) or thinker -> text. ``words_only``: the
         conversation answered again without the tools (``plain``), every token that could begin a
         call banned (the calls the first answer made were dropped, and it said nothing; with the
         tools still in its prompt a small thinker talks about them instead); ``say``: these words
-        instead of the thinker's."""
+        instead of the thinker's; ``after``: the words said before these in the response (a space
+        between them kept, or put there)."""
         pipeline, request, times = self.pipeline, self.request, self.times
         offered = [] if words_only else self.offered
         o = pipeline.options
@@ -274,6 +277,13 @@ class CascadeProduction(Production):
             prompt = self.context.plain() if self.context is not None else prompt
 
         async def think() -> AsyncIterator[str]:
+            gap = bool(after) and not after[-1].isspace()  # a space owed between ``after`` and these words
+            async for delta in thought():
+                if gap and delta.strip():
+                    delta, gap = delta if delta[0].isspace() else " " + delta, False
+                yield delta
+
+        async def thought() -> AsyncIterator[str]:
             if say is not None:
                 yield say
                 return
@@ -329,7 +339,7 @@ class CascadeProduction(Production):
                     yield text
 
         async def talk(texts: AsyncIterator[str]) -> AsyncIterator[OutputChunk]:
-            first = True
+            first = not after  # (a response's first words are trimmed; those after others keep their space)
             async for text in texts:
                 if first:
                     text, first = text.lstrip(), False

@@ -8,10 +8,11 @@ import json
 import math
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from pipelines import models
-from pipelines.base import Capabilities, ResponseRequest, TextDelta, Tool, ToolCall, ToolCallDelta
+from pipelines.base import AudioChunk, Capabilities, ResponseRequest, TextDelta, Tool, ToolCall, ToolCallDelta
 from pipelines.cascade.grounding import ask_back, asked_for, instructions, numbers_of, ungrounded
 from pipelines.cascade.production import CascadeProduction, ToolContext
 from pipelines.cascade.shared import CascadeOptions
@@ -322,6 +323,42 @@ async def test_a_preamble_then_a_call_with_a_value_the_user_did_not_say_is_follo
     thinker = ScriptedThinker('Let me check. {"name": "forecast", "arguments": {"location": "Lisboa", "day": "today"}}')
     said, calls, _ = await _produce(thinker, "What's the forecast for Lisbon today?")
     assert calls == [] and said == "Let me check. Sorry, I didn't catch the location. Could you say it again?"
+
+
+async def test_spoken_the_question_after_a_preamble_keeps_the_space_between_them():
+    """In audio the talker trims a response's first words: the question after words already said
+    is not its first ("You can call theSorry, ..." was heard in a run of bench.tools)."""
+
+    class Spoken(Scripted):
+        async def speak(self, text: str) -> np.ndarray:
+            return np.zeros(240, np.int16)
+
+    thinker = ScriptedThinker('Let me check.{"name": "forecast", "arguments": {"location": "Lisboa", "day": "today"}}')
+    pipeline = Spoken(thinker)
+    asked = "What's the forecast for Lisbon today?"
+    request = ResponseRequest("resp_1", [], "Be brief.", tools=[FORECAST_TOOL])
+    production = CascadeProduction(pipeline, "salt", request, [10, 11], [FORECAST_TOOL], {}, context=ToolContext(f"Be brief.\n{asked}", asked, lambda: [10]))  # type: ignore[arg-type]
+    chunks = [c async for c in production.output]
+    said = "".join(c.text for c in chunks if isinstance(c, TextDelta))
+    assert said == "Let me check. Sorry, I didn't catch the location. Could you say it again?"
+    assert any(isinstance(c, AudioChunk) for c in chunks) and pipeline.counts["answers_asking_back"] == 1
+
+
+async def test_words_cut_off_by_a_dropped_call_are_followed_by_an_answer_in_words():
+    """"You can call the" + a call nobody asked for (a small thinker talking about its tools, as in
+    bench.answers with tools offered): dropped, and the answer said in words after the fragment
+    rather than leaving the user with half a sentence."""
+    thinker = ScriptedThinker('You can call the{"name": "forecast", "arguments": {"location": "New York", "day": "today"}}', "Boil water and add a tea bag.")
+    said, calls, pipeline = await _produce(thinker, "How do I make a cup of tea?")
+    assert calls == [] and said == "You can call the Boil water and add a tea bag."
+    assert pipeline.counts["answers_said_instead_of_calls"] == 1 and len(thinker.prompts) == 2
+
+
+async def test_a_finished_sentence_before_a_dropped_call_is_the_answer():
+    thinker = ScriptedThinker('It is sunny today. {"name": "forecast", "arguments": {"location": "New York", "day": "today"}}', "unused")
+    said, calls, pipeline = await _produce(thinker, "I'm feeling great today.")
+    assert calls == [] and said == "It is sunny today. " and len(thinker.prompts) == 1
+    assert pipeline.counts["answers_said_instead_of_calls"] == 0
 
 
 async def test_chit_chat_answered_with_a_call_is_answered_in_words_without_the_tools():
