@@ -35,8 +35,8 @@ import argparse
 import asyncio
 import json
 import re
-from dataclasses import dataclass
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -328,7 +328,7 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", default=list(VARIANTS), help=f"thinkers to compare: {', '.join(VARIANTS)} or config names (configs/NAME.yaml)")
     parser.add_argument("--limit", type=int, default=0, help="only the first N prompts (and N/10 follow-ups)")
     parser.add_argument("--silence-ms", type=int, default=500)
-    parser.add_argument("--tools", action="store_true", help="offer bench.tools' five function tools in every session (no prompt needs one)")
+    parser.add_argument("--tools", action="store_true", help="offer bench.tools' five function tools in every session (only the arithmetic prompts may use one: the calculator)")
     parser.add_argument("--voice", choices=["espeak", "piper"], default="espeak", help="who says the prompts: espeak-ng (hard for Whisper), or Piper's joe (nearer a person)")
     parser.add_argument("--anonymous", action="store_true", help="sessions without an API key: each its own prefix-cache namespace")
     parser.add_argument("--rescore", metavar="RESULT", help="score a saved result (bench/results/answers-*.json) again by today's rules; nothing is run")

@@ -99,7 +99,7 @@ class CascadeProduction(Production):
                 # its calls all dropped after nothing said, or after words cut off where the model
                 # began a call ("You can call the" + a call: a small thinker's way of talking about
                 # its tools): the user hears an answer, not silence or half a sentence
-                unfinished = said.rstrip()[-1:] not in (".", "!", "?")  # (nothing said too)
+                unfinished = said.rstrip().rstrip("\"')")[-1:] not in (".", "!", "?")  # (nothing said too)
                 instead = not again and unfinished and not calls.made and bool(calls.unknown or calls.ungrounded)
                 second = await self._second_choice(calls) if instead and not said else []  # the model's next choice of tool
                 if second:
