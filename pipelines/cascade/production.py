@@ -278,12 +278,13 @@ class CascadeProduction(Production):
 
         async def think() -> AsyncIterator[str]:
             gap = bool(after) and not after[-1].isspace()  # a space owed between ``after`` and these words
-            async for delta in thought():
-                if gap and delta.strip():
-                    delta, gap = delta if delta[0].isspace() else " " + delta, False
-                yield delta
+            async with contextlib.aclosing(thought()) as deltas:  # (closed with this: a barge-in ends the request at once)
+                async for delta in deltas:
+                    if gap and delta.strip():
+                        delta, gap = delta if delta[0].isspace() else " " + delta, False
+                    yield delta
 
-        async def thought() -> AsyncIterator[str]:
+        async def thought() -> AsyncGenerator[str, None]:
             if say is not None:
                 yield say
                 return
