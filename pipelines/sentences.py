@@ -9,6 +9,12 @@ import re
 # an initial ("F. Scott") or a title ("Dr. Smith") ends none.
 _NOT_AFTER = "".join(rf"(?<!\b{a})" for a in ("Mr", "Mrs", "Ms", "Dr", "St", "Jr", "Prof", "vs"))
 SENTENCE_END = re.compile(rf"(?:(?<!\b[A-Z]){_NOT_AFTER}\.|[!?])(?=[\s\"')\]]|$)")
+_ENDED = re.compile(SENTENCE_END.pattern + r"[\"')\]]*\s*\Z")
+
+
+def ends_sentence(text: str) -> bool:
+    """Whether ``text`` ends with a sentence's end (its mark maybe inside quotes or brackets)."""
+    return _ENDED.search(text) is not None
 
 
 class SentenceLimit:

@@ -26,6 +26,7 @@ from pipelines.cascade.shared import Models
 from pipelines.cascade.talker import ClausePolicy, Playback, clauses
 from pipelines.cascade.thinker import Generation, StreamedPrompt
 from pipelines.cascade.tools import OPEN, SpokenLimit, ToolStream, call_head, forced_schema, forced_start, name_probabilities, parameters, schema_errors
+from pipelines.sentences import ends_sentence
 from pipelines.speculation import Production, Speculation
 from pipelines.stages import chain
 
@@ -98,9 +99,9 @@ class CascadeProduction(Production):
                 again = self._ask_back(calls) if not calls.made else None
                 # its calls all dropped after nothing said, or after words cut off where the model
                 # began a call ("You can call the" + a call: a small thinker's way of talking about
-                # its tools): the user hears an answer, not silence or half a sentence
-                unfinished = said.rstrip().rstrip("\"')")[-1:] not in (".", "!", "?")  # (nothing said too)
-                instead = not again and unfinished and not calls.made and bool(calls.unknown or calls.ungrounded)
+                # its tools): the user hears an answer, not silence or half a sentence (nothing
+                # said ends no sentence)
+                instead = not again and not ends_sentence(said) and not calls.made and bool(calls.unknown or calls.ungrounded)
                 second = await self._second_choice(calls) if instead and not said else []  # the model's next choice of tool
                 if second:
                     self.times.setdefault("first_call", time.perf_counter())

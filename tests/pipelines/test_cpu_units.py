@@ -357,3 +357,11 @@ def test_sentence_limit_counts_sentences_not_initials_or_titles():
     assert cut("Version 3.5 is out. Good. More.") == "Version 3.5 is out. Good."
     assert cut("Paris. It is lovely! Yes.") == "Paris. It is lovely!"
     assert cut("Hello there. How are you?", 1) == "Hello there."
+
+
+def test_text_ends_a_sentence_by_the_same_rule_as_the_limit():
+    from pipelines.sentences import ends_sentence
+
+    assert ends_sentence("It is sunny. ") and ends_sentence('He said "hi."') and ends_sentence("Really?!")
+    assert not ends_sentence("You can call the") and not ends_sentence("") and not ends_sentence("Sure:")
+    assert not ends_sentence("Ask Dr.") and not ends_sentence("Version 3.5")  # a title, a number
