@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from bench import replay
+from bench import metrics, replay
 from bench.audio import espeak
 from bench.client import Options
 from bench.common import machine, save, server_process
@@ -168,18 +168,19 @@ def complete_sentences(answer: str) -> bool:
     return 1 <= len([s for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]) <= 2
 
 
-# spelt either way: one spelling for both (a contraction for its words, British for American)
-SAME = {"what s": "what is", "it s": "it is", "that s": "that is", "can t": "cannot", "can not": "cannot", "don t": "do not", "favourite": "favorite", "colour": "color", "under water": "underwater"}
+# said either way: one way for both (a contraction for its words; British spellings are made
+# American by bench.metrics.words, as the word error rate has them)
+SAME = {"what s": "what is", "it s": "it is", "that s": "that is", "can t": "cannot", "can not": "cannot", "don t": "do not", "under water": "underwater"}
 
 
 def heard_right(prompt: str, heard: str | None) -> bool | None:
     """Whether the ears heard the prompt word for word (case, punctuation, number words against
-    digits and a few spellings aside: ``SAME``). None: no transcript came."""
+    digits, spellings and the few ways of ``SAME`` aside). None: no transcript came."""
     if heard is None:
         return None
 
     def words(text: str) -> str:
-        text = f" {normalise(text)} "
+        text = f" {normalise(' '.join(metrics.words(text)))} "
         for either, one in SAME.items():
             text = text.replace(f" {either} ", f" {one} ")
         return " ".join(text.split())
