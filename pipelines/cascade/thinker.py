@@ -213,18 +213,19 @@ class VllmThinker:
         from transformers import AutoTokenizer
 
         from pipelines import models
-        from pipelines.cascade.tools import call_start_ids, template_takes_tools
+        from pipelines.cascade.tools import call_start_ids, template_takes_tools, token_texts
 
         o = self.options
         self.model_path = str(models.ensure(o.model, progress) if o.model in models.MODELS else o.model)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.stop_strings = ["\n"] if o.prompt_format == "transcript" else []  # one line is one turn
-        # every token's text is looked at once (about a second): off the loop
-        self.end_ids = await asyncio.to_thread(judgement.end_token_ids, self.tokenizer)
+        # every token's text, decoded once (about a second) for the three sets below; all off the loop
+        texts = await asyncio.to_thread(token_texts, self.tokenizer)
+        self.end_ids = await asyncio.to_thread(judgement.end_token_ids, self.tokenizer, texts)
         if template_takes_tools(self.tokenizer):  # an answer in words may have to be held to words
-            self.call_start_ids = await asyncio.to_thread(call_start_ids, self.tokenizer)
+            self.call_start_ids = await asyncio.to_thread(call_start_ids, self.tokenizer, texts)
             if o.steer_calls and o.engine == "in_process" and not self.stop_strings:
-                self.vocab = await asyncio.to_thread(steering.vocab, self.tokenizer)
+                self.vocab = await asyncio.to_thread(steering.vocab, self.tokenizer, texts)
 
     def _limit(self, max_tokens: int | None) -> int:
         """The answer budget: the config's, or the one asked (the caller lowers it to a response's

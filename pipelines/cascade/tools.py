@@ -68,10 +68,17 @@ def template_takes_tools(tokenizer: Any) -> bool:
     return isinstance(template, str) and "tool_call" in template and "tools" in template
 
 
-def call_start_ids(tokenizer: Any) -> frozenset[int]:
+def token_texts(tokenizer: Any) -> list[str]:
+    """Every token's text, by id (what the sets of tokens below are read from)."""
+    return [tokenizer.decode([i]) for i in range(len(tokenizer))]
+
+
+def call_start_ids(tokenizer: Any, texts: Sequence[str] | None = None) -> frozenset[int]:
     """Every token that could begin a call (``CallParser``'s starts: "{", a "`" fence, the
-    ``<tool_call>`` tag): banned from an answer that must be said in words."""
-    ids = {i for i in range(len(tokenizer)) if any(ch in tokenizer.decode([i]) for ch in "{`")}
+    ``<tool_call>`` tag): banned from an answer that must be said in words. ``texts``: the
+    tokens' (``token_texts``), if decoded already."""
+    texts = token_texts(tokenizer) if texts is None else texts
+    ids = {i for i, text in enumerate(texts) if any(ch in text for ch in "{`")}
     tag = tokenizer.convert_tokens_to_ids(OPEN)
     if isinstance(tag, int) and tag != getattr(tokenizer, "unk_token_id", None):
         ids.add(tag)

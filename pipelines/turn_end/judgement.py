@@ -21,7 +21,7 @@ audio and the silence so far (pipelines/turn_end/fusion.py) instead of trusting 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 TOP_LOGPROBS = 20  # the next token's top candidates asked of the engine
@@ -43,10 +43,13 @@ def ends_sentence(piece: str) -> bool:
     return bool(s) and ".." not in s and all(c in _ENDS + _CLOSERS for c in s) and any(c in _ENDS for c in s)
 
 
-def end_token_ids(tokenizer: Any) -> frozenset[int]:
+def end_token_ids(tokenizer: Any, texts: Sequence[str] | None = None) -> frozenset[int]:
     """Every token of ``tokenizer`` that ends a sentence, and the tokens that end a message (its
-    end-of-sequence token and, for chat templates that have one, ``<|im_end|>``/``<|eot_id|>``)."""
-    ids = {i for i in range(len(tokenizer)) if ends_sentence(tokenizer.decode([i]))}
+    end-of-sequence token and, for chat templates that have one, ``<|im_end|>``/``<|eot_id|>``).
+    ``texts``: every token's text by id, if decoded already."""
+    if texts is None:
+        texts = [tokenizer.decode([i]) for i in range(len(tokenizer))]
+    ids = {i for i, text in enumerate(texts) if ends_sentence(text)}
     specials = {tokenizer.eos_token_id}
     for name in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|endoftext|>"):
         found = tokenizer.convert_tokens_to_ids(name)
