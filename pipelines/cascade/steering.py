@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pipelines.base import Tool
-from pipelines.cascade.tools import CLOSE, OPEN, token_texts
+from pipelines.cascade.tools import CLOSE, OPEN
 
 NAME_TOKENS = 16  # a tool's name longer than this is not one
 STRING_TOKENS = 32  # a string value is closed after this many (grounding judges what it holds)
@@ -60,14 +60,14 @@ class Vocab:
     eos: frozenset[int]  # the end of the answer
 
 
-def vocab(tokenizer: Any, texts: Sequence[str] | None = None) -> Vocab | None:
+def vocab(tokenizer: Any, texts: Sequence[str]) -> Vocab | None:
     """The ``Vocab`` of ``tokenizer``; None without a ``<tool_call>`` token (no steering).
-    ``texts``: every token's text (``tools.token_texts``), if decoded already."""
+    ``texts``: every token's text (``tools.token_texts``)."""
     call = tokenizer.convert_tokens_to_ids(OPEN)
     if not isinstance(call, int) or call == getattr(tokenizer, "unk_token_id", None):
         return None
     starts, quotes, digits, ends, commas, closes = set(), set(), set(), set(), set(), set()
-    for i, text in enumerate(token_texts(tokenizer) if texts is None else texts):
+    for i, text in enumerate(texts):
         if not text:
             continue
         bare = text.strip()

@@ -73,11 +73,10 @@ def token_texts(tokenizer: Any) -> list[str]:
     return [tokenizer.decode([i]) for i in range(len(tokenizer))]
 
 
-def call_start_ids(tokenizer: Any, texts: Sequence[str] | None = None) -> frozenset[int]:
+def call_start_ids(tokenizer: Any, texts: Sequence[str]) -> frozenset[int]:
     """Every token that could begin a call (``CallParser``'s starts: "{", a "`" fence, the
     ``<tool_call>`` tag): banned from an answer that must be said in words. ``texts``: the
-    tokens' (``token_texts``), if decoded already."""
-    texts = token_texts(tokenizer) if texts is None else texts
+    tokens' (``token_texts``)."""
     ids = {i for i, text in enumerate(texts) if any(ch in text for ch in "{`")}
     tag = tokenizer.convert_tokens_to_ids(OPEN)
     if isinstance(tag, int) and tag != getattr(tokenizer, "unk_token_id", None):

@@ -43,12 +43,10 @@ def ends_sentence(piece: str) -> bool:
     return bool(s) and ".." not in s and all(c in _ENDS + _CLOSERS for c in s) and any(c in _ENDS for c in s)
 
 
-def end_token_ids(tokenizer: Any, texts: Sequence[str] | None = None) -> frozenset[int]:
+def end_token_ids(tokenizer: Any, texts: Sequence[str]) -> frozenset[int]:
     """Every token of ``tokenizer`` that ends a sentence, and the tokens that end a message (its
     end-of-sequence token and, for chat templates that have one, ``<|im_end|>``/``<|eot_id|>``).
-    ``texts``: every token's text by id, if decoded already."""
-    if texts is None:
-        texts = [tokenizer.decode([i]) for i in range(len(tokenizer))]
+    ``texts``: every token's text by id (the thinker decodes them once for all its sets)."""
     ids = {i for i, text in enumerate(texts) if ends_sentence(text)}
     specials = {tokenizer.eos_token_id}
     for name in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|endoftext|>"):

@@ -18,7 +18,7 @@ import pytest
 from pipelines import models
 from pipelines.base import Tool
 from pipelines.cascade.steering import NAME_TOKENS, STRING_TOKENS, CallWriter, Calls, Part, Vocab, steerable, vocab
-from pipelines.cascade.tools import CLOSE, OPEN, CallEnded, CallParser, Said
+from pipelines.cascade.tools import CLOSE, OPEN, CallEnded, CallParser, Said, token_texts
 
 WEATHER = Tool("get_weather", "", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
 TABLE = Tool(
@@ -47,7 +47,7 @@ def tokenizer() -> Any:
 
 @pytest.fixture(scope="module")
 def words(tokenizer: Any) -> Vocab:
-    found = vocab(tokenizer)
+    found = vocab(tokenizer, token_texts(tokenizer))
     assert found is not None
     return found
 

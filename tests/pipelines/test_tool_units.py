@@ -32,6 +32,7 @@ from pipelines.cascade.tools import (
     forced_start,
     name_probabilities,
     schema_errors,
+    token_texts,
     tool_specs,
 )
 
@@ -211,7 +212,7 @@ def test_an_answer_held_to_words_cannot_begin_a_call():
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(models.path("qwen2.5-coder-0.5b-instruct-w8")))
-    banned = call_start_ids(tokenizer)
+    banned = call_start_ids(tokenizer, token_texts(tokenizer))
     for start in ('{"', "{\n", "```", "<tool_call>", " {"):
         assert tokenizer.encode(start, add_special_tokens=False)[0] in banned, start
     plain = tokenizer.encode("The sky is blue, and it's 7 pm in Oslo (Norway).", add_special_tokens=False)
