@@ -48,6 +48,7 @@ class Capabilities:
     tools: bool = False
     transcribes_input: bool = False
     transcription_model: str = ""
+    caption_every_ms: int = 1000  # in speech without pauses, a live caption at most this often
     voices: tuple[str, ...] = ("default",)
     context_tokens: int = 4096
 
@@ -195,6 +196,10 @@ class PipelineSession(abc.ABC):
     def feed(self, pcm: np.ndarray) -> None:
         """Audio of the open input buffer, as it arrives."""
 
+    def transcribing(self, on: bool) -> None:
+        """Whether the session transcribes its input (``audio.input.transcription`` set: live
+        captions are asked for), at open and whenever it changes."""
+
     def reduce_noise(self, kind: str | None) -> None:
         """The session's ``audio.input.noise_reduction`` (``near_field``, ``far_field`` or None),
         at open and whenever it changes. A pipeline that can clean its input applies it."""
@@ -202,6 +207,12 @@ class PipelineSession(abc.ABC):
     def listen(self, request: ResponseRequest | None, answer: bool) -> None:
         """A turn began (speech started): ``request`` and ``answer`` as for ``pause``. A pipeline that
         can take the turn's audio as it comes may start feeding it to its model now."""
+
+    def quiet(self) -> None:
+        """The user went quiet (the first silent frame after speech; the audio fed so far ends
+        there). It may be a gap between words or the end of the turn: a pipeline whose ears are
+        cheap may hear the turn so far now, so that at the ``pause`` that may follow its words are
+        ready."""
 
     def pause(self, request: ResponseRequest | None, answer: bool) -> None:
         """A short silence: the user may be done. ``request`` is the response the session would

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, Protocol
 
 import numpy as np
 
@@ -31,7 +31,32 @@ FULL_FRAMES = 3000
 
 class Words(NamedTuple):
     text: str
-    ends: float | None  # P(the words end a sentence where they stop), Whisper's own; None: no words
+    ends: float | None  # P(the words end a sentence where they stop), the listener's own; None: no words
+    tokens: tuple[int, ...] = ()  # the listener's tokens for them, for a later pass to go on from (Moonshine's)
+
+
+class Listener(Protocol):
+    """A speech recogniser of the cascade (``WhisperListener``, ``MoonshineListener``): synchronous,
+    run on the pipeline's ASR thread."""
+
+    rate: int
+
+    def transcribe(self, pcm: np.ndarray) -> str: ...
+
+    def hear(self, pcm: np.ndarray, ends: bool = True, hint: tuple[int, ...] = ()) -> Words:
+        """int16 mono at ``rate`` -> the words (with ``ends``: how sure it is they end there);
+        ``hint``: the tokens of an earlier pass over the clip's beginning, where the listener can
+        go on from them."""
+        ...
+
+
+def open_listener(name: str, model_dir: str, threads: int = 2) -> Listener:
+    """The listener for a model of ``realtime-omni models`` (its prepared directory)."""
+    if name.startswith("moonshine"):
+        from pipelines.cascade.moonshine import MoonshineListener
+
+        return MoonshineListener(model_dir, threads)
+    return WhisperListener(model_dir, threads)
 
 
 class WhisperListener:
@@ -57,16 +82,17 @@ class WhisperListener:
         self.window = window
         self.margin_s = margin_s
         vocabulary = range(self.tokenizer.eot)
-        self._marks = frozenset(i for i in vocabulary if _is_mark(self.tokenizer.decode([i])))  # punctuation, no letters or digits
-        self._ends = np.array(sorted(i for i in self._marks if _ends_sentence(self.tokenizer.decode([i]))) + [self.tokenizer.eot])
+        self._marks = frozenset(i for i in vocabulary if is_mark(self.tokenizer.decode([i])))  # punctuation, no letters or digits
+        self._ends = np.array(sorted(i for i in self._marks if ends_sentence(self.tokenizer.decode([i]))) + [self.tokenizer.eot])
 
     def transcribe(self, pcm: np.ndarray) -> str:
         """int16 mono at 16 kHz -> text. Feed arrays, never files (decoding files through PyAV in
         a process that has imported vLLM is many times slower)."""
         return self.hear(pcm, ends=False).text
 
-    def hear(self, pcm: np.ndarray, ends: bool = True) -> Words:
-        """The words, and with ``ends`` Whisper's probability that they end a sentence there."""
+    def hear(self, pcm: np.ndarray, ends: bool = True, hint: tuple[int, ...] = ()) -> Words:
+        """The words, and with ``ends`` Whisper's probability that they end a sentence there
+        (``hint`` is not used: Whisper decodes each pass from nothing)."""
         if len(pcm) < self.rate // 10:
             return Words("", None)
         import ctranslate2
@@ -99,22 +125,22 @@ class WhisperListener:
         last = next((i for i in range(len(ids) - 1, -1, -1) if ids[i] not in self._marks), None)
         if last is None:
             return None
-        word = _softmax(logits[last])[ids[last]]
-        after = _softmax(logits[last + 1])[self._ends].sum() if last + 1 < len(logits) else 1.0
+        word = softmax(logits[last])[ids[last]]
+        after = softmax(logits[last + 1])[self._ends].sum() if last + 1 < len(logits) else 1.0
         return float(word * after)
 
 
-def _softmax(logits: object) -> np.ndarray:
+def softmax(logits: object) -> np.ndarray:
     z = np.asarray(logits, np.float64).ravel()
     p = np.exp(z - z.max())
     return p / p.sum()
 
 
-def _is_mark(piece: str) -> bool:
+def is_mark(piece: str) -> bool:
     return bool(piece.strip()) and not any(c.isalnum() for c in piece)
 
 
-def _ends_sentence(piece: str) -> bool:
+def ends_sentence(piece: str) -> bool:
     """An end mark, maybe with quotes or brackets around it ('.', '?"'); not an ellipsis ('...':
     a voice trailing off)."""
     mark = piece.strip()

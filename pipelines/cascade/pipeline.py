@@ -1,6 +1,6 @@
-"""The embedded CPU voice pipeline: Whisper (listener) -> vLLM Thinker -> Piper (talker/code2wav).
+"""The embedded CPU voice pipeline: Moonshine or Whisper (listener) -> vLLM Thinker -> Piper (talker/code2wav).
 
-The pipeline holds what every session shares: the models, one worker thread each for Whisper and
+The pipeline holds what every session shares: the models, one worker thread each for the listener and
 Piper (they never queue behind one another, and never run on the loop), the thinker's engine, the
 accounting, and the speed it measured at start. A client session is a ``CascadeSession``
 (``session.py``: the open turn, hearing and answering ahead at its pauses); an answer is a
@@ -28,7 +28,7 @@ from pipelines.cascade.tools import template_takes_tools
 from pipelines.speed import Speed
 
 if TYPE_CHECKING:
-    from pipelines.cascade.listener import WhisperListener, Words
+    from pipelines.cascade.listener import Listener, Words
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +46,11 @@ class CascadePipeline(Pipeline):
             transcribes_input=True,
             transcription_model=options.asr_model,
             voices=("joe",),
+            caption_every_ms=options.hear_every_ms or 1000,
             context_tokens=options.thinker.max_model_len,
         )
         self.thinker = thinker(options.thinker)
-        self.listener: WhisperListener | None = None  # (imported at start: it loads faster-whisper)
+        self.listener: Listener | None = None  # (made at start: it loads its runtime)
         self.talker: PiperTalker | None = None
         # one thread each: ASR and TTS never queue behind one another, and never run on the loop
         self.asr_pool = ThreadPoolExecutor(1, thread_name_prefix="asr")
@@ -70,15 +71,19 @@ class CascadePipeline(Pipeline):
         log.info("loading models (first start prepares them from their packages) ...")
         asr_dir = str(models.ensure(o.asr_model, log.info))
         voice_dir = models.ensure(o.voice, log.info)
-        from pipelines.cascade.listener import WhisperListener
+        from pipelines.cascade.listener import WhisperListener, open_listener
 
         t0 = time.monotonic()
-        self.listener = await loop.run_in_executor(self.asr_pool, lambda: WhisperListener(asr_dir, o.asr_threads, o.asr_beam_size, window=o.asr_window))
+        if o.asr_model.startswith("whisper"):
+            make = lambda: WhisperListener(asr_dir, o.asr_threads, o.asr_beam_size, window=o.asr_window)  # noqa: E731
+        else:
+            make = lambda: open_listener(o.asr_model, asr_dir, o.asr_threads)  # noqa: E731
+        self.listener = await loop.run_in_executor(self.asr_pool, make)
         onnx = next(voice_dir.glob("*.onnx"))
         self.talker = await loop.run_in_executor(self.tts_pool, lambda: PiperTalker(str(onnx), str(onnx) + ".json", o.tts_threads))
         if self.talker.rate != self.capabilities.output_rate:
             self.capabilities = replace(self.capabilities, output_rate=self.talker.rate)
-        log.info("Whisper %s and Piper %s loaded in %.1f s", o.asr_model, o.voice, time.monotonic() - t0)
+        log.info("listener %s and Piper %s loaded in %.1f s", o.asr_model, o.voice, time.monotonic() - t0)
         await self.thinker.start(log.info)
         if self.options.thinker.prompt_format == "chat" and template_takes_tools(self.thinker.tokenizer):
             self.capabilities = replace(self.capabilities, tools=True)  # function calling in the model's own format
@@ -147,14 +152,15 @@ class CascadePipeline(Pipeline):
         """``clean``: the session asked for noise reduction; it runs on the ASR thread too."""
         return (await self.hear(pcm, clean, ends=False)).text
 
-    async def hear(self, pcm: np.ndarray, clean: bool = False, ends: bool = True) -> Words:
-        """The words, and with ``ends`` Whisper's probability that they end a sentence there."""
+    async def hear(self, pcm: np.ndarray, clean: bool = False, ends: bool = True, hint: tuple[int, ...] = ()) -> Words:
+        """The words, and with ``ends`` the listener's probability that they end a sentence there;
+        ``hint``: an earlier pass's tokens over the clip's beginning."""
         listener = self.listener
         assert listener is not None
         keep = self.options.denoise_keep
 
         def run() -> Words:
-            return listener.hear(denoise(pcm, listener.rate, keep) if clean else pcm, ends)
+            return listener.hear(denoise(pcm, listener.rate, keep) if clean else pcm, ends, hint)
 
         self.asr_busy += 1
         try:

@@ -39,6 +39,7 @@ from pipelines.base import (
 )
 from pipelines.cascade.hearing import Hearing
 from pipelines.cascade.listener import Words
+from pipelines.cascade.overhearing import Overhearing
 from pipelines.cascade.production import CascadeProduction, CascadeSpeculation, ToolContext
 from pipelines.cascade.prompts import Prompts
 from pipelines.cascade.shared import Models
@@ -61,8 +62,10 @@ class CascadeSession(PipelineSession):
         self.options = pipeline.options
         self.session_id = session_id
         self.salt = tenant or secrets.token_hex(16)  # the prefix-cache namespace: its key's (Pipeline.open), else its own
-        self.turn: list[np.ndarray] = []  # audio of the open user turn
         self.clean = False  # noise reduction on the audio the listener hears
+        self.transcribed = False  # the session wants its input transcribed (live captions)
+        # the open turn's audio, heard as it grows (with ears that go on from a pass: Moonshine)
+        self.overhearing = Overhearing(self._hear_pass, lambda: pipeline.asr_busy > 0, pipeline.capabilities.input_rate, self.options.hear_every_ms)
         self.prompts = Prompts(pipeline.thinker, lambda: pipeline.capabilities.tools, self.options.tools_after_output)
         self.hearing = Hearing(self._hear_turn, pipeline.thinker, self.salt, pipeline.counts, self._background, session_id, self.options.judge)
         self.ahead: Ahead[CascadeSpeculation] = Ahead(pipeline.counts)  # the answer started at the last pause
@@ -76,10 +79,22 @@ class CascadeSession(PipelineSession):
     # ------------------------------------------------------------------ the open turn
 
     def feed(self, pcm: np.ndarray) -> None:
-        self.turn.append(pcm)
+        self.overhearing.feed(pcm)
+
+    def quiet(self) -> None:
+        self.overhearing.quiet()
 
     def reduce_noise(self, kind: str | None) -> None:
         self.clean = kind is not None
+
+    def transcribing(self, on: bool) -> None:
+        self.transcribed = on
+        self._overhear()
+
+    def _overhear(self) -> None:
+        """The turn is heard as it grows when something will use the words: an answer or a
+        judgement (``listening``), or live captions."""
+        self.overhearing.on = self.listening is not None or self.transcribed
 
     def judge_words(self, on: bool) -> None:
         self.hearing.judging = on
@@ -93,6 +108,7 @@ class CascadeSession(PipelineSession):
         if request is None or not self._hears(answer):
             return
         self.listening = (request, answer)
+        self._overhear()
         prefix = self.prompts.prefix(request)
         judging = self.hearing.thinker_judges
         streamed = self.streamed
@@ -168,13 +184,13 @@ class CascadeSession(PipelineSession):
         return self.hearing.judging or (answer and self.options.speculate)
 
     def pause(self, request: ResponseRequest | None, answer: bool) -> None:
-        if request is None or not self.turn or not self._hears(answer):
+        if request is None or not self.overhearing.samples or not self._hears(answer):
             return
         prefix = self.prompts.prefix(request)
         streamed = None
         if self.hearing.thinker_judges and self.streamed is not None and self.streamed.can_judge(prefix):
             streamed, self.streamed = self.streamed, None  # the words are judged (then answered) in it
-        heard = self.hearing.pause(np.concatenate(self.turn), prefix, streamed)
+        heard = self.hearing.pause(self.overhearing.audio(), prefix, streamed)
         self.ahead.drop()
         if answer and self.options.speculate:
             spec = self.ahead.start(CascadeSpeculation(request=request, heard=heard, background=self._background))
@@ -190,17 +206,21 @@ class CascadeSession(PipelineSession):
         return await self.hearing.heard(within_s)
 
     def commit(self, item_id: str) -> None:
-        self.turn = []
         spec = self.ahead.bind(item_id)
         heard = self.hearing.keep()
-        if heard is not None:
+        if heard is not None:  # (what came after the pause was silence, or the pause would be void)
             self._remember(item_id, heard.words)
-            if spec is None or spec.heard is not heard:
-                heard.void(self._background)  # no answer goes on from it: only its words are kept
+        elif self.overhearing.samples:  # no pause heard it all (manual turns): its words from the passes made as it grew
+            words = self.overhearing.words_for(self.overhearing.audio(), ends=False)
+            self._remember(item_id, asyncio.ensure_future(_text_of(words)))
+        if heard is not None and (spec is None or spec.heard is not heard):
+            heard.void(self._background)  # no answer goes on from it: only its words are kept
+        self.overhearing.reset()
 
     def clear(self) -> None:
-        self.turn = []
+        self.overhearing.reset()
         self.listening = None
+        self._overhear()
         self.hearing.drop()
         self.ahead.drop()
         self._drop_streamed()
@@ -249,7 +269,10 @@ class CascadeSession(PipelineSession):
     # ------------------------------------------------------------------ transcripts
 
     async def _hear_turn(self, pcm: np.ndarray, ends: bool) -> Words:
-        return await self.pipeline.hear(pcm, self.clean, ends)
+        return await self.overhearing.words_for(pcm, ends)
+
+    async def _hear_pass(self, pcm: np.ndarray, ends: bool, hint: tuple[int, ...]) -> Words:
+        return await self.pipeline.hear(pcm, self.clean, ends, hint)
 
     def _remember(self, item_id: str, future: asyncio.Future[str]) -> None:
         self.transcripts[item_id] = future
@@ -271,9 +294,7 @@ class CascadeSession(PipelineSession):
     async def caption(self, pcm: np.ndarray) -> str | None:
         if self.hearing.current is not None and self.hearing.current.samples == len(pcm):  # the pause's pass has it
             return await self.hearing.words_of(len(pcm))
-        if self.pipeline.asr_busy:
-            return None  # never queue a caption ahead of a turn's transcript
-        return await self.pipeline.transcribe(pcm, self.clean)
+        return await self.overhearing.caption(pcm)  # (never queued ahead of a turn's transcript)
 
     # ------------------------------------------------------------------ responding
 
@@ -323,6 +344,8 @@ class CascadeSession(PipelineSession):
     async def close(self) -> None:
         self.pipeline.sessions.discard(self)
         self.listening = None
+        self.overhearing.on = False
+        self.overhearing.reset()
         await self.hearing.close()
         await self.ahead.close()
         streamed, self.streamed = self.streamed, None
@@ -334,3 +357,7 @@ class CascadeSession(PipelineSession):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.transcripts.clear()
+
+
+async def _text_of(words: Awaitable[Words]) -> str:
+    return (await words).text

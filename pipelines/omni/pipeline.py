@@ -134,11 +134,12 @@ class OmniPipeline(Pipeline):
         if self.options.asr_model is not None:
             from pipelines import models
 
-            from pipelines.cascade.listener import WhisperListener
+            from pipelines.cascade.listener import open_listener
 
-            directory = str(models.ensure(self.options.asr_model, log.info))
+            name = self.options.asr_model
+            directory = str(models.ensure(name, log.info))
             loop = asyncio.get_running_loop()
-            self.listener = await loop.run_in_executor(self.asr_pool, lambda: WhisperListener(directory, 2, 1, window="fit"))
+            self.listener = await loop.run_in_executor(self.asr_pool, lambda: open_listener(name, directory))
         await self.engine.start()
 
     async def stop(self) -> None:

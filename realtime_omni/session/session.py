@@ -112,6 +112,8 @@ class Session:
         trace.configure(defaults.wire.tracing)
         if defaults.noise_reduction is not None:
             ctx.pipe.reduce_noise(defaults.noise_reduction)
+        if defaults.transcription is not None:
+            ctx.pipe.transcribing(True)
         self.beta = beta
         self.media = media
         self.conversation = Conversation(caps, max_items=limits.max_items, max_audio_seconds=limits.max_audio_seconds)
@@ -224,6 +226,8 @@ class Session:
             self.turns.set_input_format(new.input_format)
         if new.noise_reduction != old.noise_reduction:
             ctx.pipe.reduce_noise(new.noise_reduction)
+        if (new.transcription is None) != (old.transcription is None):
+            ctx.pipe.transcribing(new.transcription is not None)
         if self.turns.detection(new.vad) != self.turns.detection(old.vad):
             self.turns.vad_changed()
         await ctx.emit(ev.SessionUpdated(session=new.public))

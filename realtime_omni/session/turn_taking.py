@@ -46,6 +46,7 @@ from .turns import (
     ONSET_LOOKBACK_MS,
     EndCheck,
     Paused,
+    Quiet,
     Resumed,
     SpeechStarted,
     SpeechStopped,
@@ -56,7 +57,6 @@ from .user_input import UserInput, UserTurn
 log = logging.getLogger(__name__)
 
 MIN_COMMIT_MS = 100
-CAPTION_EVERY_MS = 1000  # in speech without pauses, a caption pass at most this often
 
 
 class Answering(Protocol):
@@ -181,6 +181,9 @@ class TurnTaking:
         for event in detector.events(pcm):
             if isinstance(event, SpeechStarted):
                 await self._speech_started(event)
+            elif isinstance(event, Quiet):
+                user.feed_to(event.at)
+                ctx.pipe.quiet()
             elif isinstance(event, Paused):
                 user.feed_to(event.at)
                 ctx.pipe.pause(*self._turn_context())
@@ -203,7 +206,7 @@ class TurnTaking:
         turn = user.turn
         if turn is not None:
             user.feed_to(user.buffer.end if turn.hold is None else turn.hold)
-            if user.buffer.end - turn.captioned >= ms_to_samples(CAPTION_EVERY_MS, ctx.caps.input_rate):
+            if user.buffer.end - turn.captioned >= ms_to_samples(ctx.caps.caption_every_ms, ctx.caps.input_rate):
                 self._caption(user.buffer.end)
         elif self.detector is not None:  # (None: a session.update to manual turns while a verdict was awaited)
             self._forget_silence()

@@ -6,6 +6,8 @@ higher threshold needs louder, clearer speech, as with OpenAI's VAD.
 
 * Speech starts after 3 speech frames within 5 (60 ms of speech: a click does not start a turn).
   ``audio_start_ms`` is the first speech frame minus ``prefix_padding_ms`` (the audio the item keeps).
+* The first silent frame after speech reports ``Quiet``: a gap between words, or the end of what
+  was said; a pipeline may hear the words so far then, ahead of the pause.
 * A silence of ``pause_ms`` (shorter than the end-of-turn silence) reports ``Paused``: the user may
   be done, and a pipeline may start speculative work. Speech again reports ``Resumed``.
 * A silence of ``silence_duration_ms`` ends the turn; ``audio_end_ms`` includes that silence
@@ -54,6 +56,14 @@ class SpeechStarted:
 
 
 @dataclass(frozen=True, slots=True)
+class Quiet:
+    """The first silent frame after speech in a turn: the words so far may be all there is, and a
+    pipeline whose ears are cheap can hear them now, ahead of the pause (``PipelineSession.quiet``)."""
+
+    at: int
+
+
+@dataclass(frozen=True, slots=True)
 class Paused:
     at: int
 
@@ -75,7 +85,7 @@ class EndCheck:
     speech_end: int
 
 
-TurnEvent = SpeechStarted | Paused | Resumed | EndCheck | SpeechStopped
+TurnEvent = SpeechStarted | Quiet | Paused | Resumed | EndCheck | SpeechStopped
 
 
 def floor_rms(threshold: float) -> float:
@@ -184,6 +194,8 @@ class TurnDetector:
             end = self._check_at if self._check_frames else self._pos(self._frames)
             yield SpeechStopped(end, self._last_speech_end)
             return
+        if self._silence == 1:
+            yield Quiet(self._pos(self._frames))
         if self._silence == self._pause_frames and self._pause_frames < self._stop_frames:
             self._paused = True
             yield Paused(self._pos(self._frames))

@@ -1,0 +1,135 @@
+"""The Moonshine listener: Moonshine Base English (Useful Sensors / Moonshine AI, MIT) on the project's
+own onnxruntime, the CPU agent's ears.
+
+Unlike Whisper, Moonshine has no 30-second window: its encoder takes the clip as it is, so a short
+question costs little, and the cost grows with what was said. The weights come from the publisher's
+``moonshine-cpp`` package as ``.ort`` files; ``models prepare`` reads them back into ONNX, computes
+their int8 -> float arithmetic once and splits the merged decoder into its two branches
+(``pipelines/models/moonshine.py``), so each step runs plain float matmuls.
+
+**Hearing as the words grow.** ``hear`` takes the tokens of an earlier pass over the same turn
+(``hint``: the turn heard a few hundred milliseconds before). The decoder reads them all in one pass
+(teacher forcing) and keeps the longest run of them that it would have written itself (greedy, token
+by token: the same argmax), then decodes on from there. The result is exactly what a pass from
+nothing writes, but a turn heard while it is spoken leaves only its last words to decode at the
+pause. The encoder still reads the whole clip each time (its attention spans the clip).
+
+**Bounded.** At most ``TOKENS_PER_S`` tokens per second of audio (plus a few): v1 models can repeat
+themselves on short or noisy clips, and a pass over 30 s of one speaker or over noise must not run
+away; ``unloop`` cuts a sentence said twice.
+
+``hear(..., ends=True)`` also says how sure the decoder is that the words end where it stopped
+them, from its own distributions, as ``WhisperListener`` does: P(the last word) x P(an end mark or
+the end of the text right after it).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from pipelines.cascade.listener import Words, ends_sentence, is_mark, softmax, unloop
+
+START, END = 1, 2  # <s>, </s>
+TOKENS_PER_S = 6.5  # the publisher's own cap for its v1 models
+EXTRA_TOKENS = 4  # a word or two of a clip shorter than a second
+MIN_SAMPLES = 1600  # 0.1 s: less is no word (and too short for the encoder's convolutions)
+
+
+def read_pieces(path: Path) -> list[bytes]:
+    """The publisher's ``tokenizer.bin``: each token's bytes, in id order, each after one byte that
+    gives its length. Byte-fallback tokens are the byte itself; "\u2581" marks a space."""
+    data = path.read_bytes()
+    pieces, i = [], 0
+    while i < len(data):
+        n = data[i]
+        if n >= 0x80 or i + 1 + n > len(data):
+            raise ValueError(f"{path}: not a tokenizer.bin (entry {len(pieces)} at byte {i})")
+        pieces.append(data[i + 1 : i + 1 + n])
+        i += 1 + n
+    return pieces
+
+
+class MoonshineListener:
+    rate = 16000
+
+    def __init__(self, model_dir: str, threads: int = 2) -> None:
+        import onnxruntime as ort
+
+        folder = Path(model_dir)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # the cores are shared with the thinker and the talker
+
+        def load(name: str) -> ort.InferenceSession:
+            return ort.InferenceSession(str(folder / name), options, providers=["CPUExecutionProvider"])
+
+        self.encoder = load("encoder.onnx")
+        self.first = load("decoder_first.onnx")  # input_ids (any length) + encoder states -> logits, the cache
+        self.next = load("decoder_next.onnx")  # one token + the cache -> logits, the cache
+        self.cache_names = [o.name for o in self.first.get_outputs()][1:]  # present.N.{decoder,encoder}.{key,value}
+        self.pieces = read_pieces(folder / "tokenizer.bin")
+        self.vocabulary = len(self.pieces)  # the logits are wider (32768): the rest are never words
+        self._marks = frozenset(i for i, p in enumerate(self.pieces) if i > END and is_mark(self._piece(i)))
+        self._ends = np.array(sorted(i for i in self._marks if ends_sentence(self._piece(i))) + [END])
+
+    def _piece(self, token: int) -> str:
+        return self.pieces[token].replace("\u2581".encode(), b" ").decode("utf-8", "replace")
+
+    def decode(self, tokens: list[int] | tuple[int, ...]) -> str:
+        text = b"".join(self.pieces[t] for t in tokens if END < t < self.vocabulary)
+        return text.replace("\u2581".encode(), b" ").decode("utf-8", "replace").strip()
+
+    def transcribe(self, pcm: np.ndarray) -> str:
+        """int16 mono at 16 kHz -> text."""
+        return self.hear(pcm, ends=False).text
+
+    def hear(self, pcm: np.ndarray, ends: bool = True, hint: tuple[int, ...] = ()) -> Words:
+        """The words of ``pcm``; ``hint``: the tokens of an earlier pass over its beginning."""
+        if len(pcm) < MIN_SAMPLES:
+            return Words("", None)
+        audio = (pcm.astype(np.float32) / 32768.0)[None]
+        states = self.encoder.run(None, {"input_values": audio})[0]
+        limit = int(math.ceil(len(pcm) / self.rate * TOKENS_PER_S)) + EXTRA_TOKENS
+        hint = tuple(t for t in hint if END < t < self.vocabulary)[: limit - 1]
+        tokens, logits = self._decode(states, hint, limit)
+        text = unloop(self.decode(tokens))
+        return Words(text, self._ending(tokens, logits) if ends and text else None, tuple(tokens))
+
+    def _decode(self, states: np.ndarray, hint: tuple[int, ...], limit: int) -> tuple[list[int], list[np.ndarray]]:
+        """Greedy decoding, the hint read in one pass: the tokens and each one's logits (the
+        logits after the last token too, for the end)."""
+        out = self.first.run(None, {"input_ids": np.array([[START, *hint]], np.int64), "encoder_hidden_states": states})
+        scores = out[0][0, :, : self.vocabulary]
+        guesses = scores.argmax(-1)
+        kept = 0
+        while kept < len(hint) and guesses[kept] == hint[kept]:
+            kept += 1
+        tokens = list(hint[:kept])
+        logits = [scores[i] for i in range(kept + 1)]  # logits[i]: what follows tokens[:i]
+        cache = {
+            name.replace("present", "past_key_values"): (value[:, :, : kept + 1] if ".decoder." in name else value)
+            for name, value in zip(self.cache_names, out[1:])
+        }
+        token = int(guesses[kept])
+        while token != END and len(tokens) < limit:
+            tokens.append(token)
+            out = self.next.run(None, {"input_ids": np.array([[token]], np.int64), **cache})
+            for name, value in zip(self.cache_names, out[1:]):
+                if ".decoder." in name:  # (the encoder's part is computed once, by the first pass)
+                    cache[name.replace("present", "past_key_values")] = value
+            logits.append(out[0][0, -1, : self.vocabulary])
+            token = int(logits[-1].argmax())
+        return tokens, logits
+
+    def _ending(self, tokens: list[int], logits: list[np.ndarray]) -> float | None:
+        """P(the last word) x P(an end mark or the end of the text right after it)."""
+        last = next((i for i in range(len(tokens) - 1, -1, -1) if tokens[i] not in self._marks), None)
+        if last is None:
+            return None
+        word = softmax(logits[last])[tokens[last]]
+        after = softmax(logits[last + 1])[self._ends].sum() if last + 1 < len(logits) else 1.0
+        return float(word * after)

