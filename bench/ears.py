@@ -1,0 +1,246 @@
+"""The agent's ears: word error rate and time per clip of each listener, in one run, on the same clips;
+then, through a real server, how soon a transcription session's transcript follows its commit.
+
+``offline``: every request of the bench's own sets (``bench.answers``' prompts, ``bench.tools``'
+requests, no-tool requests and held-out requests), said by two espeak voices (en-us 160 wpm, en-gb
+150 wpm; ``--voices``), and the people's speech of the human end-of-turn set whose words are known
+from their sources, not from a recogniser (LibriVox readings with pocketsphinx's transcripts, the
+pyannote telephone conversation's turns with its STM transcript: ``--human``), each heard whole by
+each listener in process (``pipelines.cascade.listener.open_listener``, 2 threads, one clip at a
+time), as ``models prepare`` makes them. WER counts words after ``bench.metrics.words`` (lower case,
+no punctuation) with number words as digits ("two" = "2"), over all clips of a set (edits / words).
+
+``session``: a transcription session (``type: transcription``, manual turns: ``turn_detection:
+null``) on a server of ``--config`` with each listener, the requests streamed in real time (20 ms
+appends, 300 ms of silence after the speech), then ``input_audio_buffer.commit``: the time from the
+commit to ``conversation.item.input_audio_transcription.completed`` (p50, p90), and the WER of those
+transcripts.
+
+    python -m bench ears --listeners whisper-tiny.en moonshine-base --isa avx2
+    python -m bench ears --part session --limit 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import re
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from bench.audio import espeak, resample, speech_bounds_ms
+from bench.common import machine, save, server_config, server_process
+from bench.isa import environment
+from bench.metrics import dist, words
+
+RATE = 16000
+WIRE_RATE = 24000
+VOICES = {"en-us-160": ("en-us", 160), "en-gb-150": ("en-gb", 150)}
+NUMBER_WORDS = set("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split())
+NUMBER_WORDS |= set("twenty thirty forty fifty sixty seventy eighty ninety hundred".split())
+
+
+def said_words(text: str) -> list[str]:
+    """``bench.metrics.words`` with every number as its digits, one word each: the listeners write
+    numbers either way ("one hundred and twenty" / "120", "four five one two" / "4512", "8pm")."""
+    from bench.tools import _numbers
+
+    out: list[str] = []
+    run: list[str] = []  # number words (and an "and" after a hundred) not yet written
+
+    def flush() -> None:
+        if run:
+            out.extend(d for n in _numbers(" ".join(run)) for d in str(n))
+            run.clear()
+
+    for w in words(re.sub(r"(\d)([a-z])", r"\1 \2", text.lower().replace("-", " "))):
+        if w.isdigit() or w in NUMBER_WORDS or (w == "and" and run and run[-1] == "hundred"):
+            run.append(w)
+        else:
+            flush()
+            out.append(w)
+    flush()
+    return out
+
+
+def edits(reference: str, hypothesis: str) -> tuple[int, int]:
+    """(word edits, reference words)."""
+    ref, hyp = said_words(reference), said_words(hypothesis)
+    prev = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        cur = [i] + [0] * len(hyp)
+        for j, h in enumerate(hyp, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
+        prev = cur
+    return prev[-1], len(ref)
+
+
+def requests() -> list[str]:
+    from bench.answers import PROMPTS
+    from bench.tools import HELDOUT_NO_TOOL, HELDOUT_REQUESTS, NO_TOOL, REQUESTS
+
+    seen: dict[str, None] = {}
+    for text in [p.text for p in PROMPTS] + [r.text for r in REQUESTS + NO_TOOL + HELDOUT_REQUESTS + HELDOUT_NO_TOOL]:
+        seen.setdefault(text, None)
+    return list(seen)
+
+
+def spoken_clips(voices: list[str], limit: int | None) -> list[dict[str, Any]]:
+    """The requests said by each voice: espeak's, or Piper's "joe" (``piper``: a voice nearer a
+    person's, and the agent's own)."""
+    clips = []
+    for voice in voices:
+        say = _piper() if voice == "piper" else None
+        for text in requests()[:limit]:
+            if say is not None:
+                pcm = resample(say(text), WIRE_RATE, RATE)
+            else:
+                name, wpm = VOICES[voice]
+                pcm = espeak(text, RATE, voice=name, wpm=wpm)
+            first, last = speech_bounds_ms(pcm, RATE)
+            clips.append({"set": f"{'piper' if say else 'espeak'} {voice}", "text": text, "pcm": pcm[max(0, first - 200) * RATE // 1000 : (last + 300) * RATE // 1000]})
+    return clips
+
+
+def _piper() -> Any:
+    from bench.tools import piper_voice
+
+    return piper_voice()
+
+
+def human_clips(limit: int | None) -> list[dict[str, Any]]:
+    """People's speech whose words come with the recording (not from a recogniser)."""
+    from bench import human_turns
+
+    clips = []
+    for f in human_turns.load():
+        if f.kind == "complete" and f.source in ("librivox", "conversation"):
+            clips.append({"set": f"human {f.source}", "text": f.text, "pcm": f.pcm})
+    return clips[:limit] if limit else clips
+
+
+def offline(listeners: list[str], clips: list[dict[str, Any]]) -> dict[str, Any]:
+    from pipelines import models
+    from pipelines.cascade.listener import open_listener
+
+    rows: list[dict[str, Any]] = []
+    for name in listeners:
+        ears = open_listener(name, str(models.ensure(name, print)), threads=2)
+        ears.transcribe(np.zeros(RATE, np.int16))  # its one-time costs
+        for clip in clips:
+            t0 = time.perf_counter()
+            heard = ears.transcribe(clip["pcm"])
+            ms = (time.perf_counter() - t0) * 1000
+            wrong, n = edits(clip["text"], heard)
+            rows.append({"listener": name, "set": clip["set"], "text": clip["text"], "heard": heard, "ms": round(ms, 1), "seconds": round(len(clip["pcm"]) / RATE, 2), "edits": wrong, "words": n})
+        print(f"{name}: {len(clips)} clips", flush=True)
+    summary: dict[str, Any] = {}
+    for name in listeners:
+        for group in sorted({r["set"] for r in rows}) + ["espeak", "piper", "human"]:
+            mine = [r for r in rows if r["listener"] == name and (r["set"] == group or r["set"].startswith(group + " "))]
+            if mine:
+                summary[f"{name} | {group}"] = {
+                    "clips": len(mine),
+                    "wer": round(sum(r["edits"] for r in mine) / max(1, sum(r["words"] for r in mine)), 4),
+                    "word_for_word": round(sum(r["edits"] == 0 for r in mine) / len(mine), 3),
+                    "ms": dist([r["ms"] for r in mine], 1),
+                    "ms_per_audio_s": round(float(np.median([r["ms"] / max(r["seconds"], 0.1) for r in mine])), 1),
+                }
+    return {"rows": rows, "summary": summary}
+
+
+async def one_commit(url: str, pcm: np.ndarray, model: str) -> tuple[float | None, str, int]:
+    """ms from the commit to the completed transcript, the transcript, deltas before the commit."""
+    import websockets
+
+    step = WIRE_RATE // 50
+    async with websockets.connect(f"{url}/realtime?model=bench", max_size=None) as ws:
+        td = {"type": "transcription", "audio": {"input": {"turn_detection": None, "transcription": {"model": model}}}}
+        await ws.send(json.dumps({"type": "session.update", "session": td}))
+        t0 = time.perf_counter()
+        for i in range(0, len(pcm), step):
+            delay = t0 + i / WIRE_RATE - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm[i : i + step].tobytes()).decode()}))
+        await asyncio.sleep(max(0.0, t0 + len(pcm) / WIRE_RATE - time.perf_counter()))
+        committed = time.perf_counter()
+        await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        deltas_before = 0
+        async for message in ws:
+            event = json.loads(message)
+            if event["type"] == "conversation.item.input_audio_transcription.completed":
+                return round((time.perf_counter() - committed) * 1000, 1), event["transcript"], deltas_before
+            if event["type"] == "error" or event["type"].endswith(".failed"):
+                raise RuntimeError(json.dumps(event))
+    return None, "", 0
+
+
+async def session_run(url: str, clips: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
+    rows = []
+    for clip in clips:
+        pcm = resample(clip["pcm"], RATE, WIRE_RATE)
+        ms, heard, _ = await one_commit(url, pcm, model)
+        wrong, n = edits(clip["text"], heard)
+        rows.append({"text": clip["text"], "heard": heard, "commit_to_completed_ms": ms, "edits": wrong, "words": n})
+        print(f"{str(ms):>7} ms  {clip['text'][:50]!r} -> {heard[:50]!r}", flush=True)
+    return rows
+
+
+def session(args: argparse.Namespace, clips: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in args.listeners:
+        config = server_config(args.config, {})
+        options = config["pipeline"]["options"]
+        options["asr_model"] = name
+        options["hear_every_ms"] = 0 if name.startswith("whisper") else options.get("hear_every_ms", 300)
+        with server_process(config) as url:
+            rows = asyncio.run(session_run(url, clips, name))
+        times = [r["commit_to_completed_ms"] for r in rows if r["commit_to_completed_ms"] is not None]
+        out[name] = {
+            "commit_to_completed_ms": dist(times, 1),
+            "wer": round(sum(r["edits"] for r in rows) / max(1, sum(r["words"] for r in rows)), 4),
+            "rows": rows,
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--listeners", nargs="+", default=["whisper-tiny.en", "moonshine-base"])
+    ap.add_argument("--part", nargs="+", default=["offline", "session"], choices=["offline", "session"])
+    ap.add_argument("--voices", nargs="+", default=[*VOICES, "piper"], choices=[*VOICES, "piper"])
+    ap.add_argument("--human", action=argparse.BooleanOptionalAction, default=True, help="people's speech too (bench/human_turns_setup first)")
+    ap.add_argument("--limit", type=int, default=None, help="at most this many requests a voice (and human clips)")
+    ap.add_argument("--session-limit", type=int, default=24, help="requests streamed through the server, per listener")
+    ap.add_argument("--config", default="cpu")
+    ap.add_argument("--isa", default=None, help="avx2: as on a CPU without AVX-512 (bench/isa.py)")
+    args = ap.parse_args(argv)
+    os.environ.update(environment(args.isa))
+    result: dict[str, Any] = {"machine": machine(), "args": vars(args)}
+    clips = spoken_clips(args.voices, args.limit)
+    if "offline" in args.part:
+        every = clips + (human_clips(args.limit) if args.human else [])
+        result["offline"] = offline(args.listeners, every)
+        print(f"\n{'listener | set':42} {'clips':>5} {'WER':>7} {'exact':>6} {'ms p50':>7} {'p90':>7} {'ms/s':>6}")
+        for key, s in result["offline"]["summary"].items():
+            print(f"{key:42} {s['clips']:>5} {s['wer']:>7.3f} {s['word_for_word']:>6.0%} {s['ms'].get('p50', '-'):>7} {s['ms'].get('p90', '-'):>7} {s['ms_per_audio_s']:>6}")
+    if "session" in args.part:
+        picked = [c for c in clips if c["set"].endswith(f" {args.voices[0]}")][:: max(1, len(requests()) // args.session_limit)][: args.session_limit]
+        result["session"] = session(args, picked)
+        print(f"\n{'listener':20} {'commit -> completed p50':>24} {'p90':>7} {'WER':>7}")
+        for name, s in result["session"].items():
+            d = s["commit_to_completed_ms"]
+            print(f"{name:20} {d.get('p50', '-'):>24} {d.get('p90', '-'):>7} {s['wer']:>7.3f}")
+    print("saved", save("ears", result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
