@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import types
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -306,7 +308,7 @@ def from_dict(raw: Mapping[str, Any], source: str = "(from a dict)") -> ServerCo
     if section is not None and not isinstance(section, PipelineConfig):  # missing: ServerConfig says so
         data["pipeline"] = _pipeline(section, source)
     try:
-        return msgspec.convert(data, ServerConfig)
+        return msgspec.convert(with_defaults(data, ServerConfig), ServerConfig)
     except msgspec.ValidationError as exc:
         raise ConfigError.from_validation(source, exc) from None
 
@@ -321,7 +323,63 @@ def _pipeline(section: Any, source: str) -> PipelineConfig:
     except pipelines.UnknownKind as exc:
         raise ConfigError(source, str(exc), "pipeline.kind") from None
     try:
-        options = msgspec.convert(written.options, options_type)
+        options = msgspec.convert(with_defaults(written.options, options_type), options_type)
     except msgspec.ValidationError as exc:
         raise ConfigError.from_validation(source, exc, ".pipeline.options") from None
     return PipelineConfig(kind=written.kind, options=options)
+
+
+def with_defaults(written: Mapping[str, Any], cls: type[msgspec.Struct], default: msgspec.Struct | None = None) -> dict[str, Any]:
+    """``written`` (a section of ``cls`` as a config gives it) laid over ``default`` (the section's
+    default; None: ``cls``'s own field defaults), each section in it merged the same way, and each
+    entry of a map of sections (``turn_end.eagerness``) onto the default's entry of that name.
+
+    msgspec alone gives a section written in part its Struct's class defaults for the keys left out,
+    not the defaults of the field that holds it: ``sip: {interruption_guard: {grace_ms: 100}}``
+    would set ``min_speech_ms`` to 0 where SipConfig's default guard has 300, and one weight of
+    ``turn_end.fusion.with_words`` would zero the others. What is not a mapping (a wrong type
+    included) is left for msgspec to judge."""
+    out: dict[str, Any] = msgspec.to_builtins(default) if default is not None else {}
+    fields = {f.encode_name: f for f in msgspec.structs.fields(cls)}
+    for key, value in written.items():
+        field = fields.get(key)
+        if field is not None and isinstance(value, Mapping):
+            inner = getattr(default, field.name) if default is not None else _field_default(field)
+            section = _section_type(field.type)
+            if section is not None:
+                value = with_defaults(value, section, inner if isinstance(inner, section) else None)
+            elif (entry := _map_of_sections(field.type)) is not None and isinstance(inner, dict):
+                value = {**msgspec.to_builtins(inner), **{
+                    name: with_defaults(item, entry, inner.get(name)) if isinstance(item, Mapping) else item for name, item in value.items()
+                }}
+        out[key] = value
+    return out
+
+
+def _field_default(field: msgspec.structs.FieldInfo) -> Any:
+    if field.default is not msgspec.NODEFAULT:
+        return field.default
+    if field.default_factory is not msgspec.NODEFAULT:
+        return field.default_factory()
+    return None
+
+
+def _is_config_section(tp: Any) -> bool:
+    # the session object is a wire type with a partial update's meaning of its own: taken as written
+    return isinstance(tp, type) and issubclass(tp, msgspec.Struct) and tp is not msgspec.Struct and not issubclass(tp, ev.Wire)
+
+
+def _section_type(tp: Any) -> type[msgspec.Struct] | None:
+    """The section's Struct of a field typed ``S`` or ``S | None``; None for any other field."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        choices = [a for a in typing.get_args(tp) if a is not type(None)]
+        tp = choices[0] if len(choices) == 1 else None
+    return tp if _is_config_section(tp) else None
+
+
+def _map_of_sections(tp: Any) -> type[msgspec.Struct] | None:
+    """``S`` of a field typed ``dict[str, S]`` (a map of sections by name); None for any other field."""
+    if typing.get_origin(tp) is dict:
+        entry = typing.get_args(tp)[1]
+        return entry if _is_config_section(entry) else None
+    return None
