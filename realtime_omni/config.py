@@ -207,9 +207,11 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # let the demo page mint itself an ephemeral key when the server has an API key: anyone who can
     # load the page can then talk to the server (off: the page asks for a key minted elsewhere)
     web_demo_mints_keys: bool = False
-    # Browsers send Origin with every WebSocket and cross-origin request. None: not checked. A list:
-    # a WebSocket or a WebRTC offer (/v1/realtime/calls) that carries an Origin must carry one of
-    # these ("https://app.example.com"; "*" any), else 403; clients that are not browsers send none.
+    # Browsers send Origin with every WebSocket and cross-origin request. None: not checked, and no
+    # CORS (only pages this server serves may call its HTTP API). A list: a WebSocket or a WebRTC offer
+    # (/v1/realtime/calls) that carries an Origin must carry one of these ("https://app.example.com";
+    # "*" any), else 403; clients that are not browsers send none. Pages on these origins may call the
+    # HTTP API (CORS: preflights answered, the answers readable; credentials never with "*")
     allowed_origins: list[str] | None = None
     metrics_need_key: bool = False  # /metrics answers only with the API key (401 otherwise)
     # TLS for everything served over HTTP (WebSocket as wss://, WebRTC signalling, the demo page):
