@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import types
@@ -118,6 +119,23 @@ class SipConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_buffer_ms: int = 100  # outgoing audio queued ahead of the 20 ms clock
     t1_ms: int = 500  # RFC 3261 T1 (retransmission base)
     interruption_guard: InterruptionGuard = msgspec.field(default_factory=lambda: InterruptionGuard(min_speech_ms=300))
+    # Who may call (docs/telephony.md#who-may-call). Source addresses (CIDRs: a trunk's, "203.0.113.0/24")
+    # whose requests are taken; any other source gets 403. []: any source
+    allowed_sources: list[str] = []
+    # user: password. Set: an INVITE opening a call must answer a digest challenge (401) with one
+    # of these (RFC 8760, 2617); a wrong one gets 403. {}: no authentication
+    credentials: dict[str, str] = {}
+    digest_algorithms: list[Literal["SHA-256", "MD5"]] = msgspec.field(default_factory=lambda: ["SHA-256", "MD5"])  # offered in this order (a caller takes the first it knows)
+    realm: str = "realtime-omni"  # the digest realm callers' credentials belong to
+
+    def __post_init__(self) -> None:
+        for source in self.allowed_sources:
+            try:
+                ipaddress.ip_network(source, strict=False)
+            except ValueError:
+                raise ValueError(f"sip.allowed_sources: {source!r} is not an address or a CIDR block (10.0.0.0/8)") from None
+        if not self.digest_algorithms or len(set(self.digest_algorithms)) != len(self.digest_algorithms):
+            raise ValueError("sip.digest_algorithms: one or both of SHA-256 and MD5, each once")
 
 
 class McpConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -280,6 +280,78 @@ def cancel_scenario(media_port: int) -> str:
   </send>""")
 
 
+def authenticated_scenario(media_port: int, *, expect: str = "200") -> str:
+    """An INVITE, its 401 challenge answered (sipp's ``[authentication]``, the user and password from
+    ``-au``/``-ap``) in a second INVITE of the same call; ``expect``: that one's final status (200:
+    the call is held for a second and the caller hangs up; else the call ends there)."""
+    sdp = f"v=0\no=sipp 1 1 IN IP4 127.0.0.1\ns=-\nc=IN IP4 127.0.0.1\nt=0 0\nm=audio {media_port} RTP/AVP 0\na=rtpmap:0 PCMU/8000"
+    head = """      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+      To: <sip:agent@[remote_ip]:[remote_port]>
+      Call-ID: [call_id]
+      Contact: <sip:caller@[local_ip]:[local_port]>
+      Max-Forwards: 70
+      Content-Type: application/sdp
+      Content-Length: [len]"""
+
+    def ack(cseq: int, branch: str, txn: str) -> str:
+        return f"""
+  <send ack_txn="{txn}">
+    <![CDATA[
+      ACK sip:agent@[remote_ip]:[remote_port] SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch={branch}
+      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+      To: <sip:agent@[remote_ip]:[remote_port]>[peer_tag_param]
+      Call-ID: [call_id]
+      CSeq: {cseq} ACK
+      Max-Forwards: 70
+      Content-Length: 0
+    ]]>
+  </send>"""
+
+    body = f"""
+  <send retrans="500" start_txn="first">
+    <![CDATA[
+      INVITE sip:agent@[remote_ip]:[remote_port] SIP/2.0
+      CSeq: 1 INVITE
+{head}
+
+{sdp}
+    ]]>
+  </send>
+  <recv response="100" optional="true" response_txn="first"/>
+  <recv response="401" auth="true" response_txn="first"/>{ack(1, "[branch-3]", "first")}
+  <send retrans="500" start_txn="second">
+    <![CDATA[
+      INVITE sip:agent@[remote_ip]:[remote_port] SIP/2.0
+      CSeq: 2 INVITE
+      [authentication]
+{head}
+
+{sdp}
+    ]]>
+  </send>
+  <recv response="100" optional="true" response_txn="second"/>"""
+    if expect != "200":
+        return _wrap(body + f'\n  <recv response="{expect}" response_txn="second"/>' + ack(2, "[branch-3]", "second"))
+    return _wrap(body + f"""
+  <recv response="200" response_txn="second"/>{ack(2, "[branch]", "second")}
+  <pause milliseconds="1000"/>
+  <send retrans="500">
+    <![CDATA[
+      BYE sip:agent@[remote_ip]:[remote_port] SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+      To: <sip:agent@[remote_ip]:[remote_port]>[peer_tag_param]
+      Call-ID: [call_id]
+      CSeq: 3 BYE
+      Max-Forwards: 70
+      Content-Length: 0
+    ]]>
+  </send>
+  <recv response="200"/>""")
+
+
 def play_pcap(path: Path, pause_ms: int) -> str:
     return f"""
   <nop><action><exec play_pcap_audio="{path}"/></action></nop>""" + (f'\n  <pause milliseconds="{pause_ms}"/>' if pause_ms else "")
