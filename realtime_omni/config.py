@@ -151,7 +151,7 @@ class McpConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class TracingConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """Per-turn traces in OpenTelemetry (realtime_omni/tracing.py, docs/deployment.md#traces): on when an
+    """Per-turn traces in OpenTelemetry (realtime_omni/tracing.py, docs/operations.md): on when an
     OTLP endpoint is set here or in the standard environment (``OTEL_EXPORTER_OTLP_ENDPOINT``, ...)."""
 
     enabled: bool = True  # false: no traces even when the environment names an endpoint
