@@ -321,6 +321,9 @@ class Server:
         for update in (admission.session, *updates):
             if update is not None:
                 defaults = defaults.updated(update, self.pipeline.capabilities)
+        # the tools as written, secrets and all (the session config keeps MCP tools without their
+        # headers): the last of these that names tools is the session's, as the updates apply
+        written = [u.tools for u in (self.config.session, admission.session, *updates) if u is not None and isinstance(u.tools, list)]
         if not await self.store.reserve_session(self.config.limits.max_sessions):  # every replica's sessions together
             self.metrics.sessions_rejected.labels("max_sessions").inc()
             raise RealtimeError(
@@ -347,6 +350,7 @@ class Server:
             tenant=admission.tenant,
             tracing=self.tracing,
             transport=transport,
+            initial_tools=written[-1] if written else [],
         )
         self.sessions.add(session)
         self.metrics.sessions_total.labels(transport).inc()
