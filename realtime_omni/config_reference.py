@@ -97,7 +97,7 @@ LINES = {
 
 # Sections not expanded here: the GA session object has its own reference (OpenAI's, and
 # docs/realtime-api.md for where this server differs).
-SESSION_NOTE = "the GA session object (`instructions`, `audio`, `tools`, ...), as a client's `session.update` sends it; docs/realtime-api.md"
+SESSION_NOTE = "the GA session object (`instructions`, `audio`, `tools`, ...), as a client's `session.update` sends it: its keys with an example in docs/configuration.md#session-defaults-session-and-sipsession"
 
 
 @dataclass(frozen=True)
