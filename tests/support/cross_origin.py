@@ -16,19 +16,15 @@ import asyncio
 import functools
 import http.server
 import json
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-import websockets
 
-from bench.browser import CHROMIUM_FLAGS, DevTools, _devtools_url, chromium
+from bench.browser import headless_page
 from tests.conftest import synthetic_config
 from tests.support.audio import silence, write_wav
 from tests.support.server import ServerThread
@@ -89,37 +85,19 @@ def serve_page(folder: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
 
 
 async def visit(urls: list[str], wav: Path, out: Path) -> list[dict[str, Any]]:
-    profile = Path(tempfile.mkdtemp(prefix="rtomni-cross-origin-"))
-    log = open(out / "chromium.log", "w")
-    browser = subprocess.Popen(
-        [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--use-file-for-fake-audio-capture={wav}", "--remote-debugging-port=0", "about:blank"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        async with websockets.connect(_devtools_url(profile, time.monotonic() + 30), max_size=None) as ws:
-            tools = DevTools(ws)
-            await tools.call("Page.enable")
-            seen = []
-            for url in urls:
-                await tools.call("Page.navigate", url=url)
-                deadline = time.monotonic() + 40
-                result = None
-                while result is None and time.monotonic() < deadline:
-                    await asyncio.sleep(0.25)
-                    raw = await tools.evaluate("JSON.stringify(window.result)")
-                    result = json.loads(raw) if raw and raw != "null" else None
-                seen.append(result or {"error": "the page gave no result within 40 s"})
-            return seen
-    finally:
-        browser.terminate()
-        try:
-            browser.wait(10)
-        except subprocess.TimeoutExpired:
-            browser.kill()
-        log.close()
-        shutil.rmtree(profile, ignore_errors=True)
-
+    """Each page in turn, in one Chromium: what it left in ``window.result``."""
+    seen = []
+    async with headless_page(wav, out) as tools:
+        for url in urls:
+            await tools.call("Page.navigate", url=url)
+            deadline = time.monotonic() + 40
+            result = None
+            while result is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.25)
+                raw = await tools.evaluate("JSON.stringify(window.result)")
+                result = json.loads(raw) if raw and raw != "null" else None
+            seen.append(result or {"error": "the page gave no result within 40 s"})
+    return seen
 
 def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)

@@ -184,7 +184,16 @@ a=sendrecv"""
     if expect != "200":
         return _wrap(invite + f'\n  <recv response="{expect}"/>' + ack)
     if hangup == "caller":
+        end = caller_bye(2)
+    else:
         end = """
+  <recv request="BYE"/>""" + reply_to_last("200 OK")
+    return _wrap(invite + '\n  <recv response="200" rtd="true"/>' + ack + after_ack + end)
+
+
+def caller_bye(cseq: int) -> str:
+    """sipp XML: the caller hangs up (a BYE in the call's dialog) and takes the 200."""
+    return f"""
   <send retrans="500">
     <![CDATA[
       BYE sip:agent@[remote_ip]:[remote_port] SIP/2.0
@@ -192,17 +201,13 @@ a=sendrecv"""
       From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
       To: <sip:agent@[remote_ip]:[remote_port]>[peer_tag_param]
       Call-ID: [call_id]
-      CSeq: 2 BYE
+      CSeq: {cseq} BYE
       Contact: <sip:caller@[local_ip]:[local_port]>
       Max-Forwards: 70
       Content-Length: 0
     ]]>
   </send>
   <recv response="200"/>"""
-    else:
-        end = """
-  <recv request="BYE"/>""" + reply_to_last("200 OK")
-    return _wrap(invite + '\n  <recv response="200" rtd="true"/>' + ack + after_ack + end)
 
 
 REFERRED = """
@@ -336,20 +341,7 @@ def authenticated_scenario(media_port: int, *, expect: str = "200") -> str:
         return _wrap(body + f'\n  <recv response="{expect}" response_txn="second"/>' + ack(2, "[branch-3]", "second"))
     return _wrap(body + f"""
   <recv response="200" response_txn="second"/>{ack(2, "[branch]", "second")}
-  <pause milliseconds="1000"/>
-  <send retrans="500">
-    <![CDATA[
-      BYE sip:agent@[remote_ip]:[remote_port] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-      To: <sip:agent@[remote_ip]:[remote_port]>[peer_tag_param]
-      Call-ID: [call_id]
-      CSeq: 3 BYE
-      Max-Forwards: 70
-      Content-Length: 0
-    ]]>
-  </send>
-  <recv response="200"/>""")
+  <pause milliseconds="1000"/>{caller_bye(3)}""")
 
 
 def play_pcap(path: Path, pause_ms: int) -> str:
