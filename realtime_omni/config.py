@@ -101,6 +101,25 @@ class InterruptionGuard(msgspec.Struct, forbid_unknown_fields=True, kw_only=True
     grace_ms: int = 0
 
 
+class SipRegister(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A provider's registrar this bridge keeps itself registered with, so that the provider's trunk
+    sends the account's calls here (docs/telephony.md#registering-with-a-provider)."""
+
+    registrar: str  # host[:port] of the provider's registrar (an address or a name; port 5060 unless given)
+    user: str  # the account: its address of record is sip:user@domain
+    password: str = ""  # answers the registrar's digest challenge (MD5 or SHA-256)
+    domain: str | None = None  # the address of record's domain; None: the registrar's host
+    auth_user: str | None = None  # the digest username where the provider's differs from `user`
+    expires_s: int = 600  # the registration asked for; the registrar's grant wins, refreshed at 80% of it
+    retry_s: float = 30.0  # after a failed registration (no answer, refused), the next try
+
+    def __post_init__(self) -> None:
+        if not 0 < self.expires_s <= 86400:
+            raise ValueError("sip.register.expires_s: 1 to 86400 seconds")
+        if self.retry_s <= 0:
+            raise ValueError("sip.register.retry_s must be above 0")
+
+
 class SipConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     port: int | None = None  # UDP port of the SIP bridge; None: no bridge (0: any free port)
     host: str = "127.0.0.1"  # bind address for SIP and RTP
@@ -127,6 +146,7 @@ class SipConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     credentials: dict[str, str] = {}
     digest_algorithms: list[Literal["SHA-256", "MD5"]] = msgspec.field(default_factory=lambda: ["SHA-256", "MD5"])  # offered in this order (a caller takes the first it knows)
     realm: str = "realtime-omni"  # the digest realm callers' credentials belong to
+    register: SipRegister | None = None  # keep registered with a provider's registrar (outbound REGISTER); None: no registration
 
     def __post_init__(self) -> None:
         for source in self.allowed_sources:

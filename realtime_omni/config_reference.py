@@ -170,6 +170,15 @@ def is_section(tp: object) -> bool:
     return isinstance(tp, type) and issubclass(tp, msgspec.Struct) and tp is not msgspec.Struct
 
 
+def optional_section(tp: object) -> type[msgspec.Struct] | None:
+    """The Struct of a field typed ``S | None``: a section that is off (null) unless written."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        choices = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(choices) == 1 and len(typing.get_args(tp)) == 2 and is_section(choices[0]):
+            return typing.cast(type[msgspec.Struct], choices[0])
+    return None
+
+
 def keys(cls: type[msgspec.Struct], prefix: str = "", default: object = None) -> Iterator[tuple[str, type[msgspec.Struct], list[Key]]]:
     """``cls``'s keys under ``prefix``, then the keys of each section in it (a Struct-typed field),
     depth first: (the section's path, its Struct, its keys). ``default``: the section's default
@@ -188,6 +197,9 @@ def keys(cls: type[msgspec.Struct], prefix: str = "", default: object = None) ->
         elif is_section(field.type):
             rows.append(Key(path, "section", "(below)", line))
             sections.append((path, typing.cast(type[msgspec.Struct], field.type), value))
+        elif (optional := optional_section(field.type)) is not None and value is None:
+            rows.append(Key(path, "section", "`null`: none (its keys below, when written)", line))
+            sections.append((path, optional, None))
         else:
             rows.append(Key(path, type_name(field.type), shown(value), line))
     yield prefix.rstrip("."), cls, rows

@@ -567,3 +567,39 @@ def routed_call_scenario(media_port: int, moved_port: int, *, hold_ms: int) -> s
   <recv response="503" optional="true" next="2"/>
   <recv response="200"/>
   <label id="2"/>""")
+
+
+def registrar_scenario(user: str, password: str, *, grant_s: int, refreshes: int) -> str:
+    """sipp XML, as a provider's registrar: each REGISTER of one registration (one Call-ID) is
+    challenged (401, MD5, qop=auth), its answer checked with sipp's own digest (``verifyauth``:
+    a wrong one gets 403, and the registration then stalls, failing the run), and granted
+    ``grant_s`` seconds; ``refreshes`` more after the first, then the removal (``Expires: 0``)."""
+
+    def answer(status: str, extra: str = "", next_label: str = "") -> str:
+        return f"""
+  <send{f' next="{next_label}"' if next_label else ''}>
+    <![CDATA[
+      SIP/2.0 {status}
+      [last_Via:]
+      [last_From:]
+      [last_To:];tag=[pid]reg[call_number]
+      [last_Call-ID:]
+      [last_CSeq:]{extra}
+      Content-Length: 0
+    ]]>
+  </send>"""
+
+    def cycle(n: int, removal: bool) -> str:
+        check = '\n    <action><ereg regexp="Expires: *0" search_in="msg" check_it="true" assign_to="removal"/></action>' if removal else ""
+        challenge = '\n      WWW-Authenticate: Digest realm="trunk.example", nonce="[pid]n[call_number]c' + str(n) + '", qop="auth", algorithm=MD5'
+        return f"""
+  <recv request="REGISTER">{check}
+  </recv>{answer("401 Unauthorized", challenge)}
+  <recv request="REGISTER">
+    <action><verifyauth assign_to="valid{n}" username="{user}" password="{password}"/></action>
+  </recv>
+  <nop hide="true" test="valid{n}" next="granted{n}"/>{answer("403 Forbidden")}
+  <label id="granted{n}"/>{answer("200 OK", chr(10) + "      [last_Contact:];expires=" + ("0" if removal else str(grant_s)))}"""
+
+    body = "".join(cycle(n, removal=False) for n in range(1 + refreshes)) + cycle(1 + refreshes, removal=True)
+    return _wrap(body + '\n  <Reference variables="removal"/>')  # checked by its ereg, never read: sipp wants it named

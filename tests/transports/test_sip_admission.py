@@ -166,7 +166,37 @@ def test_a_bridge_on_a_public_address_open_to_anyone_says_so(caplog: pytest.LogC
 def test_a_bad_source_block_or_algorithm_list_is_a_config_error() -> None:
     from realtime_omni import config as config_file
 
-    for sip, key in (({"allowed_sources": ["10.0.0.300/8"]}, "sip"), ({"digest_algorithms": []}, "sip"), ({"digest_algorithms": ["SHA-512"]}, "sip.digest_algorithms")):
+    for sip, key in (({"allowed_sources": ["10.0.0.300/8"]}, "sip"), ({"digest_algorithms": []}, "sip"), ({"digest_algorithms": ["SHA-512"]}, "sip.digest_algorithms"),
+                     ({"register": {"registrar": "192.0.2.7", "user": "agent", "expires_s": 0}}, "sip.register"),
+                     ({"register": {"user": "agent"}}, "sip.register.registrar")):
         with pytest.raises(config_file.ConfigError) as err:
             config_file.from_dict({"pipeline": {"kind": "synthetic"}, "sip": sip})
         assert err.value.key.startswith(key), (sip, str(err.value))
+
+
+def test_our_own_answer_to_a_challenge_passes_the_bridge_check_in_either_algorithm() -> None:
+    """The registrar side (answer_challenge, used by sip.register) against the caller side
+    (Admission): SHA-256 and MD5, qop=auth, and a challenge without qop (RFC 2069's form)."""
+    from realtime_omni.config import SipConfig
+    from transports.sip.admission import Admission, answer_challenge
+    from transports.sip.message import SipMessage
+
+    def invite(authorization: str | None) -> SipMessage:
+        headers = [("Via", "SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bKx"), ("From", "<sip:a@b>;tag=1"), ("To", "<sip:agent@c>"), ("Call-ID", "x"), ("CSeq", "1 INVITE")]
+        return SipMessage(method="INVITE", uri="sip:agent@c", headers=headers + ([("Authorization", authorization)] if authorization else []))
+
+    for algorithms in (["SHA-256"], ["MD5"]):
+        admission = Admission(SipConfig(credentials={USER: PASSWORD}, digest_algorithms=algorithms))  # type: ignore[arg-type]
+        challenge = admission.refusal(invite(None))
+        assert challenge is not None and challenge.status == 401
+        answer = answer_challenge(challenge.get_all("WWW-Authenticate"), "INVITE", "sip:agent@c", USER, PASSWORD)
+        assert answer is not None and f"algorithm={algorithms[0]}" in answer
+        assert admission.refusal(invite(answer)) is None
+        wrong = answer_challenge(admission.refusal(invite(None)).get_all("WWW-Authenticate"), "INVITE", "sip:agent@c", USER, "nope")  # type: ignore[union-attr]
+        assert admission.refusal(invite(wrong)).status == 403  # type: ignore[union-attr]
+    no_qop = 'Digest realm="r", nonce="abc", algorithm=MD5'
+    answer = answer_challenge([no_qop], "REGISTER", "sip:d", "u", "p")
+    assert answer is not None and "qop" not in answer
+    params = digest_params(answer)
+    assert params is not None and params["response"] == digest_response("MD5", "u", "r", "p", "REGISTER", "sip:d", "abc", None, None, None)
+    assert answer_challenge(['Digest realm="r", nonce="abc", algorithm=SHA-512'], "REGISTER", "sip:d", "u", "p") is None

@@ -65,6 +65,34 @@ def digest_response(algorithm: str, user: str, realm: str, password: str, method
     return hex_of(f"{ha1}:{nonce}:{ha2}")
 
 
+def answer_challenge(challenges: list[str], method: str, uri: str, user: str, password: str) -> str | None:
+    """Our ``Authorization`` for the first of ``challenges`` (``WWW-Authenticate`` or
+    ``Proxy-Authenticate`` values) whose algorithm we know: the registrar's side of digest, the
+    caller's side of ``Admission``. None when none is one we can answer."""
+    for header in challenges:
+        params = digest_params(header)
+        if params is None:
+            continue
+        algorithm = params.get("algorithm", "MD5").upper()
+        algorithm = next((a for a in HASHES if a.upper() == algorithm), "")
+        if not algorithm or "nonce" not in params:
+            continue
+        offered = [q.strip().lower() for q in params.get("qop", "").split(",") if q.strip()]
+        if offered and "auth" not in offered:
+            continue  # auth-int only: we do not hash bodies
+        qop = "auth" if offered else None
+        nc, cnonce = ("00000001", secrets.token_hex(8)) if qop else (None, None)
+        realm, nonce = params.get("realm", ""), params["nonce"]
+        digest = digest_response(algorithm, user, realm, password, method, uri, nonce, nc, cnonce, qop)
+        fields = [f'username="{user}"', f'realm="{realm}"', f'nonce="{nonce}"', f'uri="{uri}"', f'response="{digest}"', f"algorithm={algorithm}"]
+        if "opaque" in params:
+            fields.append(f'opaque="{params["opaque"]}"')
+        if qop:
+            fields += [f"qop={qop}", f"nc={nc}", f'cnonce="{cnonce}"']
+        return "Digest " + ", ".join(fields)
+    return None
+
+
 class Admission:
     def __init__(self, config: SipConfig) -> None:
         self.networks = [ipaddress.ip_network(s, strict=False) for s in config.allowed_sources]

@@ -44,6 +44,7 @@ from realtime_omni.tasks import TaskSet
 from . import message as sipmsg
 from . import rtp
 from .admission import Admission
+from .registration import Registration
 from .call import CallState, SipCall
 from .dialog import Dialog
 from .inflight import Transactions
@@ -71,6 +72,8 @@ class SipBridge(asyncio.DatagramProtocol):
         self.tasks = TaskSet("sip")
         self._clock: asyncio.Task[None] | None = None
         self.admission = Admission(config)
+        self.registration = Registration(self, config.register) if config.register is not None else None
+        self._registering: asyncio.Task[None] | None = None
         self.received = 0
         self.malformed = 0
 
@@ -78,7 +81,7 @@ class SipBridge(asyncio.DatagramProtocol):
     def stats(self) -> dict[str, int]:
         tx = self.transactions
         return {"received": self.received, "malformed": self.malformed, "retransmissions": tx.retransmissions, "responses_sent": tx.responses_sent,
-                "refused": self.admission.refused}
+                "refused": self.admission.refused, "registered": int(self.registration is not None and self.registration.registered)}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -89,6 +92,8 @@ class SipBridge(asyncio.DatagramProtocol):
         self.address = transport.get_extra_info("sockname")[:2]
         self._clock = asyncio.create_task(self._run_clock(), name="sip-rtp-clock")
         log.info("SIP bridge listening on udp %s:%d", *self.address)
+        if self.registration is not None:
+            self._registering = asyncio.create_task(self.registration.run(), name="sip-register")
         if not self.admission.restricted and not _loopback(self.address[0]):
             log.warning("SIP bridge on %s:%d takes calls from anyone who reaches it: set sip.allowed_sources (your trunk's addresses) "
                         "and/or sip.credentials (digest authentication); docs/telephony.md#who-may-call", *self.address)
@@ -96,6 +101,11 @@ class SipBridge(asyncio.DatagramProtocol):
     async def stop(self) -> None:
         for call in list(self.calls.values()):
             await call.hangup("server_shutting_down")
+        if self._registering is not None:
+            self._registering.cancel()
+            await asyncio.gather(self._registering, return_exceptions=True)
+        if self.registration is not None:
+            await self.registration.unregister()  # the provider stops sending calls to a bridge that is gone
         self.transactions.close()
         if self._clock is not None:
             self._clock.cancel()
