@@ -44,11 +44,11 @@ from realtime_omni.tasks import TaskSet
 from . import message as sipmsg
 from . import rtp
 from .admission import Admission
-from .registration import Registration
 from .call import CallState, SipCall
 from .dialog import Dialog
 from .inflight import Transactions
 from .message import Addr, SipMessage, param, response
+from .registration import Registration
 from .transaction import ServerTransaction, transaction_key
 
 if TYPE_CHECKING:
