@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import itertools
 import json
 import os
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +107,10 @@ def _devtools_url(profile: Path, deadline: float) -> str:
     return pages[0]["webSocketDebuggerUrl"]
 
 
-async def converse(http_url: str, wav: Path, turns: int, timeout_s: float, out: Path) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def headless_page(wav: Path, out: Path) -> AsyncIterator[DevTools]:
+    """Headless Chromium with ``wav`` as its microphone (its log in ``out/chromium.log``), one
+    blank page open; yields that page's DevTools. Chromium and its profile are gone afterwards."""
     profile = Path(tempfile.mkdtemp(prefix="rtomni-chromium-"))
     log = open(out / "chromium.log", "w")
     browser = subprocess.Popen(
@@ -119,24 +124,7 @@ async def converse(http_url: str, wav: Path, turns: int, timeout_s: float, out: 
         async with websockets.connect(url, max_size=None) as ws:
             tools = DevTools(ws)
             await tools.call("Page.enable")
-            await tools.call("Page.navigate", url=f"{http_url}/?autostart=1&raw=1")
-            deadline = time.monotonic() + timeout_s
-            state: dict[str, Any] = {}
-            while time.monotonic() < deadline:
-                await asyncio.sleep(0.25)
-                raw = await tools.evaluate(DOM_PROBE)
-                if not raw:
-                    continue
-                state = json.loads(raw)
-                demo = state["demo"]
-                heard = [t for t in demo["turns"] if t["latencyMs"] is not None and t["user"] and t["timings"]]
-                if len(heard) >= turns or demo["errors"]:
-                    break
-            await asyncio.sleep(0.5)  # let the last answer's transcript land before the picture
-            state = json.loads(await tools.evaluate(DOM_PROBE) or "{}") or state
-            shot = await tools.call("Page.captureScreenshot", format="png")
-            (out / "screenshot.png").write_bytes(base64.b64decode(shot["data"]))
-            return state
+            yield tools
     finally:
         browser.terminate()
         try:
@@ -145,6 +133,28 @@ async def converse(http_url: str, wav: Path, turns: int, timeout_s: float, out: 
             browser.kill()
         log.close()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+async def converse(http_url: str, wav: Path, turns: int, timeout_s: float, out: Path) -> dict[str, Any]:
+    async with headless_page(wav, out) as tools:
+        await tools.call("Page.navigate", url=f"{http_url}/?autostart=1&raw=1")
+        deadline = time.monotonic() + timeout_s
+        state: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+            raw = await tools.evaluate(DOM_PROBE)
+            if not raw:
+                continue
+            state = json.loads(raw)
+            demo = state["demo"]
+            heard = [t for t in demo["turns"] if t["latencyMs"] is not None and t["user"] and t["timings"]]
+            if len(heard) >= turns or demo["errors"]:
+                break
+        await asyncio.sleep(0.5)  # let the last answer's transcript land before the picture
+        state = json.loads(await tools.evaluate(DOM_PROBE) or "{}") or state
+        shot = await tools.call("Page.captureScreenshot", format="png")
+        (out / "screenshot.png").write_bytes(base64.b64decode(shot["data"]))
+        return state
 
 
 def run(config: dict[str, Any], wav: Path, turns: int, timeout_s: float, out: Path, startup_s: float) -> dict[str, Any]:

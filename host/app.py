@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -17,6 +18,7 @@ from transports import sip, webrtc, websocket
 from transports.http import error_response, require_api_key
 
 from . import control, demo
+from .cors import Cors
 
 
 async def healthz(request: Request) -> Response:
@@ -75,6 +77,7 @@ def create_app(server: Server, *, ready_before_serving: bool = False) -> Starlet
     app = Starlette(
         routes=[Route("/healthz", healthz), Route("/metrics", metrics), *control.routes(), *webrtc.routes(), *websocket.routes(), *demo.routes(server)],
         lifespan=lifespan,
+        middleware=[Middleware(Cors, server=server)] if server.origins.checked else [],
     )
     app.state.server = server
     return app

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
+import types
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -98,6 +101,25 @@ class InterruptionGuard(msgspec.Struct, forbid_unknown_fields=True, kw_only=True
     grace_ms: int = 0
 
 
+class SipRegister(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A provider's registrar this bridge keeps itself registered with, so that the provider's trunk
+    sends the account's calls here (docs/telephony.md#registering-with-a-provider)."""
+
+    registrar: str  # host[:port] of the provider's registrar (an address or a name; port 5060 unless given)
+    user: str  # the account: its address of record is sip:user@domain
+    password: str = ""  # answers the registrar's digest challenge (MD5 or SHA-256)
+    domain: str | None = None  # the address of record's domain; None: the registrar's host
+    auth_user: str | None = None  # the digest username where the provider's differs from `user`
+    expires_s: int = 600  # the registration asked for; the registrar's grant wins, refreshed at 80% of it
+    retry_s: float = 30.0  # after a failed registration (no answer, refused), the next try
+
+    def __post_init__(self) -> None:
+        if not 0 < self.expires_s <= 86400:
+            raise ValueError("sip.register.expires_s: 1 to 86400 seconds")
+        if self.retry_s <= 0:
+            raise ValueError("sip.register.retry_s must be above 0")
+
+
 class SipConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     port: int | None = None  # UDP port of the SIP bridge; None: no bridge (0: any free port)
     host: str = "127.0.0.1"  # bind address for SIP and RTP
@@ -116,6 +138,24 @@ class SipConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_buffer_ms: int = 100  # outgoing audio queued ahead of the 20 ms clock
     t1_ms: int = 500  # RFC 3261 T1 (retransmission base)
     interruption_guard: InterruptionGuard = msgspec.field(default_factory=lambda: InterruptionGuard(min_speech_ms=300))
+    # Who may call (docs/telephony.md#who-may-call). Source addresses (CIDRs: a trunk's, "203.0.113.0/24")
+    # whose requests are taken; any other source gets 403. []: any source
+    allowed_sources: list[str] = []
+    # user: password. Set: an INVITE opening a call must answer a digest challenge (401) with one
+    # of these (RFC 8760, 2617); a wrong one gets 403. {}: no authentication
+    credentials: dict[str, str] = {}
+    digest_algorithms: list[Literal["SHA-256", "MD5"]] = msgspec.field(default_factory=lambda: ["SHA-256", "MD5"])  # offered in this order (a caller takes the first it knows)
+    realm: str = "realtime-omni"  # the digest realm callers' credentials belong to
+    register: SipRegister | None = None  # keep registered with a provider's registrar (outbound REGISTER); None: no registration
+
+    def __post_init__(self) -> None:
+        for source in self.allowed_sources:
+            try:
+                ipaddress.ip_network(source, strict=False)
+            except ValueError:
+                raise ValueError(f"sip.allowed_sources: {source!r} is not an address or a CIDR block (10.0.0.0/8)") from None
+        if not self.digest_algorithms or len(set(self.digest_algorithms)) != len(self.digest_algorithms):
+            raise ValueError("sip.digest_algorithms: one or both of SHA-256 and MD5, each once")
 
 
 class McpConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -131,7 +171,7 @@ class McpConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class TracingConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """Per-turn traces in OpenTelemetry (realtime_omni/tracing.py, docs/deployment.md#traces): on when an
+    """Per-turn traces in OpenTelemetry (realtime_omni/tracing.py, docs/operations.md): on when an
     OTLP endpoint is set here or in the standard environment (``OTEL_EXPORTER_OTLP_ENDPOINT``, ...)."""
 
     enabled: bool = True  # false: no traces even when the environment names an endpoint
@@ -205,9 +245,11 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # let the demo page mint itself an ephemeral key when the server has an API key: anyone who can
     # load the page can then talk to the server (off: the page asks for a key minted elsewhere)
     web_demo_mints_keys: bool = False
-    # Browsers send Origin with every WebSocket and cross-origin request. None: not checked. A list:
-    # a WebSocket or a WebRTC offer (/v1/realtime/calls) that carries an Origin must carry one of
-    # these ("https://app.example.com"; "*" any), else 403; clients that are not browsers send none.
+    # Browsers send Origin with every WebSocket and cross-origin request. None: not checked, and no
+    # CORS (only pages this server serves may call its HTTP API). A list: a WebSocket or a WebRTC offer
+    # (/v1/realtime/calls) that carries an Origin must carry one of these ("https://app.example.com";
+    # "*" any), else 403; clients that are not browsers send none. Pages on these origins may call the
+    # HTTP API (CORS: preflights answered, the answers readable; credentials never with "*")
     allowed_origins: list[str] | None = None
     metrics_need_key: bool = False  # /metrics answers only with the API key (401 otherwise)
     # TLS for everything served over HTTP (WebSocket as wss://, WebRTC signalling, the demo page):
@@ -306,7 +348,7 @@ def from_dict(raw: Mapping[str, Any], source: str = "(from a dict)") -> ServerCo
     if section is not None and not isinstance(section, PipelineConfig):  # missing: ServerConfig says so
         data["pipeline"] = _pipeline(section, source)
     try:
-        return msgspec.convert(data, ServerConfig)
+        return msgspec.convert(with_defaults(data, ServerConfig), ServerConfig)
     except msgspec.ValidationError as exc:
         raise ConfigError.from_validation(source, exc) from None
 
@@ -321,7 +363,63 @@ def _pipeline(section: Any, source: str) -> PipelineConfig:
     except pipelines.UnknownKind as exc:
         raise ConfigError(source, str(exc), "pipeline.kind") from None
     try:
-        options = msgspec.convert(written.options, options_type)
+        options = msgspec.convert(with_defaults(written.options, options_type), options_type)
     except msgspec.ValidationError as exc:
         raise ConfigError.from_validation(source, exc, ".pipeline.options") from None
     return PipelineConfig(kind=written.kind, options=options)
+
+
+def with_defaults(written: Mapping[str, Any], cls: type[msgspec.Struct], default: msgspec.Struct | None = None) -> dict[str, Any]:
+    """``written`` (a section of ``cls`` as a config gives it) laid over ``default`` (the section's
+    default; None: ``cls``'s own field defaults), each section in it merged the same way, and each
+    entry of a map of sections (``turn_end.eagerness``) onto the default's entry of that name.
+
+    msgspec alone gives a section written in part its Struct's class defaults for the keys left out,
+    not the defaults of the field that holds it: ``sip: {interruption_guard: {grace_ms: 100}}``
+    would set ``min_speech_ms`` to 0 where SipConfig's default guard has 300, and one weight of
+    ``turn_end.fusion.with_words`` would zero the others. What is not a mapping (a wrong type
+    included) is left for msgspec to judge."""
+    out: dict[str, Any] = msgspec.to_builtins(default) if default is not None else {}
+    fields = {f.encode_name: f for f in msgspec.structs.fields(cls)}
+    for key, value in written.items():
+        field = fields.get(key)
+        if field is not None and isinstance(value, Mapping):
+            inner = getattr(default, field.name) if default is not None else _field_default(field)
+            section = _section_type(field.type)
+            if section is not None:
+                value = with_defaults(value, section, inner if isinstance(inner, section) else None)
+            elif (entry := _map_of_sections(field.type)) is not None and isinstance(inner, dict):
+                value = {**msgspec.to_builtins(inner), **{
+                    name: with_defaults(item, entry, inner.get(name)) if isinstance(item, Mapping) else item for name, item in value.items()
+                }}
+        out[key] = value
+    return out
+
+
+def _field_default(field: msgspec.structs.FieldInfo) -> Any:
+    if field.default is not msgspec.NODEFAULT:
+        return field.default
+    if field.default_factory is not msgspec.NODEFAULT:
+        return field.default_factory()
+    return None
+
+
+def _is_config_section(tp: Any) -> bool:
+    # the session object is a wire type with a partial update's meaning of its own: taken as written
+    return isinstance(tp, type) and issubclass(tp, msgspec.Struct) and tp is not msgspec.Struct and not issubclass(tp, ev.Wire)
+
+
+def _section_type(tp: Any) -> type[msgspec.Struct] | None:
+    """The section's Struct of a field typed ``S`` or ``S | None``; None for any other field."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        choices = [a for a in typing.get_args(tp) if a is not type(None)]
+        tp = choices[0] if len(choices) == 1 else None
+    return tp if _is_config_section(tp) else None
+
+
+def _map_of_sections(tp: Any) -> type[msgspec.Struct] | None:
+    """``S`` of a field typed ``dict[str, S]`` (a map of sections by name); None for any other field."""
+    if typing.get_origin(tp) is dict:
+        entry = typing.get_args(tp)[1]
+        return entry if _is_config_section(entry) else None
+    return None

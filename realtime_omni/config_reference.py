@@ -97,7 +97,7 @@ LINES = {
 
 # Sections not expanded here: the GA session object has its own reference (OpenAI's, and
 # docs/realtime-api.md for where this server differs).
-SESSION_NOTE = "the GA session object (`instructions`, `audio`, `tools`, ...), as a client's `session.update` sends it; docs/realtime-api.md"
+SESSION_NOTE = "the GA session object (`instructions`, `audio`, `tools`, ...), as a client's `session.update` sends it: its keys with an example in docs/configuration.md#session-defaults-session-and-sipsession"
 
 
 @dataclass(frozen=True)
@@ -170,6 +170,15 @@ def is_section(tp: object) -> bool:
     return isinstance(tp, type) and issubclass(tp, msgspec.Struct) and tp is not msgspec.Struct
 
 
+def optional_section(tp: object) -> type[msgspec.Struct] | None:
+    """The Struct of a field typed ``S | None``: a section that is off (null) unless written."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        choices = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(choices) == 1 and len(typing.get_args(tp)) == 2 and is_section(choices[0]):
+            return typing.cast(type[msgspec.Struct], choices[0])
+    return None
+
+
 def keys(cls: type[msgspec.Struct], prefix: str = "", default: object = None) -> Iterator[tuple[str, type[msgspec.Struct], list[Key]]]:
     """``cls``'s keys under ``prefix``, then the keys of each section in it (a Struct-typed field),
     depth first: (the section's path, its Struct, its keys). ``default``: the section's default
@@ -188,6 +197,9 @@ def keys(cls: type[msgspec.Struct], prefix: str = "", default: object = None) ->
         elif is_section(field.type):
             rows.append(Key(path, "section", "(below)", line))
             sections.append((path, typing.cast(type[msgspec.Struct], field.type), value))
+        elif (optional := optional_section(field.type)) is not None and value is None:
+            rows.append(Key(path, "section", "`null`: none (its keys below, when written)", line))
+            sections.append((path, optional, None))
         else:
             rows.append(Key(path, type_name(field.type), shown(value), line))
     yield prefix.rstrip("."), cls, rows
@@ -257,9 +269,17 @@ def render() -> str:
         "fails when this page is out of date. How a config file is read, the flags laid over it and which",
         "config suits which machine: [configuration.md](configuration.md).",
         "",
-        "A key left out takes its default; an unknown key, a wrong type or value stops `serve` with one line",
-        "naming the key. Defaults are written as YAML's flow style writes them (`null` is YAML's None). A",
-        "shipped config (`configs/*.yaml`) sets some keys to other values than these defaults.",
+        "A key left out takes its default, in a section written in part too (`sip: {interruption_guard:",
+        "{grace_ms: 100}}` keeps `min_speech_ms` at 300; each entry of `turn_end.eagerness` merges onto its",
+        "default); an unknown key, a wrong type or value stops `serve` with one line naming the key.",
+        "Defaults are written as YAML's flow style writes them (`null` is YAML's None).",
+        "",
+        "These are the types' defaults, not the product's: a shipped config (`configs/*.yaml`) sets some keys",
+        "to other values. `configs/cpu.yaml`, the default, runs the int8 thinker",
+        "(`qwen2.5-coder-0.5b-instruct-w8`) greedily (`temperature: 0.0`) with `tts_threads: 2`,",
+        "`turn_end.pause_ms: 100` and `limits.max_sessions: 8`, where the types say the fp32 model,",
+        "0.3, 1, 200 and 100. Start a config of your own from a shipped one (copy it, or lay flags over it),",
+        "not from this page.",
         "",
         "Sections:",
         "",

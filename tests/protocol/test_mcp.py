@@ -44,7 +44,7 @@ def _free_port() -> int:
 # The allowed MCP servers' ports: each test starts its own on a port of its own (a server killed by
 # cancelling its task may hold its port until the process ends).
 _HELD: list[socket.socket] = []
-_PORTS = [_free_port() for _ in range(14)]
+_PORTS = [_free_port() for _ in range(16)]
 ALLOWED = [f"http://127.0.0.1:{port}/mcp" for port in _PORTS]
 PORTS = iter(_PORTS)
 SECRET = "s3cret-token-never-echoed"
@@ -223,6 +223,23 @@ async def test_approval_granted_runs_the_call_and_declined_does_not(mcp_server_u
         # an approval answers a request of this conversation, once
         await c.send({"type": "conversation.item.create", "item": {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}})
         assert (await c.expect("error")).error.param == "item.approval_request_id"
+
+
+async def test_mcp_tools_in_the_configs_session_run_without_a_client_when_approval_is_never(make_server):
+    """What a phone caller gets (docs/tools.md): the config's session (`session:`, or `sip.session`
+    for calls: the same object) names the MCP server with `require_approval: never`; a client that
+    sends no session.update and answers no approval hears the tool's output."""
+    async with ToolServer() as tools:
+        tool = mcp_tool(tools)
+        sip_config = config_file.from_dict({"pipeline": {"kind": "synthetic"}, "mcp": MCP_SETTINGS, "sip": {"session": {"tools": [tool]}}})
+        assert sip_config.sip.session.tools[0].require_approval == "never"  # type: ignore[index]
+        server = make_server(server={"mcp": MCP_SETTINGS}, session={"output_modalities": ["text"], "tools": [tool]})
+        async with connect(server.ws_base) as c:
+            await c.until("mcp_list_tools.completed")
+            events = await _ask(c, "What is the weather in Lima?")
+            assert not any(e.type == "response.output_item.done" and e.item.type == "mcp_approval_request" for e in events)
+            assert tools.calls == [("weather", {"city": "Lima"})]
+            assert "sunny and 21 degrees in Lima" in next(e.text for e in events if e.type == "response.output_text.done")
 
 
 WEATHER_FUNCTION = {"type": "function", "name": "get_time", "description": "The time in a city.", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}

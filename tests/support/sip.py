@@ -184,7 +184,16 @@ a=sendrecv"""
     if expect != "200":
         return _wrap(invite + f'\n  <recv response="{expect}"/>' + ack)
     if hangup == "caller":
+        end = caller_bye(2)
+    else:
         end = """
+  <recv request="BYE"/>""" + reply_to_last("200 OK")
+    return _wrap(invite + '\n  <recv response="200" rtd="true"/>' + ack + after_ack + end)
+
+
+def caller_bye(cseq: int) -> str:
+    """sipp XML: the caller hangs up (a BYE in the call's dialog) and takes the 200."""
+    return f"""
   <send retrans="500">
     <![CDATA[
       BYE sip:agent@[remote_ip]:[remote_port] SIP/2.0
@@ -192,17 +201,13 @@ a=sendrecv"""
       From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
       To: <sip:agent@[remote_ip]:[remote_port]>[peer_tag_param]
       Call-ID: [call_id]
-      CSeq: 2 BYE
+      CSeq: {cseq} BYE
       Contact: <sip:caller@[local_ip]:[local_port]>
       Max-Forwards: 70
       Content-Length: 0
     ]]>
   </send>
   <recv response="200"/>"""
-    else:
-        end = """
-  <recv request="BYE"/>""" + reply_to_last("200 OK")
-    return _wrap(invite + '\n  <recv response="200" rtd="true"/>' + ack + after_ack + end)
 
 
 REFERRED = """
@@ -278,6 +283,65 @@ def cancel_scenario(media_port: int) -> str:
       Content-Length: 0
     ]]>
   </send>""")
+
+
+def authenticated_scenario(media_port: int, *, expect: str = "200") -> str:
+    """An INVITE, its 401 challenge answered (sipp's ``[authentication]``, the user and password from
+    ``-au``/``-ap``) in a second INVITE of the same call; ``expect``: that one's final status (200:
+    the call is held for a second and the caller hangs up; else the call ends there)."""
+    sdp = f"v=0\no=sipp 1 1 IN IP4 127.0.0.1\ns=-\nc=IN IP4 127.0.0.1\nt=0 0\nm=audio {media_port} RTP/AVP 0\na=rtpmap:0 PCMU/8000"
+    head = """      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+      To: <sip:agent@[remote_ip]:[remote_port]>
+      Call-ID: [call_id]
+      Contact: <sip:caller@[local_ip]:[local_port]>
+      Max-Forwards: 70
+      Content-Type: application/sdp
+      Content-Length: [len]"""
+
+    def ack(cseq: int, branch: str, txn: str) -> str:
+        return f"""
+  <send ack_txn="{txn}">
+    <![CDATA[
+      ACK sip:agent@[remote_ip]:[remote_port] SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch={branch}
+      From: "sipp" <sip:caller@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+      To: <sip:agent@[remote_ip]:[remote_port]>[peer_tag_param]
+      Call-ID: [call_id]
+      CSeq: {cseq} ACK
+      Max-Forwards: 70
+      Content-Length: 0
+    ]]>
+  </send>"""
+
+    body = f"""
+  <send retrans="500" start_txn="first">
+    <![CDATA[
+      INVITE sip:agent@[remote_ip]:[remote_port] SIP/2.0
+      CSeq: 1 INVITE
+{head}
+
+{sdp}
+    ]]>
+  </send>
+  <recv response="100" optional="true" response_txn="first"/>
+  <recv response="401" auth="true" response_txn="first"/>{ack(1, "[branch-3]", "first")}
+  <send retrans="500" start_txn="second">
+    <![CDATA[
+      INVITE sip:agent@[remote_ip]:[remote_port] SIP/2.0
+      CSeq: 2 INVITE
+      [authentication]
+{head}
+
+{sdp}
+    ]]>
+  </send>
+  <recv response="100" optional="true" response_txn="second"/>"""
+    if expect != "200":
+        return _wrap(body + f'\n  <recv response="{expect}" response_txn="second"/>' + ack(2, "[branch-3]", "second"))
+    return _wrap(body + f"""
+  <recv response="200" response_txn="second"/>{ack(2, "[branch]", "second")}
+  <pause milliseconds="1000"/>{caller_bye(3)}""")
 
 
 def play_pcap(path: Path, pause_ms: int) -> str:
@@ -503,3 +567,39 @@ def routed_call_scenario(media_port: int, moved_port: int, *, hold_ms: int) -> s
   <recv response="503" optional="true" next="2"/>
   <recv response="200"/>
   <label id="2"/>""")
+
+
+def registrar_scenario(user: str, password: str, *, grant_s: int, refreshes: int) -> str:
+    """sipp XML, as a provider's registrar: each REGISTER of one registration (one Call-ID) is
+    challenged (401, MD5, qop=auth), its answer checked with sipp's own digest (``verifyauth``:
+    a wrong one gets 403, and the registration then stalls, failing the run), and granted
+    ``grant_s`` seconds; ``refreshes`` more after the first, then the removal (``Expires: 0``)."""
+
+    def answer(status: str, extra: str = "", next_label: str = "") -> str:
+        return f"""
+  <send{f' next="{next_label}"' if next_label else ''}>
+    <![CDATA[
+      SIP/2.0 {status}
+      [last_Via:]
+      [last_From:]
+      [last_To:];tag=[pid]reg[call_number]
+      [last_Call-ID:]
+      [last_CSeq:]{extra}
+      Content-Length: 0
+    ]]>
+  </send>"""
+
+    def cycle(n: int, removal: bool) -> str:
+        check = '\n    <action><ereg regexp="Expires: *0" search_in="msg" check_it="true" assign_to="removal"/></action>' if removal else ""
+        challenge = '\n      WWW-Authenticate: Digest realm="trunk.example", nonce="[pid]n[call_number]c' + str(n) + '", qop="auth", algorithm=MD5'
+        return f"""
+  <recv request="REGISTER">{check}
+  </recv>{answer("401 Unauthorized", challenge)}
+  <recv request="REGISTER">
+    <action><verifyauth assign_to="valid{n}" username="{user}" password="{password}"/></action>
+  </recv>
+  <nop hide="true" test="valid{n}" next="granted{n}"/>{answer("403 Forbidden")}
+  <label id="granted{n}"/>{answer("200 OK", chr(10) + "      [last_Contact:];expires=" + ("0" if removal else str(grant_s)))}"""
+
+    body = "".join(cycle(n, removal=False) for n in range(1 + refreshes)) + cycle(1 + refreshes, removal=True)
+    return _wrap(body + '\n  <Reference variables="removal"/>')  # checked by its ereg, never read: sipp wants it named

@@ -113,3 +113,27 @@ def test_chromium_conversation_with_the_cpu_pipeline(tmp_path):
     # Whisper heard the question (tiny.en through Opus may slip a word: "capital and friends")
     assert wer(QUESTION, heard[0]["user"]) <= 0.4, heard[0]["user"]
     assert heard[0]["assistant"].strip()
+
+
+def test_a_page_on_another_origin_calls_over_webrtc_with_an_ephemeral_key(tmp_path):
+    """A page of your own (not the demo), served from another loopback origin, posts its offer with
+    an ephemeral key: from an origin `allowed_origins` does not list, the browser stops it at the
+    preflight (the key stays unspent); from the listed one the whole call runs (CORS)."""
+    script = 'ip link set lo up && exec "$@"'
+    cmd = ["unshare", "--net", "sh", "-c", script, "sh", sys.executable, "-m", "tests.support.cross_origin", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    result_file = tmp_path / "result.json"
+    assert result_file.exists(), f"{proc.stdout}\n{proc.stderr}\n{_tail(tmp_path / 'chromium.log')}"
+    result = json.loads(result_file.read_text())
+    refused, page = result["unlisted"], result["listed"]
+    assert "Failed to fetch" in refused.get("error", ""), refused  # the preflight's 403: the offer never left
+    assert "status" not in refused
+    assert "error" not in page, page
+    assert page["status"] == 201
+    assert page["location"].startswith("/v1/realtime/calls/")  # Location is exposed to the page
+    assert page["events"][0] == "session.created"
+    assert page["response"]["status"] == "completed"
+    transcript = page["response"]["output"][0]["content"][0]["transcript"]
+    assert "hello from another origin" in transcript, transcript
+    assert page["remoteTrack"]
+    assert result["sessions_after"] == 0  # the page's close ended the call

@@ -5,6 +5,9 @@ arrives, runs each request through its server transaction (``transaction``: the 
 machines, which own no socket or timer; here each gets one event-loop timer at its ``deadline``),
 finds the dialog an in-dialog request belongs to (``dialog``), and says what each method means:
 
+* Who may call (``admission``): a request from a source not in ``sip.allowed_sources`` gets 403;
+  with ``sip.credentials``, an INVITE opening a call is challenged (401) and admitted only with
+  the right digest answer (403 otherwise).
 * INVITE (new): 100 Trying; a call (``SipCall``) is created and either accepted at once with the
   configured default session, or, with a webhook, announced as ``realtime.call.incoming`` and left
   ringing (180) until the application accepts or rejects it over HTTP. 488 when the offer has no
@@ -28,6 +31,7 @@ It also owns the one 20 ms clock that paces every answered call's outgoing RTP (
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import socket
 from collections.abc import Coroutine
@@ -39,10 +43,12 @@ from realtime_omni.tasks import TaskSet
 
 from . import message as sipmsg
 from . import rtp
+from .admission import Admission
 from .call import CallState, SipCall
 from .dialog import Dialog
 from .inflight import Transactions
 from .message import Addr, SipMessage, param, response
+from .registration import Registration
 from .transaction import ServerTransaction, transaction_key
 
 if TYPE_CHECKING:
@@ -65,13 +71,17 @@ class SipBridge(asyncio.DatagramProtocol):
         self.clock = Ticker(rtp.FRAME_SAMPLES / rtp.RATE)
         self.tasks = TaskSet("sip")
         self._clock: asyncio.Task[None] | None = None
+        self.admission = Admission(config)
+        self.registration = Registration(self, config.register) if config.register is not None else None
+        self._registering: asyncio.Task[None] | None = None
         self.received = 0
         self.malformed = 0
 
     @property
     def stats(self) -> dict[str, int]:
         tx = self.transactions
-        return {"received": self.received, "malformed": self.malformed, "retransmissions": tx.retransmissions, "responses_sent": tx.responses_sent}
+        return {"received": self.received, "malformed": self.malformed, "retransmissions": tx.retransmissions, "responses_sent": tx.responses_sent,
+                "refused": self.admission.refused, "registered": int(self.registration is not None and self.registration.registered)}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -82,10 +92,20 @@ class SipBridge(asyncio.DatagramProtocol):
         self.address = transport.get_extra_info("sockname")[:2]
         self._clock = asyncio.create_task(self._run_clock(), name="sip-rtp-clock")
         log.info("SIP bridge listening on udp %s:%d", *self.address)
+        if self.registration is not None:
+            self._registering = asyncio.create_task(self.registration.run(), name="sip-register")
+        if not self.admission.restricted and not _loopback(self.address[0]):
+            log.warning("SIP bridge on %s:%d takes calls from anyone who reaches it: set sip.allowed_sources (your trunk's addresses) "
+                        "and/or sip.credentials (digest authentication); docs/telephony.md#who-may-call", *self.address)
 
     async def stop(self) -> None:
         for call in list(self.calls.values()):
             await call.hangup("server_shutting_down")
+        if self._registering is not None:
+            self._registering.cancel()
+            await asyncio.gather(self._registering, return_exceptions=True)
+        if self.registration is not None:
+            await self.registration.unregister()  # the provider stops sending calls to a bridge that is gone
         self.transactions.close()
         if self._clock is not None:
             self._clock.cancel()
@@ -196,7 +216,10 @@ class SipBridge(asyncio.DatagramProtocol):
                     self.spawn(call.hangup("media_error"), f"hangup:{call.id}")
 
     def _on_request(self, msg: SipMessage, addr: Addr) -> None:
+        allowed = self.admission.source_allowed(addr[0])
         if msg.method == "ACK":
+            if not allowed:
+                return
             self._on_ack(msg)
             return
         key = transaction_key(msg)
@@ -205,6 +228,9 @@ class SipBridge(asyncio.DatagramProtocol):
             self.transactions.retransmitted(tx, addr)
             return
         tx = self.transactions.open(key, addr, msg.method or "")
+        if not allowed:
+            self.respond(tx, self.admission.forbidden_source(msg))
+            return
         max_forwards = msg.get("Max-Forwards")
         if max_forwards is not None and max_forwards.strip() == "0":
             self.respond(tx, response(msg, 483))
@@ -253,6 +279,10 @@ class SipBridge(asyncio.DatagramProtocol):
             return
         if msg.call_id in self.calls:  # same Call-ID, new branch, no To tag: a forked or looped copy
             self.respond(tx, response(msg, 482, reason="Loop Detected"))
+            return
+        refusal = self.admission.refusal(msg)
+        if refusal is not None:
+            self.respond(tx, refusal)
             return
         call = SipCall.incoming(self, msg, tx, ringing=sum(1 for c in self.calls.values() if c.session is None))
         if call is None:
@@ -328,6 +358,13 @@ class SipBridge(asyncio.DatagramProtocol):
     async def transact(self, msg: SipMessage, addr: Addr) -> SipMessage | None:
         """Send a request and wait for its final response (None: nothing final came back)."""
         return await self.transactions.transact(msg, addr)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 async def start_bridge(server: Server) -> SipBridge | None:
