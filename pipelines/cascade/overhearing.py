@@ -150,7 +150,7 @@ class Overhearing:
         made.ended = time.perf_counter()
         if made.words.cancelled() or made.words.exception() is not None or made.turn != self._turns:
             return  # (a failed pass is heard again when needed; one over an earlier turn is nobody's)
-        if self.done is None or made.samples >= self.done.samples:
-            self.done = made
+        if self.done is None or (made.samples >= self.done.samples and made.words.result().tokens):
+            self.done = made  # (a pass that heard no words leaves the last one's tokens to go on from)
         if self._want_quiet and self.quiet_at is not None and self._idle():
             self._begin()

@@ -130,7 +130,7 @@ def test_the_listener_judges_whether_its_words_end_a_sentence():
     assert done.text.lower().strip(" .?") == "what is the weather like today"
     assert done.ends is not None and cut.ends is not None
     assert done.ends > 0.7 and cut.ends < 0.5, (done, cut)
-    assert ears.hear(pause[:800]) == ("", None)  # too short to be speech: no words, no judgement
+    assert ears.hear(pause[:800])[:2] == ("", None)  # too short to be speech: no words, no judgement
     assert ears.hear(np.concatenate([espeak("Thank you very much.", 16000), pause]), ends=False).ends is None  # not asked
 
 
