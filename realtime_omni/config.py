@@ -88,6 +88,21 @@ class WebRTCConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     media_timeout_s: float = 20.0  # no incoming audio packet for this long ends the call
 
 
+class ResumeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A WebSocket session whose connection drops (no close frame) waits this long for its client to
+    resume it (docs/realtime-api.md#resuming-a-session); its events meanwhile are kept in a log of
+    at most ``buffer_events`` events and ``buffer_bytes`` bytes (encoded), which ends the session
+    when it overflows. 0 s: a dropped connection ends its session at once, and no log is kept."""
+
+    grace_s: float = 30.0  # a session whose WebSocket dropped (no close frame) waits this long to be resumed; 0: it ends at once
+    buffer_events: int = 2048  # server events kept per session for a resume (the last ones sent, and all not yet sent)
+    buffer_bytes: int = 4 * 1024 * 1024  # ... and at most this many bytes of them; full while no connection takes them: the session ends
+
+    def __post_init__(self) -> None:
+        if self.grace_s < 0 or self.buffer_events < 1 or self.buffer_bytes < 0:
+            raise ValueError("resume: grace_s and buffer_bytes are at least 0, buffer_events at least 1")
+
+
 class InterruptionGuard(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Barge-in that survives echo (telephony): while the agent's audio is playing, the caller's
     speech interrupts it only after ``min_speech_ms`` of continuous speech, and none of it counts
@@ -179,6 +194,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # when a user's turn ends: semantic_vad's model, the fusion, the eagerness, the silences (pipelines/turn_end/policy.py)
     turn_end: TurnEndConfig = msgspec.field(default_factory=TurnEndConfig)
     session: ev.SessionObject = msgspec.field(default_factory=ev.SessionObject)  # defaults for new sessions (GA shape)
+    resume: ResumeConfig = msgspec.field(default_factory=ResumeConfig)  # WebSocket sessions resumed after a dropped connection
     # On SIGTERM: /healthz 503 at once, open sessions run on up to this long, then each is told to
     # reconnect (server_shutting_down) and given as long again to close.
     shutdown_grace_s: float = 5.0

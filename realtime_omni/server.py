@@ -25,6 +25,7 @@ from .lifecycle import PIPELINE_FAILED, STARTUP_FAILED, Lifecycle, ServerState, 
 from .loopwatch import LoopWatch
 from .metrics import Metrics
 from .protocol import events as ev
+from .resume import Holds
 from .session import Media, Session
 from .session.config import SessionConfig
 from .store import LocalStore, Store, unavailable
@@ -113,6 +114,7 @@ class Server:
         self.tracing: Tracing = NO_TRACING  # per-turn traces (tracing.py): configured by start(), flushed by stop()
         self.sessions: set[Session] = set()
         self.calls = LiveCalls(lambda: self.store)  # live WebRTC / SIP calls (calls.Call) by call_id
+        self.holds = Holds()  # WebSocket sessions a dropped client may resume (resume.py), by session id
         # keys, the session count and who holds which call: in this process, or shared by replicas
         self.store: Store = store or LocalStore(mint_rate=config.limits.key_mints_per_s, mint_burst=config.limits.key_mint_burst)
         self._tenant_secret = secrets.token_bytes(32)  # (Server.tenant)
