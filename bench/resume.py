@@ -43,6 +43,7 @@ import struct
 import sys
 import time
 import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -366,6 +367,20 @@ async def run(host: str, port: int, *, drops: int, seed: int, api_key: str = "be
     return report
 
 
+def merged(reports: list[Report]) -> Report:
+    """Several sessions' reports as one (their turns, drops, events, mismatches and resumes summed)."""
+    out = Report()
+    for r in reports:
+        out.turns += r.turns
+        out.events += r.events
+        out.audio_bytes += r.audio_bytes
+        out.mismatches += r.mismatches
+        out.resumes += r.resumes
+        for point, count in r.drops.items():
+            out.drops[point] += count
+    return out
+
+
 def summary(report: Report) -> dict[str, Any]:
     def stats(values: list[float]) -> dict[str, float] | None:
         if not values:
@@ -386,22 +401,49 @@ def summary(report: Report) -> dict[str, Any]:
     }
 
 
+def _rss_mib(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+def _sessions_active(http: str) -> int:
+    with urllib.request.urlopen(f"{http}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("realtime_sessions_active "):
+                return int(float(line.split()[1]))
+    return -1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench resume", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--drops", type=int, default=200, help="connections dropped (and resumed) in one session")
+    parser.add_argument("--drops", type=int, default=200, help="connections dropped (and resumed), in all")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--sessions", type=int, default=1, help="sessions one after another, seeds seed, seed+1, ...")
+    parser.add_argument(
+        "--per-session", type=int, default=250, help="drops in one session at most (about 340 turns: under the 512 a session's 1024 items hold)"
+    )
     args = parser.parse_args(argv)
-    results = []
+    reports: list[Report] = []
     with server_process(server_config()) as url:
         parts = urllib.parse.urlsplit(url)
-        for n in range(args.sessions):
-            report = asyncio.run(run(parts.hostname or "127.0.0.1", parts.port or 80, drops=args.drops, seed=args.seed + n))
-            results.append(summary(report))
-            print(json.dumps(results[-1]))
-    total = {"args": vars(args), "machine": machine(), "sessions": results}
+        rss_before = _rss_mib(url.process.pid)
+        left, n = args.drops, 0
+        while left > 0:
+            drops = min(left, args.per_session)
+            reports.append(asyncio.run(run(parts.hostname or "127.0.0.1", parts.port or 80, drops=drops, seed=args.seed * 1000 + n)))
+            print(json.dumps(summary(reports[-1])))
+            left, n = left - drops, n + 1
+        http = f"http://{parts.hostname}:{parts.port}"
+        deadline = time.monotonic() + 10
+        while (active := _sessions_active(http)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        server = {"sessions_active_after": active, "rss_mib_before": rss_before, "rss_mib_after": _rss_mib(url.process.pid)}
+    results = [summary(r) for r in reports]
+    total = {"args": vars(args), "machine": machine(), "sessions": results, "all": summary(merged(reports)), "server": server}
+    print(json.dumps({"all": total["all"], "server": server}))
     print(f"saved {save('resume', total)}")
-    return 1 if any(r["mismatches"] for r in results) else 0
+    return 1 if any(r["mismatches"] for r in results) or server["sessions_active_after"] else 0
 
 
 if __name__ == "__main__":

@@ -38,4 +38,4 @@ async def test_the_model_sees_what_a_client_that_sends_nothing_again_loses(echo_
 
     monkeypatch.setattr(resume.ResumingClient, "resume", forgetful)
     report = await resume.run("127.0.0.1", echo_server.port, drops=30, seed=1)
-    assert report.mismatches and "turn" in report.mismatches[0]
+    assert report.mismatches  # (a turn short of its audio, or what follows from it)
