@@ -205,6 +205,10 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # How the other replicas reach this one (call control and sidebands for a call it holds are
     # forwarded here), e.g. http://10.0.0.5:8000. Default: http://<host>:<port> as bound.
     advertise_url: str | None = None
+    # This replica's name in the id of every session it opens (sess_<tag>_...), so that a balancer
+    # sends a resume (its x-session-id) to the replica holding the session: deploy/nginx.conf's map
+    # (docs/deployment.md). Letters and digits, up to 16; None: plain ids.
+    route_tag: str | None = None
     # A pipeline that fails for good (its in-process vLLM engine died): "exit" drains (every session
     # told why, every response ended) and exits with status 3 for a supervisor to restart the server;
     # "stay" keeps serving, /healthz 503, every response failing, until someone restarts it.
@@ -232,6 +236,8 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ssl_keyfile: str | None = None
 
     def __post_init__(self) -> None:
+        if self.route_tag is not None and not re.fullmatch(r"[A-Za-z0-9]{1,16}", self.route_tag):
+            raise ValueError("route_tag is letters and digits, 1 to 16 of them")
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise ValueError("ssl_certfile and ssl_keyfile go together: give both, or neither")
 

@@ -347,6 +347,7 @@ class Server:
             tenant=admission.tenant,
             tracing=self.tracing,
             transport=transport,
+            id_tag=self.config.route_tag,
         )
         self.sessions.add(session)
         self.metrics.sessions_total.labels(transport).inc()

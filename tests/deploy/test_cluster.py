@@ -22,7 +22,7 @@ from openai import AsyncOpenAI
 
 from realtime_omni import config as config_file
 from tests.support.fake_omni import FakeOmniConfig, FakeOmniServer
-from tests.support.peers import RtcClient
+from tests.support.peers import Refused, ResumingClient, RtcClient, event_number
 from tests.support.processes import cluster
 from tests.support.server import wait_until
 from tests.support.validation import validated_until
@@ -191,6 +191,36 @@ async def test_racing_redemptions_spend_each_key_exactly_once_across_both_replic
     assert refused == {401: keys_n * (tries - 1)}, refused
     assert took < 120, took
     assert await wait_until(lambda: _none_held(deployment), 10)
+
+
+async def test_a_resume_through_the_balancer_reaches_the_replica_holding_the_session(deployment):
+    """nginx routes each resume by its x-session-id (the replica's route_tag begins it) to the
+    replica holding the session, whichever replica a new connection would go to; every event once."""
+    tags = set()
+    for _ in range(4):  # least_conn alternates the new sessions between the two replicas
+        c = ResumingClient("127.0.0.1", deployment.port, api_key=API_KEY, model="qwen3-omni")
+        await c.open()
+        tags.add(c.session_id.split("_")[1])
+        await c.send(TEXT)
+        await c.until("response.created")
+        c.drop()
+        resumed = await c.resume()
+        assert resumed.taken == 1
+        await c.until("response.done")
+        numbers = [event_number(e["event_id"]) for e in c.events]
+        assert numbers == list(range(1, len(numbers) + 1)) and c.events[-1]["response"]["status"] == "completed"
+        await c.close()
+    assert tags == {"r1", "r2"}, tags
+    stranger = ResumingClient("127.0.0.1", deployment.port, api_key=API_KEY)
+    stranger.session_id, stranger.token = "sess_r9_00", "x"  # no such replica: a new session's route, and nobody holds it
+    with pytest.raises(Refused) as refused:
+        await stranger.resume()
+    assert refused.value.status == 404
+    assert await wait_until(lambda: _no_sessions(deployment), 10)
+
+
+async def _no_sessions(c: Any) -> bool:
+    return sum(await sessions_on(c)) == 0
 
 
 async def test_kill_9_of_one_replica_ends_only_its_own_sessions(engine):
