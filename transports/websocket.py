@@ -105,8 +105,10 @@ async def realtime(ws: WebSocket) -> None:
         intent = (ev.SessionObject(type="transcription"),) if ws.query_params.get("intent") == "transcription" else ()
         session = await server.open_session(beta=beta, transport="websocket", model=ws.query_params.get("model"), admission=admission, updates=intent)
     except RealtimeError as err:
-        if err.code == "invalid_api_key":  # its ephemeral key was spent meanwhile
-            await _deny(ws, 401, err)
+        # its ephemeral key spent meanwhile (401), or the shared state gone while redeeming it
+        # (503): refused at the upgrade, the key as it was
+        if err.code == "invalid_api_key" or (err.code == "server_unavailable" and admission.ephemeral_key is not None):
+            await _deny(ws, http_status(err), err)
             return
         # full or draining: say so in the protocol, then hang up
         await ws.accept(subprotocol)

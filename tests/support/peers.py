@@ -6,8 +6,8 @@ client that drops its connection and resumes its session, on a raw socket).
 The load and latency benches drive the server with the same clients, so they live in ``bench/``
 (``rawws.py``, ``rtc.py``, ``resume.py``); the tests take them from here."""
 
-from bench.rawws import OP_TEXT, RawWebSocket
+from bench.rawws import OP_CLOSE, OP_TEXT, RawWebSocket
 from bench.resume import Refused, ResumingClient, event_number, response_headers
 from bench.rtc import RtcClient, offer_sdp
 
-__all__ = ["OP_TEXT", "RawWebSocket", "Refused", "ResumingClient", "RtcClient", "event_number", "offer_sdp", "response_headers"]
+__all__ = ["OP_CLOSE", "OP_TEXT", "RawWebSocket", "Refused", "ResumingClient", "RtcClient", "event_number", "offer_sdp", "response_headers"]
