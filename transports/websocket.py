@@ -106,7 +106,7 @@ async def realtime(ws: WebSocket) -> None:
         session = await server.open_session(beta=beta, transport="websocket", model=ws.query_params.get("model"), admission=admission, updates=intent)
     except RealtimeError as err:
         # its ephemeral key spent meanwhile (401), or the shared state gone while redeeming it
-        # (503): refused at the upgrade, the key as it was
+        # (503): refused at the upgrade
         if err.code == "invalid_api_key" or (err.code == "server_unavailable" and admission.ephemeral_key is not None):
             await _deny(ws, http_status(err), err)
             return
