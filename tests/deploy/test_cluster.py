@@ -23,7 +23,7 @@ from openai import AsyncOpenAI
 from realtime_omni import config as config_file
 from tests.support.fake_omni import FakeOmniConfig, FakeOmniServer
 from tests.support.peers import Refused, ResumingClient, RtcClient, event_number
-from tests.support.processes import cluster
+from tests.support.processes import cluster, redis_server
 from tests.support.server import wait_until
 from tests.support.validation import validated_until
 
@@ -221,6 +221,45 @@ async def test_a_resume_through_the_balancer_reaches_the_replica_holding_the_ses
 
 async def _no_sessions(c: Any) -> bool:
     return sum(await sessions_on(c)) == 0
+
+
+async def test_redis_killed_under_sessions_through_the_balancer_loses_none_and_comes_back(engine):
+    """Twelve sessions through nginx on both replicas answering on while Redis is killed for 5 s:
+    none lost, every mint meanwhile a 503 (no 500); an empty Redis started again on its port, both
+    replicas take keys and sessions again without a restart. (A deployment of its own: the shared
+    one keeps its Redis.)"""
+    with cluster(replica_config(engine.url), replicas=2) as c:
+        keys = [await mint(c.http) for _ in range(12)]
+        redis = c.redis_url.process  # (bench.cluster's redis_server yields its URL with its process)
+        port = int(c.redis_url.rsplit(":", 1)[1].split("/")[0])
+        async with contextlib.AsyncExitStack() as stack:
+            conns = [await stack.enter_async_context(session(c.ws, key)) for key in keys]
+            assert all(await sessions_on(c)), "least_conn put every session on one replica"
+            redis.kill()
+            await asyncio.to_thread(redis.wait, 10)
+            minted: list[int] = []
+            async with httpx.AsyncClient(headers=AUTH, timeout=10) as http:
+                t0 = time.monotonic()
+                while time.monotonic() - t0 < 5:  # the sessions talk through the outage; keys are asked for meanwhile
+                    dones = await asyncio.gather(*(answer(conn) for conn in conns))
+                    assert all(d["response"]["status"] == "completed" for d in dones), dones
+                    minted.append((await http.post(f"{c.http}/v1/realtime/client_secrets", json={})).status_code)
+            assert set(minted) == {503}, minted
+            with redis_server(port):
+                async with httpx.AsyncClient() as http:
+                    for r in c.replicas:
+                        assert await wait_until(lambda: _healthy(http, r.http), 8), f"replica {r.port} stayed unhealthy"
+                for key in [await mint(c.http) for _ in range(2)]:
+                    async with session(c.ws, key) as conn:
+                        assert (await answer(conn))["response"]["status"] == "completed"
+                dones = await asyncio.gather(*(answer(conn) for conn in conns))
+                assert all(d["response"]["status"] == "completed" for d in dones)
+                await stack.aclose()
+                assert await wait_until(lambda: _no_sessions(c), 10)
+
+
+async def _healthy(http: httpx.AsyncClient, url: str) -> bool:
+    return (await http.get(f"{url}/healthz")).status_code == 200
 
 
 async def test_kill_9_of_one_replica_ends_only_its_own_sessions(engine):
