@@ -95,11 +95,18 @@ def redis_server(port: int | None = None, *, preexec_fn: Preexec = None) -> Iter
 
 
 def nginx_conf(port: int, upstreams: list[int]) -> str:
-    """deploy/nginx.conf with these replica ports and this listening port."""
+    """deploy/nginx.conf with these replica ports and this listening port; the replicas' route
+    tags are r1, r2, ... in that order (``cluster`` starts them so)."""
     text = NGINX_CONF.read_text()
     servers = "".join(f"    server 127.0.0.1:{p} max_fails=1 fail_timeout=5s;\n" for p in upstreams)
     text, n = re.subn(r"(    server 127\.0\.0\.1:\d+ [^\n]*\n)+", servers, text)
     assert n == 1, "deploy/nginx.conf: no upstream server lines found"
+    routes = "".join(f"    ~^sess_r{i}_ realtime_omni_r{i};\n" for i in range(1, len(upstreams) + 1))
+    text, n = re.subn(r"(    ~\^sess_r\d+_ +realtime_omni_r\d+;\n)+", routes, text)
+    assert n == 1, "deploy/nginx.conf: no route lines in its map"
+    alone = "".join(f"upstream realtime_omni_r{i} {{ server 127.0.0.1:{p}; }}\n" for i, p in enumerate(upstreams, 1))
+    text, n = re.subn(r"(upstream realtime_omni_r\d+ \{[^}]*\}\n)+", alone, text)
+    assert n == 1, "deploy/nginx.conf: no upstream per replica"
     text, n = re.subn(r"listen 127\.0\.0\.1:\d+;", f"listen 127.0.0.1:{port};", text)
     assert n == 1, "deploy/nginx.conf: no listen line found"
     return text
@@ -184,6 +191,9 @@ def cluster(config: dict[str, Any], replicas: int = 2, *, workers: int = 1, plac
 
     with contextlib.ExitStack() as stack:
         redis_url = stack.enter_context(redis_server(preexec_fn=where("redis")))
-        started = [stack.enter_context(replica(config, redis_url, workers=workers, preexec_fn=where(f"replica-{i}"))) for i in range(replicas)]
+        started = [
+            stack.enter_context(replica({**config, "route_tag": f"r{i + 1}"}, redis_url, workers=workers, preexec_fn=where(f"replica-{i}")))
+            for i in range(replicas)
+        ]
         port = stack.enter_context(nginx([r.port for r in started], preexec_fn=where("nginx")))
         yield Cluster(redis_url, port, started)

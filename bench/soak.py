@@ -60,6 +60,7 @@ def server_config(sessions: int, agent: str = "synthetic") -> dict[str, Any]:
     return {
         "pipeline": {"kind": "synthetic", "options": {"reply": "Sure, here is a short answer for you.", "chunk_ms": 20, "chunk_interval_ms": 20}},
         "limits": {"max_sessions": sessions + 20},
+        "resume": {"grace_s": 2.0},  # a dropped session is kept for a resume a little, then freed (settle waits for it)
         "session": {"audio": {"input": {"transcription": {"model": "synthetic"}, "turn_detection": {"type": "server_vad", "silence_duration_ms": 400}}}},
     }
 

@@ -35,6 +35,9 @@ def server_config(max_sessions: int) -> dict[str, Any]:
     return {
         "pipeline": {"kind": "synthetic", "options": {"reply": " ".join(["word"] * 200), "chunk_ms": 20, "chunk_interval_ms": 5}},
         "limits": {"max_sessions": max_sessions, "send_timeout_s": SEND_TIMEOUT_S},
+        # a dropped connection's session ends at once, as the storms measure (kept for a resume,
+        # waves of drops would fill max_sessions: bench resume measures that)
+        "resume": {"grace_s": 0},
     }
 
 

@@ -31,8 +31,9 @@ async def healthz(request: Request) -> Response:
         "max_sessions": server.config.limits.max_sessions,
         "replica": server.replica,
     }
-    if server.store.error is not None:
+    if server.store.error is not None:  # degraded: open sessions carry on, new ones and keys wait for it
         body["state_error"] = server.store.error
+        body["degraded"] = True
     speed = server.pipeline.self_check() if status not in ("starting", "failed") else None
     if speed is not None:
         body["speed"] = speed  # can this machine keep up? (still 200: it serves, slowly, and says so)

@@ -91,6 +91,21 @@ class WebRTCConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     media_timeout_s: float = 20.0  # no incoming audio packet for this long ends the call
 
 
+class ResumeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A WebSocket session whose connection drops (no close frame) waits this long for its client to
+    resume it (docs/realtime-api.md#resuming-a-session); its events meanwhile are kept in a log of
+    at most ``buffer_events`` events and ``buffer_bytes`` bytes (encoded), which ends the session
+    when it overflows. 0 s: a dropped connection ends its session at once, and no log is kept."""
+
+    grace_s: float = 30.0  # a session whose WebSocket dropped (no close frame) waits this long to be resumed; 0: it ends at once
+    buffer_events: int = 2048  # server events kept per session for a resume (the last ones sent, and all not yet sent)
+    buffer_bytes: int = 4 * 1024 * 1024  # ... and at most this many bytes of them; full while no connection takes them: the session ends
+
+    def __post_init__(self) -> None:
+        if self.grace_s < 0 or self.buffer_events < 1 or self.buffer_bytes < 0:
+            raise ValueError("resume: grace_s and buffer_bytes are at least 0, buffer_events at least 1")
+
+
 class InterruptionGuard(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Barge-in that survives echo (telephony): while the agent's audio is playing, the caller's
     speech interrupts it only after ``min_speech_ms`` of continuous speech, and none of it counts
@@ -219,6 +234,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # when a user's turn ends: semantic_vad's model, the fusion, the eagerness, the silences (pipelines/turn_end/policy.py)
     turn_end: TurnEndConfig = msgspec.field(default_factory=TurnEndConfig)
     session: ev.SessionObject = msgspec.field(default_factory=ev.SessionObject)  # defaults for new sessions (GA shape)
+    resume: ResumeConfig = msgspec.field(default_factory=ResumeConfig)  # WebSocket sessions resumed after a dropped connection
     # On SIGTERM: /healthz 503 at once, open sessions run on up to this long, then each is told to
     # reconnect (server_shutting_down) and given as long again to close.
     shutdown_grace_s: float = 5.0
@@ -229,6 +245,10 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # How the other replicas reach this one (call control and sidebands for a call it holds are
     # forwarded here), e.g. http://10.0.0.5:8000. Default: http://<host>:<port> as bound.
     advertise_url: str | None = None
+    # This replica's name in the id of every session it opens (sess_<tag>_...), so that a balancer
+    # sends a resume (its x-session-id) to the replica holding the session: deploy/nginx.conf's map
+    # (docs/deployment.md). Letters and digits, up to 16; None: plain ids.
+    route_tag: str | None = None
     # A pipeline that fails for good (its in-process vLLM engine died): "exit" drains (every session
     # told why, every response ended) and exits with status 3 for a supervisor to restart the server;
     # "stay" keeps serving, /healthz 503, every response failing, until someone restarts it.
@@ -258,6 +278,8 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ssl_keyfile: str | None = None
 
     def __post_init__(self) -> None:
+        if self.route_tag is not None and not re.fullmatch(r"[A-Za-z0-9]{1,16}", self.route_tag):
+            raise ValueError("route_tag is letters and digits, 1 to 16 of them")
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise ValueError("ssl_certfile and ssl_keyfile go together: give both, or neither")
 

@@ -34,6 +34,10 @@ class Sink:
         self.name = name
         self.essential = essential
 
+    async def take(self, event_id: str, data: str) -> bool:
+        """One event, with its id (a sink that keeps events by id overrides this)."""
+        return await self.send(data)
+
     def close(self) -> None:
         """No more events will come."""
 
@@ -107,7 +111,7 @@ class EventPump:
                     if data is None:
                         continue  # no such event in the beta protocol
                     try:
-                        ok = await sink.send(data)
+                        ok = await sink.take(getattr(event, "event_id", ""), data)
                     except Exception:
                         log.debug("session %s: %s failed", self.session.id, sink.name, exc_info=True)
                         ok = False

@@ -26,6 +26,7 @@ from .loopwatch import LoopWatch
 from .metrics import Metrics
 from .origins import Origins
 from .protocol import events as ev
+from .resume import Holds
 from .session import Media, Session
 from .session.config import SessionConfig
 from .store import LocalStore, Store, unavailable
@@ -115,6 +116,7 @@ class Server:
         self.tracing: Tracing = NO_TRACING  # per-turn traces (tracing.py): configured by start(), flushed by stop()
         self.sessions: set[Session] = set()
         self.calls = LiveCalls(lambda: self.store)  # live WebRTC / SIP calls (calls.Call) by call_id
+        self.holds = Holds()  # WebSocket sessions a dropped client may resume (resume.py), by session id
         # keys, the session count and who holds which call: in this process, or shared by replicas
         self.store: Store = store or LocalStore(mint_rate=config.limits.key_mints_per_s, mint_burst=config.limits.key_mint_burst)
         self._tenant_secret = secrets.token_bytes(32)  # (Server.tenant)
@@ -351,6 +353,7 @@ class Server:
             tracing=self.tracing,
             transport=transport,
             initial_tools=written[-1] if written else [],
+            id_tag=self.config.route_tag,
         )
         self.sessions.add(session)
         self.metrics.sessions_total.labels(transport).inc()

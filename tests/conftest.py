@@ -23,6 +23,9 @@ def synthetic_config(**options: Any) -> dict[str, Any]:
         "model": "realtime-omni-test",
         "limits": limits,
         "session": session,
+        # a connection a test drops leaves its session for a resume this long (not 30 s): the
+        # servers are shared, and later tests count their sessions
+        "resume": {"grace_s": 2.0},
         **extra,
     }
 

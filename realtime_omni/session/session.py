@@ -104,8 +104,9 @@ class Session:
         tracing: Tracing = NO_TRACING,
         transport: str = "",
         initial_tools: list[ev.Tool] | None = None,
+        id_tag: str | None = None,
     ) -> None:
-        session_id = new_id("sess")
+        session_id = new_id(f"sess_{id_tag}" if id_tag else "sess")  # the tag: which replica holds it (config.route_tag)
         caps = pipeline.capabilities
         pipe = pipeline.open(session_id, tenant)  # tenant: the prefix-cache namespace (Pipeline.open)
         trace = tracing.session(session_id, transport=transport, pipeline=caps.name)

@@ -186,6 +186,7 @@ SMALL = {
     "ws_overhead": Small(["--turns", "5"], lambda r: r["n"] == 5),  # 2 s
     "fuzz": Small(["--events", "50", "--connections", "1", "--batch", "25"], lambda r: r["frames"] == 50 and r["failures"] == 0),  # 2 s
     "input_model": Small(["--sequences", "3", "--connections", "1"], lambda r: r["sequences"] == 3 and r["mismatches"] == []),  # 3 s
+    "resume": Small(["--drops", "8"], lambda r: r["all"]["mismatches"] == [] and sum(r["all"]["drops"].values()) == 8 and r["server"]["sessions_active_after"] == 0),  # 3 s
     "omni_overhead": Small(
         ["--sessions", "1", "--turns", "2", "--chunk-ms", "10", "--think-s", "0"], lambda r: len(r["levels"]) == 1, (pytest.mark.slow,)
     ),  # 4 s: the fake vLLM-Omni and the server, each in its process

@@ -22,8 +22,8 @@ from openai import AsyncOpenAI
 
 from realtime_omni import config as config_file
 from tests.support.fake_omni import FakeOmniConfig, FakeOmniServer
-from tests.support.peers import RtcClient
-from tests.support.processes import cluster
+from tests.support.peers import Refused, ResumingClient, RtcClient, event_number
+from tests.support.processes import cluster, redis_server
 from tests.support.server import wait_until
 from tests.support.validation import validated_until
 
@@ -191,6 +191,75 @@ async def test_racing_redemptions_spend_each_key_exactly_once_across_both_replic
     assert refused == {401: keys_n * (tries - 1)}, refused
     assert took < 120, took
     assert await wait_until(lambda: _none_held(deployment), 10)
+
+
+async def test_a_resume_through_the_balancer_reaches_the_replica_holding_the_session(deployment):
+    """nginx routes each resume by its x-session-id (the replica's route_tag begins it) to the
+    replica holding the session, whichever replica a new connection would go to; every event once."""
+    tags = set()
+    for _ in range(4):  # least_conn alternates the new sessions between the two replicas
+        c = ResumingClient("127.0.0.1", deployment.port, api_key=API_KEY, model="qwen3-omni")
+        await c.open()
+        tags.add(c.session_id.split("_")[1])
+        await c.send(TEXT)
+        await c.until("response.created")
+        c.drop()
+        resumed = await c.resume()
+        assert resumed.taken == 1
+        await c.until("response.done")
+        numbers = [event_number(e["event_id"]) for e in c.events]
+        assert numbers == list(range(1, len(numbers) + 1)) and c.events[-1]["response"]["status"] == "completed"
+        await c.close()
+    assert tags == {"r1", "r2"}, tags
+    stranger = ResumingClient("127.0.0.1", deployment.port, api_key=API_KEY)
+    stranger.session_id, stranger.token = "sess_r9_00", "x"  # no such replica: a new session's route, and nobody holds it
+    with pytest.raises(Refused) as refused:
+        await stranger.resume()
+    assert refused.value.status == 404
+    assert await wait_until(lambda: _no_sessions(deployment), 10)
+
+
+async def _no_sessions(c: Any) -> bool:
+    return sum(await sessions_on(c)) == 0
+
+
+async def test_redis_killed_under_sessions_through_the_balancer_loses_none_and_comes_back(engine):
+    """Twelve sessions through nginx on both replicas answering on while Redis is killed for 5 s:
+    none lost, every mint meanwhile a 503 (no 500); an empty Redis started again on its port, both
+    replicas take keys and sessions again without a restart. (A deployment of its own: the shared
+    one keeps its Redis.)"""
+    with cluster(replica_config(engine.url), replicas=2) as c:
+        keys = [await mint(c.http) for _ in range(12)]
+        redis = c.redis_url.process  # (bench.cluster's redis_server yields its URL with its process)
+        port = int(c.redis_url.rsplit(":", 1)[1].split("/")[0])
+        async with contextlib.AsyncExitStack() as stack:
+            conns = [await stack.enter_async_context(session(c.ws, key)) for key in keys]
+            assert all(await sessions_on(c)), "least_conn put every session on one replica"
+            redis.kill()
+            await asyncio.to_thread(redis.wait, 10)
+            minted: list[int] = []
+            async with httpx.AsyncClient(headers=AUTH, timeout=10) as http:
+                t0 = time.monotonic()
+                while time.monotonic() - t0 < 5:  # the sessions talk through the outage; keys are asked for meanwhile
+                    dones = await asyncio.gather(*(answer(conn) for conn in conns))
+                    assert all(d["response"]["status"] == "completed" for d in dones), dones
+                    minted.append((await http.post(f"{c.http}/v1/realtime/client_secrets", json={})).status_code)
+            assert set(minted) == {503}, minted
+            with redis_server(port):
+                async with httpx.AsyncClient() as http:
+                    for r in c.replicas:
+                        assert await wait_until(lambda: _healthy(http, r.http), 8), f"replica {r.port} stayed unhealthy"
+                for key in [await mint(c.http) for _ in range(2)]:
+                    async with session(c.ws, key) as conn:
+                        assert (await answer(conn))["response"]["status"] == "completed"
+                dones = await asyncio.gather(*(answer(conn) for conn in conns))
+                assert all(d["response"]["status"] == "completed" for d in dones)
+                await stack.aclose()
+                assert await wait_until(lambda: _no_sessions(c), 10)
+
+
+async def _healthy(http: httpx.AsyncClient, url: str) -> bool:
+    return (await http.get(f"{url}/healthz")).status_code == 200
 
 
 async def test_kill_9_of_one_replica_ends_only_its_own_sessions(engine):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -19,6 +20,7 @@ import yaml
 
 from tests.conftest import synthetic_config
 from tests.support.client import connect
+from tests.support.peers import OP_CLOSE, RawWebSocket, ResumingClient
 from tests.support.processes import free_port, redis_server, replica
 from tests.support.server import wait_until
 
@@ -70,6 +72,50 @@ async def test_redis_down_refuses_new_sessions_and_keeps_open_ones_then_recovers
                 fresh = (await http.post(f"{r.http}/v1/realtime/client_secrets", json={})).json()["value"]
                 async with connect(ws_base, api_key=fresh) as again:
                     await again.expect("session.created")
+
+
+async def test_redis_unreachable_refuses_keys_with_503_spends_none_and_sessions_resume_through_it():
+    """Redis stopped (SIGSTOP: unreachable, not gone) under an open session: every redemption and
+    mint is a 503 (never a 500, never a session), /healthz says degraded, the session talks on and
+    even resumes after a drop (nothing of it is in Redis); Redis back (SIGCONT), with no restart of
+    the replica: each key minted before opens exactly one session, however many race for it."""
+    with redis_server() as redis_url, replica(config(), redis_url) as r:
+        async with httpx.AsyncClient(headers=AUTH, timeout=10) as http:
+            keys = [(await http.post(f"{r.http}/v1/realtime/client_secrets", json={})).json()["value"] for _ in range(4)]
+            talker = ResumingClient("127.0.0.1", r.port, api_key=API_KEY)
+            await talker.open()
+            await talker.until("conversation.created")
+            redis_url.process.send_signal(signal.SIGSTOP)
+            try:
+                statuses = await asyncio.gather(*[_upgrade_status(r.port, key) for key in keys * 2])
+                assert statuses == [503] * 8, statuses
+                minted = await http.post(f"{r.http}/v1/realtime/client_secrets", json={})
+                assert minted.status_code == 503 and minted.json()["error"]["code"] == "server_unavailable", minted.text
+                assert await wait_until(lambda: _status_is(http, r.http, 503), 6)
+                status, body = await healthz(http, r.http)
+                assert body["status"] == "state_unavailable" and body["degraded"] is True, body
+                await talker.send({"type": "response.create", "response": {"output_modalities": ["text"]}})
+                await talker.until("response.created")
+                talker.drop()
+                await talker.resume()  # the session lives on its replica: a resume needs no Redis
+                await talker.until("response.done")
+                assert talker.events[-1]["response"]["status"] == "completed"
+            finally:
+                redis_url.process.send_signal(signal.SIGCONT)
+            assert await wait_until(lambda: _status_is(http, r.http, 200), 8), "healthz stayed 503 with Redis back"
+            statuses = await asyncio.gather(*[_upgrade_status(r.port, key) for key in keys * 2])
+            assert sorted(statuses) == [101] * 4 + [401] * 4, statuses  # each key spent once, by one of its two
+            assert (await http.post(f"{r.http}/v1/realtime/client_secrets", json={})).status_code == 200
+            await talker.close()
+
+
+async def _upgrade_status(port: int, key: str) -> int:
+    """The status a WebSocket upgrade with ``key`` gets (a 101's session closed at once, cleanly)."""
+    ws = await RawWebSocket.connect("127.0.0.1", port, "/v1/realtime?model=m", {"Authorization": f"Bearer {key}"})
+    if ws.status == 101:
+        await ws.send_frame(OP_CLOSE, struct.pack("!H", 1000))
+    await ws.close()
+    return ws.status
 
 
 async def _status_is(http: httpx.AsyncClient, url: str, status: int) -> bool:

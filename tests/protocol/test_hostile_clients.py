@@ -44,7 +44,9 @@ async def test_a_client_that_stops_reading_is_dropped_after_the_send_timeout(mak
     """Kernel buffers take megabytes before a send blocks; the server still notices within about
     send_timeout_s that nothing it sent is acknowledged, and drops the client (it used to wait
     for keepalive to fail, 40-50 s)."""
-    srv = make_server(reply=" ".join(["word"] * 400), limits={"send_timeout_s": 2.0})
+    # (Not kept for a resume here, so the session's end shows when the connection was dropped;
+    # test_resume.py has a dropped client's session kept.)
+    srv = make_server(reply=" ".join(["word"] * 400), limits={"send_timeout_s": 2.0}, server={"resume": {"grace_s": 0}})
     caplog.set_level(logging.WARNING)
     ws = await RawWebSocket.connect("127.0.0.1", srv.port, "/v1/realtime?model=m", rcvbuf=8192)
     await ws.send_frame(OP_TEXT, json.dumps({"type": "response.create"}).encode())  # 96 s of audio, at once; never read

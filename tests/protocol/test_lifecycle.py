@@ -24,8 +24,9 @@ from tests.support.processes import free_port
 from tests.support.server import ServerThread, until_healthy, wait_until
 
 
-async def test_vanished_client_leaves_nothing_behind(slow_server):
-    srv = slow_server
+async def test_vanished_client_leaves_nothing_behind(make_server):
+    # Kept for a resume for resume.grace_s (test_resume.py), then freed like any ended session.
+    srv = make_server(chunk_interval_ms=40, reply=" ".join(["word"] * 40), server={"resume": {"grace_s": 0.5}})
     pipeline = srv.server.pipeline
     async with connect(srv.ws_base) as c:
         await c.expect("session.created")
