@@ -127,7 +127,7 @@ def human_clips(limit: int | None) -> list[dict[str, Any]]:
 
 def offline(listeners: list[str], clips: list[dict[str, Any]]) -> dict[str, Any]:
     from pipelines import models
-    from pipelines.cascade.listener import open_listener
+    from pipelines.cascade.ears import open_listener
 
     rows: list[dict[str, Any]] = []
     for name in listeners:

@@ -50,15 +50,6 @@ class Listener(Protocol):
         ...
 
 
-def open_listener(name: str, model_dir: str, threads: int = 2) -> Listener:
-    """The listener for a model of ``realtime-omni models`` (its prepared directory)."""
-    if name.startswith("moonshine"):
-        from pipelines.cascade.moonshine import MoonshineListener
-
-        return MoonshineListener(model_dir, threads)
-    return WhisperListener(model_dir, threads)
-
-
 class WhisperListener:
     rate = 16000
 

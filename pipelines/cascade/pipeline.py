@@ -71,7 +71,8 @@ class CascadePipeline(Pipeline):
         log.info("loading models (first start prepares them from their packages) ...")
         asr_dir = str(models.ensure(o.asr_model, log.info))
         voice_dir = models.ensure(o.voice, log.info)
-        from pipelines.cascade.listener import WhisperListener, open_listener
+        from pipelines.cascade.ears import open_listener
+        from pipelines.cascade.listener import WhisperListener
 
         t0 = time.monotonic()
         if o.asr_model.startswith("whisper"):

@@ -134,7 +134,7 @@ class OmniPipeline(Pipeline):
         if self.options.asr_model is not None:
             from pipelines import models
 
-            from pipelines.cascade.listener import open_listener
+            from pipelines.cascade.ears import open_listener
 
             name = self.options.asr_model
             directory = str(models.ensure(name, log.info))
