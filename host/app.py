@@ -13,12 +13,16 @@ from starlette.routing import Route
 
 from realtime_omni.errors import RealtimeError
 from realtime_omni.server import Server
+from realtime_omni.session.tool_servers import unreachable
 from realtime_omni.store import LocalStore
+from realtime_omni.tracing import no_exporter
 from transports import sip, webrtc, websocket
 from transports.http import error_response, require_api_key
 
 from . import control, demo
 from .cors import Cors
+from .mcp_client import McpConnection
+from .otel_tracing import OtelTracing
 
 
 async def healthz(request: Request) -> Response:
@@ -58,6 +62,12 @@ def create_app(server: Server, *, ready_before_serving: bool = False) -> Starlet
 
         limits = server.config.limits
         server.store = RedisStore(server.config.state_url, mint_rate=limits.key_mints_per_s, mint_burst=limits.key_mint_burst)
+    # the other adapters to the outside, unless the server was given its own: both import their SDKs
+    # only once used (a session names an MCP server; an OTLP endpoint is set)
+    if server.connect_mcp is unreachable:
+        server.connect_mcp = McpConnection
+    if server.export_traces is no_exporter:
+        server.export_traces = OtelTracing
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -28,8 +28,9 @@ from .origins import Origins
 from .protocol import events as ev
 from .session import Media, Session
 from .session.config import SessionConfig
+from .session.tool_servers import Connect, unreachable
 from .store import LocalStore, Store, unavailable
-from .tracing import NO_TRACING, Tracing
+from .tracing import NO_TRACING, Exporter, Tracing, no_exporter
 from .tracing import configure as configure_tracing
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,10 @@ class Server:
         self.metrics.watch_pipeline(self.pipeline.stats)
         self.loop_watch = LoopWatch(self.metrics.registry)
         self.tracing: Tracing = NO_TRACING  # per-turn traces (tracing.py): configured by start(), flushed by stop()
+        # the adapters to the outside that host/ composes (as it may swap the store for Redis):
+        # what exports traces, and what reaches a session's MCP servers
+        self.export_traces: Exporter = no_exporter
+        self.connect_mcp: Connect = unreachable
         self.sessions: set[Session] = set()
         self.calls = LiveCalls(lambda: self.store)  # live WebRTC / SIP calls (calls.Call) by call_id
         # keys, the session count and who holds which call: in this process, or shared by replicas
@@ -163,7 +168,7 @@ class Server:
         # the pipeline calls tools is known once it has started (the cascade's thinker's template):
         # the defaults' tools are checked against that then.
         self.defaults = self._defaults(dataclasses.replace(caps, tools=True))
-        self.tracing = configure_tracing(self.config.tracing)
+        self.tracing = configure_tracing(self.config.tracing, self.export_traces)
         await self._load_turn_end()
         await self.store.start(self.replica, self.url, lambda: len(self.sessions))
         self.loop_watch.start()
@@ -347,6 +352,7 @@ class Server:
             timing_metadata=self.config.timing_metadata,
             turn_end=self.turn_end,
             mcp_settings=self.config.mcp,
+            connect_mcp=self.connect_mcp,
             tenant=admission.tenant,
             tracing=self.tracing,
             transport=transport,
