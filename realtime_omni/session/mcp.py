@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -34,6 +34,7 @@ from ..config import McpConfig
 from ..errors import RealtimeError, invalid_value
 from ..ids import new_id
 from ..protocol import events as ev
+from ..tasks import TaskSet
 from .tool_servers import Connect, McpFailure, ToolServer, unreachable
 
 log = logging.getLogger(__name__)
@@ -282,7 +283,7 @@ class McpServers:
         self._connect = connect
         self.connections: dict[str, ToolServer] = {}
         self.listings: dict[str, Listing] = {}  # label -> the tool (secrets kept) and its offered tools
-        self._pending: set[asyncio.Task[Any]] = set()
+        self._pending = TaskSet(session_id)  # the listings under way
         self._lock = asyncio.Lock()  # one ``ensure`` at a time: two updates in a row never race for a label
         self.closed = False  # the session closed: nothing connects any more
 
@@ -332,15 +333,12 @@ class McpServers:
             await emit(ev.McpListToolsCompleted(item_id=item.id))
             await item_done(item)
 
-    def spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        self._pending.spawn(coro, "mcp-list")
 
     async def ready(self) -> None:
         """Wait for the listings under way (a response offers what they find)."""
-        while self._pending:
-            await asyncio.gather(*list(self._pending), return_exceptions=True)
+        await self._pending.join()
 
     def offer(self, tools: list[ev.Tool], taken: set[str]) -> tuple[list[Tool], dict[str, tuple[ev.McpTool, ev.McpListedTool]]]:
         """The pipeline's tools for the MCP servers of ``tools`` (listed), and each tool's server.
@@ -384,9 +382,7 @@ class McpServers:
 
     async def close(self) -> None:
         self.closed = True
-        for task in list(self._pending):
-            task.cancel()
-        await asyncio.gather(*list(self._pending), return_exceptions=True)
+        await self._pending.cancel()
         for label in list(self.connections):
             await self._drop(label)
 
