@@ -67,7 +67,7 @@ class Media:
 
     playout_rate: int | None = None  # a media transport's: answer audio leaves paced, from a playout at this rate
     playout_buffer_ms: int = 200
-    interruption_guard: InterruptionGuard | None = None  # telephony: see ``TurnTaking._guard_holds``
+    interruption_guard: InterruptionGuard | None = None  # telephony: see ``turn_taking.guard_holds``
 
 
 class Session:
