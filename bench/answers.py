@@ -47,6 +47,8 @@ from bench.client import Options
 from bench.common import machine, save, server_process
 from bench.dataset import RATE, Conversation, Turn
 from bench.metrics import dist
+from bench.said import normalise
+from bench.tools import TOOLS, espeak_voice, evaluate, piper_voice
 from dsp.resample import resample
 from realtime_omni import config as config_file
 
@@ -122,30 +124,13 @@ FOLLOW_UPS: list[tuple[str, Prompt]] = [
     ("My favourite color is green.", P("What is my favourite color?", ("green",), "follow")),
 ]
 
-NUMBERS = {
-    "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
-    "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "thirteen": "13", "twenty": "20",
-    "hundred": "100", "one hundred": "100", "a hundred": "100",
-}  # fmt: skip
-
-
 NEGATIONS = ("no", "not", "cannot", "can t", "isn t", "aren t", "doesn t", "don t", "never")
-
-
-def normalise(text: str) -> str:
-    """Lower case, words only, number words as digits ("four" and "4" both become "4")."""
-    text = re.sub(r"[^a-z0-9 ]+", " ", text.lower())
-    for word in sorted(NUMBERS, key=len, reverse=True):
-        text = re.sub(rf"\b{word}\b", NUMBERS[word], text)
-    return " ".join(text.split())
 
 
 def correct(prompt: Prompt, heard: str, calls: Sequence[dict[str, str]] = ()) -> bool:
     """The key word(s) heard in the answer; or, for arithmetic with a calculator offered, the
     answer was a call to it whose expression comes to the key (what an app would run and say)."""
     if calls:
-        from bench.tools import evaluate  # (bench.tools imports this module)
-
         try:
             values = [evaluate(json.loads(c["arguments"]).get("expression", "")) if c["name"] == "calculate" else None for c in calls]
         except (ValueError, AttributeError):
@@ -228,8 +213,6 @@ def config(name: str, silence_ms: int, tools: bool = False) -> dict[str, Any]:
     cfg["pipeline"]["options"]["thinker"].update(thinker)
     cfg["session"].setdefault("audio", {}).setdefault("input", {})["turn_detection"] = {"type": "server_vad", "silence_duration_ms": silence_ms}
     if tools:
-        from bench.tools import TOOLS
-
         cfg["session"]["tools"] = [dict(t) for t in TOOLS]
     return cfg
 
@@ -342,8 +325,6 @@ def main() -> None:
     from pipelines.cascade.listener import WhisperListener
 
     ears = WhisperListener(str(models.ensure("whisper-base", print)), 2, 1)
-    from bench.tools import espeak_voice, piper_voice
-
     items = conversations(args.limit, piper_voice() if args.voice == "piper" else espeak_voice)
     result: dict[str, Any] = {"machine": machine(), "voice": args.voice, "silence_ms": args.silence_ms, "tools": args.tools, "anonymous": args.anonymous, "configs": {}}
     for name in args.configs:

@@ -62,10 +62,10 @@ from typing import Any
 
 import numpy as np
 
-from bench.answers import NUMBERS, normalise
 from bench.audio import espeak, speech_bounds_ms
 from bench.common import free_port, machine, save, server_process
 from bench.metrics import audible_at, dist
+from bench.said import NUMBERS, normalise
 from dsp.resample import resample
 from realtime_omni import config as config_file
 

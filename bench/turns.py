@@ -48,7 +48,7 @@ import itertools
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
@@ -70,6 +70,7 @@ from realtime_omni.metrics import Metrics
 from realtime_omni.protocol import events as ev
 from realtime_omni.session import Session
 from realtime_omni.session.config import SessionConfig
+from realtime_omni.tasks import TaskSet
 
 LEAD_MS = 600
 PAUSE_MS = 100  # configs/cpu.yaml's turn_end.pause_ms: where the cascade starts hearing (and judging)
@@ -122,13 +123,11 @@ class _Listening(PipelineSession):
         self.pipeline = pipeline
         self.turn: list[np.ndarray] = []
         self.streamed: Any = None
-        self.tasks: set[asyncio.Future[Any]] = set()
+        self.tasks = TaskSet(session_id)
         self.hearing = Hearing(pipeline.hear, pipeline.thinker, "bench-turns", pipeline.counts, self._background, session_id, pipeline.judge)
 
-    def _background(self, coro: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+    def _background(self, coro: Coroutine[Any, Any, Any]) -> None:
+        self.tasks.spawn(coro, "hearing")
 
     def judge_words(self, on: bool) -> None:
         self.hearing.judging = on and self.pipeline.judge is not None
@@ -170,7 +169,7 @@ class _Listening(PipelineSession):
         await self.hearing.close()
         if self.streamed is not None:
             await self.streamed.close()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.tasks.join()
 
 
 class Timed(TurnEndPolicy):

@@ -11,14 +11,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from realtime_omni.errors import RealtimeError
 from realtime_omni.server import Server
+from realtime_omni.session.tool_servers import unreachable
 from realtime_omni.store import LocalStore
+from realtime_omni.tracing import no_exporter
 from transports import sip, webrtc, websocket
-from transports.http import error_response, require_api_key
+from transports.http import require_api_key
 
 from . import control, demo
 from .cors import Cors
+from .errors import HANDLERS
+from .mcp_client import McpConnection
+from .otel_tracing import OtelTracing
 
 
 async def healthz(request: Request) -> Response:
@@ -43,10 +47,7 @@ async def healthz(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     server: Server = request.app.state.server
     if server.config.metrics_need_key:
-        try:
-            require_api_key(request)
-        except RealtimeError as err:
-            return error_response(err, 401)
+        require_api_key(request)
     return Response(server.metrics.render(), media_type="text/plain; version=0.0.4")
 
 
@@ -59,6 +60,12 @@ def create_app(server: Server, *, ready_before_serving: bool = False) -> Starlet
 
         limits = server.config.limits
         server.store = RedisStore(server.config.state_url, mint_rate=limits.key_mints_per_s, mint_burst=limits.key_mint_burst)
+    # the other adapters to the outside, unless the server was given its own: both import their SDKs
+    # only once used (a session names an MCP server; an OTLP endpoint is set)
+    if server.connect_mcp is unreachable:
+        server.connect_mcp = McpConnection
+    if server.export_traces is no_exporter:
+        server.export_traces = OtelTracing
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -78,6 +85,7 @@ def create_app(server: Server, *, ready_before_serving: bool = False) -> Starlet
     app = Starlette(
         routes=[Route("/healthz", healthz), Route("/metrics", metrics), *control.routes(), *webrtc.routes(), *websocket.routes(), *demo.routes(server)],
         lifespan=lifespan,
+        exception_handlers=HANDLERS,  # a RealtimeError an HTTP endpoint raises: its JSON answer
         middleware=[Middleware(Cors, server=server)] if server.origins.checked else [],
     )
     app.state.server = server

@@ -8,13 +8,12 @@
     POST   /v1/realtime/calls/{call_id}/hangup    end any call
     DELETE /v1/realtime/calls/{call_id}           the same
 
-Errors are OpenAI-shaped (transports/http.py). Call control works on any live call through
+Errors are OpenAI-shaped (transports/http.py), answered by the app's handlers (errors.py). Call control works on any live call through
 ``calls.Call``'s verbs; it knows no transport.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import msgspec
@@ -30,7 +29,9 @@ from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import decode_session
 from realtime_omni.server import Server
 from transports.forward import forward_http, owner_elsewhere
-from transports.http import error_response, json_body, read_body, request_key, require_api_key
+from transports.http import json_body, read_body, request_key, require_api_key
+
+from .errors import Throttled
 
 
 def routes() -> list[Route]:
@@ -79,29 +80,13 @@ async def mint_key(server: Server, ttl: int, session: ev.SessionObject | None, i
     return key, effective.wire
 
 
-class Throttled(RealtimeError):
-    """429, with the seconds to wait in ``Retry-After``."""
-
-    def __init__(self, message: str, retry_after_s: float) -> None:
-        super().__init__(message, code="rate_limit_exceeded", type="rate_limit_error")
-        self.retry_after_s = retry_after_s
-
-
-def refused(err: RealtimeError) -> Response:
-    headers = {"Retry-After": str(max(1, math.ceil(err.retry_after_s)))} if isinstance(err, Throttled) else None
-    return error_response(err, headers=headers)
-
-
 async def client_secrets(request: Request) -> Response:
     server: Server = request.app.state.server
-    try:
-        require_api_key(request)
-        body = await json_body(request)
-        ttl = _ttl(body)
-        session = decode_session(msgspec.json.encode(body["session"])) if body.get("session") is not None else None
-        key, wire = await mint_key(server, ttl, session, request_key(request))
-    except RealtimeError as err:
-        return refused(err)
+    require_api_key(request)
+    body = await json_body(request)
+    ttl = _ttl(body)
+    session = decode_session(msgspec.json.encode(body["session"])) if body.get("session") is not None else None
+    key, wire = await mint_key(server, ttl, session, request_key(request))
     session_out = {"id": new_id("sess"), "object": "realtime.session", **msgspec.to_builtins(wire), "expires_at": key.expires_at}
     return JSONResponse({"value": key.value, "expires_at": key.expires_at, "session": session_out})
 
@@ -109,14 +94,11 @@ async def client_secrets(request: Request) -> Response:
 async def beta_sessions(request: Request) -> Response:
     """Beta ``POST /v1/realtime/sessions``: a flat session body, the key under ``client_secret``."""
     server: Server = request.app.state.server
-    try:
-        require_api_key(request)
-        body = await json_body(request)
-        body.pop("client_secret", None)
-        session = decode_session(msgspec.json.encode(body)) if body else None
-        key, wire = await mint_key(server, keys.DEFAULT_TTL_S, session, request_key(request))
-    except RealtimeError as err:
-        return refused(err)
+    require_api_key(request)
+    body = await json_body(request)
+    body.pop("client_secret", None)
+    session = decode_session(msgspec.json.encode(body)) if body else None
+    key, wire = await mint_key(server, keys.DEFAULT_TTL_S, session, request_key(request))
     out = msgspec.to_builtins(wire)
     out.update({"id": new_id("sess"), "object": "realtime.session", "client_secret": {"value": key.value, "expires_at": key.expires_at}})
     return JSONResponse(out)
@@ -140,41 +122,35 @@ async def _elsewhere(request: Request) -> Response | None:
 
 
 async def call_action(request: Request) -> Response:
-    try:
-        require_api_key(request)
-        if (answer := await _elsewhere(request)) is not None:
-            return answer
-        call = _call(request)
-        body = await json_body(request)
-        action = request.path_params["action"]
-        if action == "accept":
-            await call.accept(decode_session(msgspec.json.encode(body)) if body else ev.SessionObject())
-        elif action == "reject":
-            status = body.get("status_code", 603)
-            if not isinstance(status, int) or isinstance(status, bool) or not 400 <= status <= 699:
-                raise RealtimeError("Invalid 'status_code': expected a SIP status code from 400 to 699.", code="invalid_value", param="status_code")
-            await call.reject(status)
-        elif action == "refer":
-            target = body.get("target_uri")
-            if not isinstance(target, str) or not target.lower().startswith(("sip:", "sips:", "tel:")):
-                raise RealtimeError("Invalid 'target_uri': expected a sip:, sips: or tel: URI.", code="invalid_value", param="target_uri")
-            await call.refer(target)
-        elif action == "hangup":
-            await call.hangup("hangup")
-        else:
-            return error_response(RealtimeError(f"Unknown call action {action!r}.", code="not_found"), 404)
-    except RealtimeError as err:
-        return error_response(err)
+    require_api_key(request)
+    if (answer := await _elsewhere(request)) is not None:
+        return answer
+    call = _call(request)
+    body = await json_body(request)
+    action = request.path_params["action"]
+    if action == "accept":
+        await call.accept(decode_session(msgspec.json.encode(body)) if body else ev.SessionObject())
+    elif action == "reject":
+        status = body.get("status_code", 603)
+        if not isinstance(status, int) or isinstance(status, bool) or not 400 <= status <= 699:
+            raise RealtimeError("Invalid 'status_code': expected a SIP status code from 400 to 699.", code="invalid_value", param="status_code")
+        await call.reject(status)
+    elif action == "refer":
+        target = body.get("target_uri")
+        if not isinstance(target, str) or not target.lower().startswith(("sip:", "sips:", "tel:")):
+            raise RealtimeError("Invalid 'target_uri': expected a sip:, sips: or tel: URI.", code="invalid_value", param="target_uri")
+        await call.refer(target)
+    elif action == "hangup":
+        await call.hangup("hangup")
+    else:
+        raise RealtimeError(f"Unknown call action {action!r}.", code="not_found")
     return Response(status_code=200)
 
 
 async def delete_call(request: Request) -> Response:
-    try:
-        require_api_key(request)
-        if (answer := await _elsewhere(request)) is not None:
-            return answer
-        call = _call(request)
-    except RealtimeError as err:
-        return error_response(err)
+    require_api_key(request)
+    if (answer := await _elsewhere(request)) is not None:
+        return answer
+    call = _call(request)
     await call.hangup("hangup")
     return Response(status_code=200)

@@ -18,9 +18,8 @@ from starlette.staticfiles import StaticFiles
 
 from realtime_omni.errors import RealtimeError
 from realtime_omni.server import Server
-from transports.http import error_response
 
-from .control import mint_key, refused
+from .control import mint_key
 
 WEB_DEMO = Path(__file__).resolve().parent.parent / "web_demo"
 
@@ -52,11 +51,7 @@ async def config(request: Request) -> Response:
 async def mint(request: Request) -> Response:
     server: Server = request.app.state.server
     if not (server.config.api_key and server.config.web_demo_mints_keys):
-        err = RealtimeError("This server does not hand out keys to the demo page (web_demo_mints_keys is off).", code="forbidden")
-        return error_response(err, 403)
-    try:
-        key, _ = await mint_key(server, 60, None, server.config.api_key)
-    except RealtimeError as err:
-        return refused(err)
+        raise RealtimeError("This server does not hand out keys to the demo page (web_demo_mints_keys is off).", code="forbidden")
+    key, _ = await mint_key(server, 60, None, server.config.api_key)
     return JSONResponse({"value": key.value, "expires_at": key.expires_at})
 

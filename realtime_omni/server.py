@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import pipelines
 from pipelines.base import Capabilities, Pipeline, TurnModel
-from pipelines.turn_end.policy import TurnEndPolicy
+from pipelines.turn_end.policy import TurnEndConfig, TurnEndPolicy
 
 from .config import ServerConfig
 from .errors import RealtimeError
@@ -23,14 +23,16 @@ from .ids import new_id
 from .keys import is_ephemeral
 from .lifecycle import PIPELINE_FAILED, STARTUP_FAILED, Lifecycle, ServerState, health_status
 from .loopwatch import LoopWatch
+from .memory import MemoryTrim
 from .metrics import Metrics
 from .origins import Origins
 from .protocol import events as ev
 from .resume import Holds
 from .session import Media, Session
 from .session.config import SessionConfig
+from .session.tool_servers import Connect, unreachable
 from .store import LocalStore, Store, unavailable
-from .tracing import NO_TRACING, Tracing
+from .tracing import NO_TRACING, Exporter, Tracing, no_exporter
 from .tracing import configure as configure_tracing
 
 log = logging.getLogger(__name__)
@@ -89,14 +91,22 @@ class Admission:
     tenant: str | None = None  # the prefix-cache namespace of the key (``Server.tenant``); None: the session's own
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None elsewhere (musl, macOS)."""
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
+async def load_turn_end(policy: TurnEndPolicy, config: TurnEndConfig) -> None:
+    """semantic_vad's model on the sound. Without it (not installed, not loadable) semantic_vad
+    still works, on a fixed silence per eagerness, and the server says so."""
+    name = config.model
+    loop = asyncio.get_running_loop()
+    if policy.model is None and name:
+        try:
+            model = pipelines.turn_model(name, config.threads)
+            await loop.run_in_executor(None, model.load)
+            policy.model = model
+        except Exception as exc:
+            log.warning("semantic_vad falls back to fixed silences: the end-of-turn model %s is unavailable (%s)", name, exc)
+    elif policy.model is not None:
+        await loop.run_in_executor(None, policy.model.load)
+    if policy.model is not None:
+        log.info("semantic_vad: end-of-turn model %s", policy.model.name)
 
 
 def _unknown_ephemeral_key() -> RealtimeError:
@@ -114,6 +124,10 @@ class Server:
         self.metrics.watch_pipeline(self.pipeline.stats)
         self.loop_watch = LoopWatch(self.metrics.registry)
         self.tracing: Tracing = NO_TRACING  # per-turn traces (tracing.py): configured by start(), flushed by stop()
+        # the adapters to the outside that host/ composes (as it may swap the store for Redis):
+        # what exports traces, and what reaches a session's MCP servers
+        self.export_traces: Exporter = no_exporter
+        self.connect_mcp: Connect = unreachable
         self.sessions: set[Session] = set()
         self.calls = LiveCalls(lambda: self.store)  # live WebRTC / SIP calls (calls.Call) by call_id
         self.holds = Holds()  # WebSocket sessions a dropped client may resume (resume.py), by session id
@@ -128,8 +142,7 @@ class Server:
         self.on_fatal: Callable[[], None] | None = None  # set by the runner: stop serving
         self._drain: asyncio.Task[None] | None = None
         self._failure_watch: asyncio.Task[None] | None = None
-        self._trimmer: asyncio.Task[None] | None = None
-        self._closed_since_trim = 0
+        self.memory = MemoryTrim()
         self._starting: asyncio.Task[None] | None = None
 
     @property
@@ -165,8 +178,8 @@ class Server:
         # the pipeline calls tools is known once it has started (the cascade's thinker's template):
         # the defaults' tools are checked against that then.
         self.defaults = self._defaults(dataclasses.replace(caps, tools=True))
-        self.tracing = configure_tracing(self.config.tracing)
-        await self._load_turn_end()
+        self.tracing = configure_tracing(self.config.tracing, self.export_traces)
+        await load_turn_end(self.turn_end, self.config.turn_end)
         await self.store.start(self.replica, self.url, lambda: len(self.sessions))
         self.loop_watch.start()
         await self.pipeline.start()
@@ -175,25 +188,8 @@ class Server:
         if self.lifecycle.state is ServerState.STARTING:  # (a SIGTERM meanwhile: it drains)
             self.lifecycle = self.lifecycle.to(ServerState.READY)
         self._failure_watch = asyncio.create_task(self._watch_for_failure(), name="pipeline-failure-watch")
-        self._trimmer = asyncio.create_task(self._trim_memory(), name="memory-trim")
+        self.memory.start()
         log.info("ready: pipeline %s", caps.name)
-
-    async def _load_turn_end(self) -> None:
-        """semantic_vad's model on the sound. Without it (not installed, not loadable) semantic_vad
-        still works, on a fixed silence per eagerness, and the server says so."""
-        policy, name = self.turn_end, self.config.turn_end.model
-        loop = asyncio.get_running_loop()
-        if policy.model is None and name:
-            try:
-                model = pipelines.turn_model(name, self.config.turn_end.threads)
-                await loop.run_in_executor(None, model.load)
-                policy.model = model
-            except Exception as exc:
-                log.warning("semantic_vad falls back to fixed silences: the end-of-turn model %s is unavailable (%s)", name, exc)
-        elif policy.model is not None:
-            await loop.run_in_executor(None, policy.model.load)
-        if policy.model is not None:
-            log.info("semantic_vad: end-of-turn model %s", policy.model.name)
 
     async def _watch_for_failure(self, every_s: float = 0.5, grace_s: float = 1.0) -> None:
         """A pipeline failed for good (``Pipeline.failed``): with ``on_pipeline_failure: exit``, let
@@ -232,10 +228,10 @@ class Server:
         if self._starting is not None and not self._starting.done():
             self._starting.cancel()
             await asyncio.gather(self._starting, return_exceptions=True)
-        for task in (self._failure_watch, self._trimmer):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        if self._failure_watch is not None:
+            self._failure_watch.cancel()
+            await asyncio.gather(self._failure_watch, return_exceptions=True)
+        await self.memory.stop()
         await self.drain()
         await self.store.stop()
         await self.loop_watch.stop()
@@ -349,6 +345,7 @@ class Server:
             timing_metadata=self.config.timing_metadata,
             turn_end=self.turn_end,
             mcp_settings=self.config.mcp,
+            connect_mcp=self.connect_mcp,
             tenant=admission.tenant,
             tracing=self.tracing,
             transport=transport,
@@ -366,23 +363,13 @@ class Server:
             self.sessions.discard(session)
             await self._release_slot()
         self.metrics.sessions_active.set(len(self.sessions))
-        self._closed_since_trim += 1
+        self.memory.session_closed()
 
     async def _release_slot(self) -> None:
         try:
             await self.store.release_session()
         except RealtimeError as err:  # unreachable: the shared count is mended from ours once it is back
             log.warning("could not release a session slot: %s", err.message)
-
-    async def _trim_memory(self, every_s: float = 30.0) -> None:
-        """Hand memory that ended sessions freed back to the system (glibc keeps it otherwise: RSS
-        would stay at the high-water mark of the busiest minute), at most every ``every_s``."""
-        trim = _malloc_trim()
-        while trim is not None:
-            await asyncio.sleep(every_s)
-            if self._closed_since_trim:
-                self._closed_since_trim = 0
-                trim(0)
 
     async def drain(self, let_run_s: float = 0.0) -> None:
         """Stop admitting sessions (``/healthz`` 503 from now on: a balancer sends no more), let

@@ -45,6 +45,11 @@ class TaskSet:
         task.add_done_callback(self._tasks.discard)
         return task
 
+    async def join(self) -> None:
+        """Wait until no task is left, those spawned meanwhile too."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
     async def cancel(self) -> None:
         """Cancel every task but the caller's own, and wait for them to finish."""
         current = asyncio.current_task()

@@ -51,7 +51,7 @@ from realtime_omni.session import Media, Session
 from realtime_omni.session.playout import Playout
 from realtime_omni.tasks import TaskSet
 
-from .http import error_response, read_body, request_key
+from .http import read_body, request_key
 
 log = logging.getLogger(__name__)
 
@@ -94,14 +94,13 @@ async def create_call_beta(request: Request) -> Response:
 
 
 async def _create(request: Request, *, beta: bool) -> Response:
+    """The offer answered (201), or the ``RealtimeError`` that refuses it, answered by the app's
+    handler (host/errors.py)."""
     server: Server = request.app.state.server
-    try:
-        server.check_origin(request.headers.get("origin"))
-        admission = await server.admit(request_key(request))
-        sdp, update = await _read_offer(request)
-        call = await WebRTCCall.open(server, sdp, beta=beta, model=request.query_params.get("model"), admission=admission, updates=(update,))
-    except RealtimeError as err:
-        return error_response(err)
+    server.check_origin(request.headers.get("origin"))
+    admission = await server.admit(request_key(request))
+    sdp, update = await _read_offer(request)
+    call = await WebRTCCall.open(server, sdp, beta=beta, model=request.query_params.get("model"), admission=admission, updates=(update,))
     headers = {"Location": f"/v1/realtime/calls/{call.id}"}
     return Response(call.answer, status_code=201, media_type="application/sdp", headers=headers)
 

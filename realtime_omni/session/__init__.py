@@ -17,7 +17,8 @@ transport it serves; pipelines are reached only through ``pipelines.base.Pipelin
     audio_out.py     EventAudio / PacedAudio: where a run's audio goes
     config.py        SessionConfig: the effective session, session.update and response params folded
     conversation.py  the items, their wire form, and what of an answer was heard
-    mcp.py           MCP tools run by the server: the allow-list, a session's connections, MCP items
+    mcp.py           MCP tools run by the server: the allow-list, a session's servers, MCP items
+    tool_servers.py  the port to an MCP server (its client, the MCP SDK, is host/mcp_client.py)
     turns.py         TurnDetector: voice activity -> speech started / paused / stopped
     input_buffer.py  the input audio buffer (bounded)
     outbox.py        the bounded queue of events waiting for the transport

@@ -6,13 +6,10 @@ connection, and every request a connection makes (a redirect's too) is checked a
 again. ``headers`` and ``authorization`` go to the MCP server only: the session keeps the tool
 without them (what ``session.updated`` shows), and nothing here logs them.
 
-One connection per server (``server_label``) per session, opened with the official ``mcp`` SDK
-(Streamable HTTP; the older HTTP+SSE transport where a server refuses that with 404/405, or for
-the URL prefixes of ``mcp.sse_servers``) when a ``session.update`` or a ``response.create`` names
-it, kept for the session, closed with it. Each connection lives in a task of its own (the SDK's
-transports are anyio task groups, which must be left by the task that entered them); calls reach
-its ``ClientSession`` from the responses' tasks. Listing and each call are bounded in time, an
-output in size, the servers of a session in number.
+One connection per server (``server_label``) per session, opened through the ``Connect`` port
+(tool_servers.py; the ``mcp`` SDK's client is host/mcp_client.py) when a ``session.update`` or a
+``response.create`` names it, kept for the session, closed with it; the servers of a session are
+bounded in number.
 
 The items this adds to a conversation (``McpListTools``, ``McpCall``, ``McpApprovalRequest``,
 ``McpApprovalResponse``) are the session's, not a pipeline's: a pipeline sees a finished call as
@@ -22,10 +19,9 @@ the function call and output it knows (``pipeline_view``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -38,11 +34,12 @@ from ..config import McpConfig
 from ..errors import RealtimeError, invalid_value
 from ..ids import new_id
 from ..protocol import events as ev
+from ..tasks import TaskSet
+from .tool_servers import Connect, McpFailure, ToolServer, unreachable
 
 log = logging.getLogger(__name__)
 
 DECLINED = "The user declined this tool call."
-SSE_IDLE_S = 24 * 3600.0  # the longest an SSE server's event stream may stay silent
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,221 +254,14 @@ def forced(choice: ev.ToolChoiceMcp, where: dict[str, tuple[ev.McpTool, ev.McpLi
 
 
 # ---------------------------------------------------------------------------------------------
-# Connections
+# A session's servers
 # ---------------------------------------------------------------------------------------------
-
-
-class McpFailure(Exception):
-    def __init__(self, error: ev.McpCallError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
-class NotAllowed(Exception):
-    """A request (a redirect's) to a URL off the allow-list."""
-
-
-def _failure(exc: BaseException, what: str) -> McpFailure:
-    if isinstance(exc, McpFailure):
-        return exc
-    if isinstance(exc, TimeoutError):
-        return McpFailure(ev.McpCallError(type="protocol_error", code=-32001, message=f"The MCP server did not answer the {what} in time."))
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    if isinstance(status, int):
-        return McpFailure(ev.McpCallError(type="http_error", code=status, message=f"The MCP server answered the {what} with HTTP {status}."))
-    error = getattr(exc, "error", None)
-    code = getattr(error, "code", None)
-    detail = str(getattr(error, "message", "") or exc) or type(exc).__name__
-    if isinstance(exc, NotAllowed) or any(isinstance(e, NotAllowed) for e in _causes(exc)):
-        detail = "a request went to a URL outside mcp.allowed_servers (a redirect?), so it was refused"
-    return McpFailure(ev.McpCallError(type="protocol_error", code=code if isinstance(code, int) else -32603, message=f"The {what} failed: {detail}"))
-
-
-def _causes(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    stack = [exc]
-    while stack and len(seen) < 32:
-        e = stack.pop()
-        seen.append(e)
-        stack += [c for c in (e.__cause__, e.__context__) if c is not None]
-        stack += list(getattr(e, "exceptions", ()))
-    return seen
-
-
-class McpConnection:
-    """One MCP server of a session, held open by a task of its own."""
-
-    def __init__(self, tool: ev.McpTool, settings: McpConfig, session_id: str) -> None:
-        self.tool = tool
-        self.settings = settings
-        self.key = _key(tool)
-        self._session: Any = None
-        self._ready: asyncio.Future[list[ev.McpListedTool]] = asyncio.get_running_loop().create_future()
-        self._closing = asyncio.Event()
-        self.off_list = False  # a request of this connection went to a URL off the allow-list (and was refused)
-        self._task = asyncio.create_task(self._hold(), name=f"mcp:{session_id}:{tool.server_label}")
-
-    @property
-    def closed(self) -> bool:
-        return self._task.done()
-
-    async def listed(self) -> list[ev.McpListedTool]:
-        """The server's tools, once connected (``McpFailure`` if it could not be reached in time)."""
-        try:
-            async with asyncio.timeout(self.settings.list_timeout_s):
-                return await asyncio.shield(self._ready)
-        except Exception as exc:
-            await self.close()
-            # (a refused request can surface as a timeout: the SSE client logs its send's failure and waits on)
-            raise _failure(NotAllowed() if self.off_list else exc, "listing of its tools") from None
-
-    async def _hold(self) -> None:
-        url = str(self.tool.server_url)
-        # Streamable HTTP first, then the older HTTP+SSE transport where the server refused the
-        # first with 404/405 (the MCP spec's backwards-compatible client), or at once for a server
-        # under ``mcp.sse_servers``
-        transports = ["sse"] if allowed(url, self.settings.sse_servers) else ["streamable_http", "sse"]
-        try:
-            for transport in transports:
-                refused: list[int] = []  # what a POST of Streamable HTTP got back, if it was 404 or 405
-                try:
-                    async with contextlib.AsyncExitStack() as stack:
-                        session = await self._open(stack, transport, refused)
-                        await session.initialize()
-                        tools = await self._list(session)
-                        self._session = session
-                        if not self._ready.done():
-                            self._ready.set_result(tools)
-                        await self._closing.wait()
-                        return
-                except Exception:
-                    if transport == "streamable_http" and refused and not self._ready.done() and not self._closing.is_set():
-                        log.info("MCP server %r answered HTTP %d to Streamable HTTP: trying SSE", self.tool.server_label, refused[0])
-                        continue
-                    raise
-        except BaseException as exc:  # (cancellation included: the session closed while connecting)
-            if not self._ready.done():
-                self._ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError("closed"))
-            if not isinstance(exc, Exception):
-                raise  # (cancelled: the session closed while connecting)
-            log.info("MCP server %r: connection ended: %s", self.tool.server_label, type(exc).__name__)
-        finally:
-            self._session = None
-
-    async def _open(self, stack: contextlib.AsyncExitStack, transport: str, refused: list[int]) -> Any:
-        """A ``ClientSession`` over ``transport`` (not yet initialized), its HTTP client checking
-        every request (a redirect's, SSE's message endpoint) against the allow-list."""
-        from mcp import ClientSession
-        from mcp.client.sse import sse_client
-        from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared._httpx_utils import create_mcp_http_client
-
-        prefixes = self.settings.allowed_servers
-        headers = dict(self.tool.headers) if isinstance(self.tool.headers, dict) else {}
-        if isinstance(self.tool.authorization, str):
-            headers["Authorization"] = f"Bearer {self.tool.authorization}"
-
-        async def check(request: Any) -> None:
-            if not allowed(str(request.url), prefixes):
-                self.off_list = True
-                raise NotAllowed("a request to a URL outside mcp.allowed_servers")
-
-        async def status(response: Any) -> None:
-            if response.request.method == "POST" and response.status_code in (404, 405):
-                refused.append(response.status_code)
-
-        def client(headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None) -> Any:
-            http = create_mcp_http_client(headers=headers, timeout=timeout, auth=auth)  # (listing and calls are bounded here, with asyncio)
-            http.event_hooks = {"request": [check], "response": [status]}
-            return http
-
-        url = str(self.tool.server_url)
-        if transport == "sse":
-            # (a session's connection may sit idle for long: the SDK's 300 s read timeout would drop it)
-            sse = sse_client(url, headers=headers, timeout=self.settings.list_timeout_s, sse_read_timeout=SSE_IDLE_S, httpx_client_factory=client)
-            read, write = await stack.enter_async_context(sse)
-        else:
-            http = await stack.enter_async_context(client(headers))
-            read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
-        return await stack.enter_async_context(ClientSession(read, write, read_timeout_seconds=self.settings.call_timeout_s))
-
-    @staticmethod
-    async def _list(session: Any) -> list[ev.McpListedTool]:
-        tools: list[ev.McpListedTool] = []
-        cursor: str | None = None
-        for _ in range(100):  # pages
-            page = await session.list_tools(params=_page(cursor))
-            tools += [_listed(t) for t in page.tools]
-            cursor = page.next_cursor
-            if not cursor:
-                break
-        return tools
-
-    async def call(self, name: str, arguments: dict[str, Any]) -> str:
-        session = self._session
-        if session is None or self.closed:
-            raise McpFailure(ev.McpCallError(type="protocol_error", code=-32000, message="The connection to the MCP server is closed."))
-        try:
-            async with asyncio.timeout(self.settings.call_timeout_s):
-                result = await session.call_tool(name, arguments)
-        except Exception as exc:
-            raise _failure(NotAllowed() if self.off_list else exc, "call") from None
-        text = _text(result)
-        size = len(text.encode())
-        if size > self.settings.max_output_bytes:
-            message = f"The tool's output ({size} bytes) is over this server's limit of {self.settings.max_output_bytes} bytes (mcp.max_output_bytes)."
-            raise McpFailure(ev.McpCallError(type="tool_execution_error", message=message))
-        if getattr(result, "is_error", False):
-            raise McpFailure(ev.McpCallError(type="tool_execution_error", message=text or "The tool failed."))
-        return text
-
-    async def close(self) -> None:
-        self._closing.set()
-        if not self._task.done():
-            try:
-                async with asyncio.timeout(5.0):
-                    await asyncio.shield(self._task)
-            except (TimeoutError, Exception):
-                self._task.cancel()
-                with contextlib.suppress(BaseException):
-                    await self._task
-        if self._ready.done() and not self._ready.cancelled():
-            self._ready.exception()  # (retrieved: a failed listing is reported, not logged as never read)
 
 
 def _key(tool: ev.McpTool) -> tuple[Any, ...]:
     headers = tuple(sorted(tool.headers.items())) if isinstance(tool.headers, dict) else ()
     return (tool.server_url, headers, tool.authorization)
 
-
-def _page(cursor: str | None) -> Any:
-    if cursor is None:
-        return None
-    from mcp.types import PaginatedRequestParams
-
-    return PaginatedRequestParams(cursor=cursor)
-
-
-def _listed(tool: Any) -> ev.McpListedTool:
-    annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations is not None else None
-    schema = tool.input_schema if isinstance(tool.input_schema, dict) else {"type": "object"}
-    return ev.McpListedTool(name=tool.name, input_schema=schema, description=tool.description, annotations=annotations)
-
-
-def _text(result: Any) -> str:
-    """A call's content as one string: its text parts, anything else as JSON."""
-    parts = []
-    for content in getattr(result, "content", None) or []:
-        text = getattr(content, "text", None)
-        parts.append(text if isinstance(text, str) else json.dumps(content.model_dump(mode="json", exclude_none=True)))
-    if not parts and getattr(result, "structured_content", None) is not None:
-        parts.append(json.dumps(result.structured_content))
-    return "\n".join(parts)
-
-
-# ---------------------------------------------------------------------------------------------
-# A session's servers
-# ---------------------------------------------------------------------------------------------
 
 Emit = Callable[[Any], Awaitable[Any]]
 AddItem = Callable[[McpListTools], Awaitable[None]]  # adds the item and says conversation.item.added
@@ -486,13 +276,14 @@ class Listing:
 class McpServers:
     """A session's MCP servers: connected and listed on demand, one connection per label."""
 
-    def __init__(self, settings: McpConfig, session_id: str, *, beta: bool = False) -> None:
+    def __init__(self, settings: McpConfig, session_id: str, *, beta: bool = False, connect: Connect = unreachable) -> None:
         self.settings = settings
         self.session_id = session_id
         self.beta = beta
-        self.connections: dict[str, McpConnection] = {}
+        self._connect = connect
+        self.connections: dict[str, ToolServer] = {}
         self.listings: dict[str, Listing] = {}  # label -> the tool (secrets kept) and its offered tools
-        self._pending: set[asyncio.Task[Any]] = set()
+        self._pending = TaskSet(session_id)  # the listings under way
         self._lock = asyncio.Lock()  # one ``ensure`` at a time: two updates in a row never race for a label
         self.closed = False  # the session closed: nothing connects any more
 
@@ -513,12 +304,12 @@ class McpServers:
             if self.closed:  # (the session closed while an earlier server was listed)
                 return
             current = self.connections.get(label)
-            if current is not None and current.key == _key(tool) and not current.closed:
+            if current is not None and _key(current.tool) == _key(tool) and not current.closed:
                 self.listings[label] = Listing(tool, self.listings[label].tools) if label in self.listings else Listing(tool, [])
                 continue
             if current is not None:
                 await self._drop(label)
-            connection = self.connections[label] = McpConnection(tool, self.settings, self.session_id)
+            connection = self.connections[label] = self._connect(tool, self.settings, self.session_id)
             item = McpListTools(new_id("item"), label)
             await add_item(item)
             await emit(ev.McpListToolsInProgress(item_id=item.id))
@@ -542,15 +333,12 @@ class McpServers:
             await emit(ev.McpListToolsCompleted(item_id=item.id))
             await item_done(item)
 
-    def spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        self._pending.spawn(coro, "mcp-list")
 
     async def ready(self) -> None:
         """Wait for the listings under way (a response offers what they find)."""
-        while self._pending:
-            await asyncio.gather(*list(self._pending), return_exceptions=True)
+        await self._pending.join()
 
     def offer(self, tools: list[ev.Tool], taken: set[str]) -> tuple[list[Tool], dict[str, tuple[ev.McpTool, ev.McpListedTool]]]:
         """The pipeline's tools for the MCP servers of ``tools`` (listed), and each tool's server.
@@ -594,9 +382,7 @@ class McpServers:
 
     async def close(self) -> None:
         self.closed = True
-        for task in list(self._pending):
-            task.cancel()
-        await asyncio.gather(*list(self._pending), return_exceptions=True)
+        await self._pending.cancel()
         for label in list(self.connections):
             await self._drop(label)
 

@@ -25,7 +25,8 @@ from ..ids import new_id
 from ..protocol import events as ev
 from ..tracing import NO_CALL, NO_RESPONSE, CallTrace, ResponseTrace
 from .conversation import Alignment, to_wire
-from .mcp import McpApprovalRequest, McpCall, McpFailure, McpItem, needs_approval
+from .mcp import McpApprovalRequest, McpCall, McpItem, needs_approval
+from .tool_servers import McpFailure
 
 if TYPE_CHECKING:
     from .port import Port

@@ -52,6 +52,7 @@ from .outbox import Outbox
 from .playout import Playout
 from .responses import Responses
 from .run import Runs
+from .tool_servers import Connect, unreachable
 from .transcription import Transcriber
 from .turn_taking import TurnTaking
 from .user_input import UserInput
@@ -66,7 +67,7 @@ class Media:
 
     playout_rate: int | None = None  # a media transport's: answer audio leaves paced, from a playout at this rate
     playout_buffer_ms: int = 200
-    interruption_guard: InterruptionGuard | None = None  # telephony: see ``TurnTaking._guard_holds``
+    interruption_guard: InterruptionGuard | None = None  # telephony: see ``turn_taking.guard_holds``
 
 
 class Session:
@@ -100,6 +101,7 @@ class Session:
         timing_metadata: bool = False,
         turn_end: TurnEndPolicy | None = None,
         mcp_settings: McpConfig | None = None,
+        connect_mcp: Connect = unreachable,
         tenant: str | None = None,
         tracing: Tracing = NO_TRACING,
         transport: str = "",
@@ -126,7 +128,7 @@ class Session:
         self.items = Items(ctx, self.conversation, self.transcriber, self.runs)
         self.user = UserInput(ctx, self.items, self.transcriber)
         self.idle = IdleTimeout(ctx, self.user, self.runs)
-        self.mcp = mcp.McpServers(mcp_settings or McpConfig(), session_id, beta=beta)
+        self.mcp = mcp.McpServers(mcp_settings or McpConfig(), session_id, beta=beta, connect=connect_mcp)
         # the defaults' tools (the config's session, sip.session, a key's grant, a call's accept) as
         # written, secrets included: their MCP servers are connected at start, as a session.update's are
         self._initial_tools = initial_tools or []

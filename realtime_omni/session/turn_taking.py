@@ -73,6 +73,20 @@ class Answering(Protocol):
     async def report_cut(self, cut: Cut) -> None: ...
 
 
+def guard_holds(guard: InterruptionGuard | None, playout: Playout | None, turn: UserTurn, onset: int, end: int, rate: int) -> bool:
+    """The interruption guard (config.InterruptionGuard): speech that starts while the
+    agent's audio plays becomes a turn (and a barge-in) only once it has lasted
+    ``min_speech_ms`` (the detector still hears speech that long after its onset), counted
+    from the end of the ``grace_ms`` after the agent started; ``end``: the input buffer's end.
+    True when it holds ``turn`` back (its ``held_until`` set)."""
+    if guard is None or playout is None or playout.playing is None:
+        return False
+    grace_left = max(0.0, guard.grace_ms / 1000 - (time.monotonic() - playout.playing_since))
+    counts_from = max(onset, end + int(grace_left * rate))
+    turn.held_until = max(1, counts_from + ms_to_samples(guard.min_speech_ms, rate))
+    return True
+
+
 class TurnTaking:
     def __init__(
         self,
@@ -94,7 +108,7 @@ class TurnTaking:
         self.idle = idle
         self.transcriber = transcriber
         self.playout = playout
-        self.guard = guard  # telephony: see ``_guard_holds``
+        self.guard = guard  # telephony: see ``guard_holds``
         self.turn_end = turn_end
         self.detector: TurnDetector | None = None
         self._judging = False  # what the pipeline was told (judge_words): nothing, until semantic_vad
@@ -229,22 +243,8 @@ class TurnTaking:
         self.idle.cancel()
         start = max(e.start, self.user.buffer.start)  # its padding never reaches into audio already committed or cleared
         self.user.turn = turn = UserTurn(new_id("item"), start, start)
-        if not self._guard_holds(turn, e.onset):
+        if not guard_holds(self.guard, self.playout, turn, e.onset, self.user.buffer.end, self.ctx.caps.input_rate):
             await self._begin_turn(turn)
-
-    def _guard_holds(self, turn: UserTurn, onset: int) -> bool:
-        """The interruption guard (config.InterruptionGuard): speech that starts while the
-        agent's audio plays becomes a turn (and a barge-in) only once it has lasted
-        ``min_speech_ms`` (the detector still hears speech that long after its onset), counted
-        from the end of the ``grace_ms`` after the agent started."""
-        guard, playout = self.guard, self.playout
-        if guard is None or playout is None or playout.playing is None:
-            return False
-        rate = self.ctx.caps.input_rate
-        grace_left = max(0.0, guard.grace_ms / 1000 - (time.monotonic() - playout.playing_since))
-        counts_from = max(onset, self.user.buffer.end + int(grace_left * rate))
-        turn.held_until = max(1, counts_from + ms_to_samples(guard.min_speech_ms, rate))
-        return True
 
     def _caption(self, at: int) -> None:
         """A caption pass over the open turn up to ``at``, unless one is under way. Only when

@@ -1,6 +1,7 @@
 """The package order of docs/architecture.md, read from the code's own imports (those inside
 functions too): host > transports > realtime_omni > pipelines > dsp, imports point down only; the
-product imports neither the benches nor the tests, and the session core knows no web server."""
+product imports neither the benches nor the tests, and the session core knows no web server and
+reaches nothing outside the process itself (its ports' adapters do, in host/)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,29 @@ ROOT = Path(__file__).parents[2]
 PRODUCT = ["host", "transports", "realtime_omni", "pipelines", "dsp"]  # top first
 CLIENTS = {"bench", "tests"}  # they import the product; it never imports them
 WEB_SERVER = {"starlette", "uvicorn", "h11", "httptools", "websockets"}  # host's and the transports' business
+# the clients of what lies outside (MCP servers and their HTTP, an OTLP collector, Redis): the core has
+# a port for each (session/tool_servers.py, tracing.py, store.py), host/ the adapter
+OUTSIDE = ["mcp", "httpx", "opentelemetry.sdk", "opentelemetry.exporter", "redis"]
 
 
-def imports(package: str) -> list[tuple[str, str]]:
-    """(module path, top-level name) of every absolute import in ``package``."""
+def imports(package: str, *, whole: bool = False) -> list[tuple[str, str]]:
+    """(module path, top-level name) of every absolute import in ``package``; ``whole``: the
+    module's whole dotted name instead."""
     found = []
     for path in sorted((ROOT / package).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
             if isinstance(node, ast.Import):
-                found += [(str(path.relative_to(ROOT)), alias.name.split(".")[0]) for alias in node.names]
+                names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                found.append((str(path.relative_to(ROOT)), node.module.split(".")[0]))
+                names = [node.module]
+            found += [(str(path.relative_to(ROOT)), name if whole else name.split(".")[0]) for name in names]
     return found
+
+
+def outside(package: str) -> list[tuple[str, str]]:
+    """The imports in ``package`` of a client of something outside (``OUTSIDE``)."""
+    return [(where, name) for where, name in imports(package, whole=True) if any(name == o or name.startswith(o + ".") for o in OUTSIDE)]
 
 
 def test_imports_point_down_only():
@@ -38,16 +50,23 @@ def test_the_session_core_knows_no_web_server():
     assert [(where, name) for where, name in imports("realtime_omni") if name in WEB_SERVER] == []
 
 
+def test_the_session_core_reaches_nothing_outside_the_process():
+    assert outside("realtime_omni") == []
+    # the adapters hold them, imported where they are first needed (inside functions) and seen there
+    seen = {(where, name.split(".")[0]) for where, name in outside("host")}
+    assert {("host/mcp_client.py", "mcp"), ("host/otel_tracing.py", "opentelemetry"), ("host/redis_store.py", "redis")} <= seen
+
+
 def test_the_wheel_ships_the_product_and_no_bench():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert sorted(config["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]) == sorted(PRODUCT)
 
 
-def module_graph() -> dict[str, set[str]]:
-    """Every product module and the product modules it imports (anywhere in it: functions and
-    ``TYPE_CHECKING`` blocks too), relative imports resolved."""
+def module_graph(packages: list[str] = PRODUCT) -> dict[str, set[str]]:
+    """Every module of ``packages`` and the modules of theirs it imports (anywhere in it: functions
+    and ``TYPE_CHECKING`` blocks too), relative imports resolved."""
     modules = {}
-    for package in PRODUCT:
+    for package in packages:
         for path in (ROOT / package).rglob("*.py"):
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
             is_package = parts[-1] == "__init__"
@@ -72,8 +91,8 @@ def module_graph() -> dict[str, set[str]]:
 
 
 def test_no_two_modules_import_each_other_even_through_others():
-    graph = module_graph()
-    assert len(graph) > 80
+    graph = module_graph(PRODUCT + ["bench"])  # the benches' modules too (and the product they import)
+    assert len(graph) > 80 and "bench.tools" in graph["bench.answers"]
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []

@@ -18,6 +18,7 @@ from realtime_omni.session.input_buffer import InputBuffer
 from realtime_omni.session.outbox import Outbox
 from realtime_omni.session.config import SERVER_VAD_DEFAULTS, _vad_settings
 from realtime_omni.session.turns import Paused, SpeechStarted, SpeechStopped, TurnDetector
+from realtime_omni.tasks import TaskSet
 from tests.support.audio import espeak, silence, speech_bounds_ms
 
 # ------------------------------------------------------------------ wire audio (G.711 and resampling themselves: tests/dsp)
@@ -228,3 +229,21 @@ def test_transcription_sessions_only_where_the_pipeline_transcribes():
     with pytest.raises(RealtimeError) as err:
         SessionConfig.default(deaf, "m").updated(ev.SessionObject(type="transcription"), deaf)
     assert err.value.code == "unsupported_value" and err.value.param == "session.type"
+
+
+async def test_a_task_set_joins_the_tasks_spawned_while_it_waits():
+    tasks = TaskSet("owner")
+    done: list[str] = []
+
+    async def later() -> None:
+        await asyncio.sleep(0.01)
+        done.append("later")
+
+    async def first() -> None:
+        await asyncio.sleep(0.01)
+        tasks.spawn(later(), "later")  # spawned while join waits on this one
+        done.append("first")
+
+    tasks.spawn(first(), "first")
+    await tasks.join()
+    assert done == ["first", "later"] and len(tasks) == 0

@@ -1,4 +1,4 @@
-"""Per-turn traces in OpenTelemetry (realtime_omni/tracing.py), checked at an OTLP/HTTP receiver.
+"""Per-turn traces in OpenTelemetry (realtime_omni/tracing.py, exported by host/otel_tracing.py), checked at an OTLP/HTTP receiver.
 
 The receiver is a plain HTTP server on loopback, written here, that decodes each
 ``ExportTraceServiceRequest`` with opentelemetry-proto. The server under test is a real one (the
@@ -22,10 +22,11 @@ from typing import Any
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
 
+from host.otel_tracing import configure
 from pipelines.base import Usage
 from realtime_omni.config import TracingConfig
 from realtime_omni.session.run import Outcome
-from realtime_omni.tracing import NO_TRACING, configure, settings
+from realtime_omni.tracing import NO_TRACING, settings
 from tests.conftest import synthetic_config
 from tests.support.audio import utterance
 from tests.support.client import connect

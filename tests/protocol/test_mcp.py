@@ -19,6 +19,7 @@ import pytest
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
+from host.mcp_client import McpConnection
 from pipelines.base import ResponseRequest, TextDelta, ToolCall, ToolCallDelta, Usage
 from realtime_omni import config as config_file
 from realtime_omni.protocol import events as ev
@@ -547,7 +548,7 @@ class McpPort(ListPort):
 
 
 async def _listed(tools: ToolServer, **fields: Any) -> tuple[McpServers, dict[str, Any]]:
-    servers = McpServers(config_file.McpConfig(**MCP_SETTINGS), "sess_test")
+    servers = McpServers(config_file.McpConfig(**MCP_SETTINGS), "sess_test", connect=McpConnection)
     tool = ev.McpTool(server_label="tools", server_url=tools.url, **{"require_approval": "never", **fields})
     items: list[Any] = []
 
