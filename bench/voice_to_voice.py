@@ -22,7 +22,10 @@ without ``--variants`` all seven run, ``remote_thinker`` with a ``vllm serve`` o
                        cascade's transcript and the silence, weighed together) instead of
                        server_vad's fixed silence
     semantic_vad_listener  the same, the words judged by the listener itself (``judge: listener``:
-                       Whisper's own probability of an end, from the same pass)
+                       the listener's own probability of an end, from the same pass)
+    whisper            the ears before Moonshine: Whisper tiny.en, the turn heard at its pauses only
+                       (``hear_every_ms: 0``)
+    whisper_semantic_vad  the same, with semantic_vad
 
     python -m bench.voice_to_voice --turns 20 [--variants default no_speculation ...] [--isa avx2] [--config cpu-smollm2]
     python -m bench.voice_to_voice --dataset builtin --variants default semantic_vad
@@ -72,8 +75,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "remote_thinker": {"thinker": {"engine": "remote", "served_model": "smollm2"}},
     "semantic_vad": {},
     "semantic_vad_listener": {"judge": "listener"},
+    "whisper": {"asr_model": "whisper-tiny.en", "hear_every_ms": 0},
+    "whisper_semantic_vad": {"asr_model": "whisper-tiny.en", "hear_every_ms": 0},
 }
-TURN_DETECTION = {v: {"type": "semantic_vad", "eagerness": "auto"} for v in ("semantic_vad", "semantic_vad_listener")}
+TURN_DETECTION = {v: {"type": "semantic_vad", "eagerness": "auto"} for v in ("semantic_vad", "semantic_vad_listener", "whisper_semantic_vad")}
 STAGES = ("asr", "thinker_first_token", "first_clause", "first_audio")
 
 
@@ -105,6 +110,8 @@ def summarize(turns: list[dict[str, Any]]) -> dict[str, Any]:
     }
     for stage in STAGES:
         summary[f"{stage}_ms"] = dist([t["server_timings_ms"][stage] for t in ok if stage in t["server_timings_ms"]])
+    # the ears' own stage: from the pause the answer was started at to its words
+    summary["ears_at_pause_ms"] = dist([t["server_timings_ms"]["asr"] - t["server_timings_ms"]["pause"] for t in ok if {"asr", "pause"} <= t["server_timings_ms"].keys()])
     return summary
 
 
@@ -145,13 +152,14 @@ def main() -> None:
         if check:
             print(f"{variant}: the server's self-check: thinker {check['thinker_tokens_per_s']} tokens/s, talker RTF {check['talker_rtf']}, load {check['load']} (keeps up: {check['keeps_up']})", flush=True)
     print(f"\n{result['machine']['cpu']} ({', '.join(result['machine']['flags'])}), run as {result['machine']['ran_as']}")
-    print(f"\n{'variant':16} {'v2v p50':>8} {'v2v p90':>8} {'heard':>8} {'end-det':>8} {'asr':>7} {'ttft':>7} {'clause':>7} {'audio':>7} {'cached':>7} {'stalls':>7}")
+    print(f"\n{'variant':16} {'v2v p50':>8} {'v2v p90':>8} {'heard':>8} {'end-det':>8} {'asr':>7} {'ttft':>7} {'clause':>7} {'audio':>7} {'cached':>7} {'stalls':>7} {'ears@pause':>10}")
     for variant, data in result["variants"].items():
         s = data["summary"]
         cells = [s["voice_to_voice_ms"].get("p50"), s["voice_to_voice_ms"].get("p90"), s["voice_to_voice_audible_ms"].get("p50"), s["turn_end_detected_ms"].get("p50")]
         cells += [s[f"{k}_ms"].get("p50") for k in STAGES]
-        print(f"{variant:16} " + " ".join(f"{c if c is not None else '-':>{8 if i < 4 else 7}}" for i, c in enumerate(cells)) + f" {s['cached_fraction']:>7} {s['turns_with_stalls']:>3}/{s['turns']}")
-    print("(ms, medians; heard: to the answer's first audible sample, its lead-in counted; stage times from the response trigger, negative = done before the turn ended)")
+        ears = s["ears_at_pause_ms"].get("p50")
+        print(f"{variant:16} " + " ".join(f"{c if c is not None else '-':>{8 if i < 4 else 7}}" for i, c in enumerate(cells)) + f" {s['cached_fraction']:>7} {s['turns_with_stalls']:>3}/{s['turns']} {ears if ears is not None else '-':>10}")
+    print("(ms, medians; heard: to the answer's first audible sample, its lead-in counted; stage times from the response trigger, negative = done before the turn ended; ears@pause: from the pause the answer was started at to its words)")
     print("saved", save("voice_to_voice", result))
 
 

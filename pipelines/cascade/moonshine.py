@@ -49,7 +49,8 @@ def read_pieces(path: Path) -> list[bytes]:
     """The publisher's ``tokenizer.bin``: each token's bytes, in id order, each after one byte that
     gives its length. Byte-fallback tokens are the byte itself; "\u2581" marks a space."""
     data = path.read_bytes()
-    pieces, i = [], 0
+    pieces: list[bytes] = []
+    i = 0
     while i < len(data):
         n = data[i]
         if n >= 0x80 or i + 1 + n > len(data):

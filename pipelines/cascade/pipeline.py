@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -75,6 +76,7 @@ class CascadePipeline(Pipeline):
         from pipelines.cascade.listener import WhisperListener
 
         t0 = time.monotonic()
+        make: Callable[[], Listener]
         if o.asr_model.startswith("whisper"):
             make = lambda: WhisperListener(asr_dir, o.asr_threads, o.asr_beam_size, window=o.asr_window)  # noqa: E731
         else:

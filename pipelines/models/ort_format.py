@@ -14,6 +14,7 @@ ONNX's numbering, so values pass across unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,7 @@ def read(path: Path) -> Any:
 
 
 # the arithmetic that turns a stored int8 weight back into floats
-_FOLDABLE = {
+_FOLDABLE: dict[str, Callable[..., Any]] = {
     "Cast": lambda x, to: x.astype(to),
     "Mul": np.multiply,
     "Add": np.add,
