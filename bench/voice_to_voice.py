@@ -26,6 +26,8 @@ without ``--variants`` all seven run, ``remote_thinker`` with a ``vllm serve`` o
     whisper            the ears before Moonshine: Whisper tiny.en, the turn heard at its pauses only
                        (``hear_every_ms: 0``)
     whisper_semantic_vad  the same, with semantic_vad
+    larger_thinker     the thinker of configs/cpu-1.5b.yaml (Qwen2.5-Coder-1.5B-Instruct, int8), the
+                       rest as the default (``./scripts/install larger-thinker`` first)
 
     python -m bench.voice_to_voice --turns 20 [--variants default no_speculation ...] [--isa avx2] [--config cpu-smollm2]
     python -m bench.voice_to_voice --dataset builtin --variants default semantic_vad
@@ -77,6 +79,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "semantic_vad_listener": {"judge": "listener"},
     "whisper": {"asr_model": "whisper-tiny.en", "hear_every_ms": 0},
     "whisper_semantic_vad": {"asr_model": "whisper-tiny.en", "hear_every_ms": 0},
+    "larger_thinker": {"thinker": {"model": "qwen2.5-coder-1.5b-instruct-w8"}},
 }
 TURN_DETECTION = {v: {"type": "semantic_vad", "eagerness": "auto"} for v in ("semantic_vad", "semantic_vad_listener", "whisper_semantic_vad")}
 STAGES = ("asr", "thinker_first_token", "first_clause", "first_audio")

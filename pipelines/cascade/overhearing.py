@@ -2,7 +2,9 @@
 
 With ears whose cost follows the clip (Moonshine), the turn is heard as it grows: a pass every
 ``every_ms`` of new audio while the ASR thread is free, and one at once when the user goes quiet
-(``quiet``: the first silent frame after speech). Each pass goes on from the previous one's tokens
+(``quiet``: the first silent frame after speech). After that, none over the silence that follows
+(it would only take the cores from the answer being made ahead) until speech resumes after a pause
+(``resumed``), or the user goes quiet again (a gap between words). Each pass goes on from the previous one's tokens
 (``Words.tokens``, the listener's ``hint``), so it decodes only what is new. What the passes give:
 
 * at the pause (``words_for``): when the last pass began at the moment the user went quiet, nothing
@@ -55,6 +57,7 @@ class Overhearing:
         self.latest: Pass | None = None  # the newest pass begun over this turn
         self.done: Pass | None = None  # the newest pass done with words (its tokens go on)
         self.quiet_at: int | None = None  # the turn's length when the user last went quiet
+        self.silent = False  # since then nothing says the user spoke again: no pass over the silence
         self._want_quiet = False  # a pass at the quiet waits for the running one
         self.passes = 0  # begun, over the session (stats)
         self._turns = 0  # turns reset so far: a pass over an earlier one is nobody's
@@ -62,12 +65,13 @@ class Overhearing:
     def feed(self, pcm: np.ndarray) -> None:
         self.turn.append(pcm)
         self.samples += len(pcm)
-        if self.on and self.every and self._idle() and not self.busy() and self.samples - self._heard() >= self.every and self._rested():
+        if self.on and self.every and not self.silent and self._idle() and not self.busy() and self.samples - self._heard() >= self.every and self._rested():
             self._begin()
 
     def quiet(self) -> None:
         """The user went quiet: hear what was said up to here now (or as soon as the pass under way ends)."""
         self.quiet_at = self.samples
+        self.silent = True
         if not self.on or not self.every:
             return
         if self._idle():
@@ -75,12 +79,18 @@ class Overhearing:
         else:
             self._want_quiet = True
 
+    def resumed(self) -> None:
+        """Speech again after a pause: hear it as it grows again. (Speech again after a shorter
+        gap is heard at the next ``quiet``.)"""
+        self.silent = False
+
     def reset(self) -> None:
         """The turn was committed or cleared: the next turn starts from nothing."""
         self.turn, self.samples = [], 0
         self._turns += 1
         self.latest = self.done = None
         self.quiet_at = None
+        self.silent = False
         self._want_quiet = False
 
     def audio(self) -> np.ndarray:

@@ -197,6 +197,7 @@ class CascadeSession(PipelineSession):
             spec.task = asyncio.create_task(self._speculate(spec), name=f"speculate:{self.session_id}")
 
     def resume(self) -> None:
+        self.overhearing.resumed()
         self.hearing.drop()
         self.ahead.drop()  # with it, the streamed prompt it had taken
         if self.listening is not None and self.streamed is None:

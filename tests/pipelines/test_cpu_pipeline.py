@@ -275,6 +275,34 @@ async def test_live_captions_arrive_before_a_long_turn_ends(cpu_server):
     assert {"weather", "paris"} <= words(completed.transcript), completed.transcript
 
 
+async def test_a_transcription_session_streams_the_words_before_the_turn_is_committed(cpu_server):
+    """The default ears (Moonshine, heard as the turn grows): a two-second request in a transcription
+    session gets ``delta`` events while it is spoken, before its commit, and they add up to the
+    completed transcript (or stop where it differs); the session names the listener it uses."""
+    said = "What is the weather in Lisbon today?"
+    async with connect(cpu_server.ws_base) as c:
+        created = await c.expect("session.created")
+        await c.send({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {"turn_detection": {"type": "server_vad"}}}}})
+        updated = await c.expect("session.updated")
+        assert created.session.audio.input.transcription.model == "moonshine-base"
+        assert updated.session.audio.input.transcription.model == "moonshine-base"
+        await c.speak(np.concatenate([silence(500), spoken(said), silence(1000)]))
+        completed = await c.first("conversation.item.input_audio_transcription.completed", timeout=RESPONSE_TIMEOUT)
+    types = [e.type for e in c.events]
+    committed = types.index("input_audio_buffer.committed")
+    early = [e.delta for e in c.events[:committed] if e.type == "conversation.item.input_audio_transcription.delta"]
+    assert early, f"no words before the commit: {types}"
+    assert words(completed.transcript) >= {"weather", "lisbon", "today"}, completed.transcript
+    seq = lambda text: re.findall(r"[a-z0-9']+", text.lower())  # noqa: E731
+    shown, final = seq("".join(early)), seq(completed.transcript)
+    joined = seq("".join(e.delta for e in c.of("conversation.item.input_audio_transcription.delta")))
+    if final[: len(shown)] == shown:  # the transcript goes on from what was shown: the deltas add up to it
+        assert joined == final
+    else:  # it does not: nothing shown is rewritten, nothing follows
+        assert joined == shown
+    assert "response.created" not in types  # a transcription session never answers
+
+
 async def test_semantic_vad_hears_a_fresh_question_when_the_client_makes_its_own_responses(cpu_server):
     """A framework that answers by itself (``create_response: false``) still gets its turn ended by
     the words: the cascade hears the turn at its pauses (no answer is made ahead), the thinker

@@ -171,6 +171,11 @@ async def test_the_turn_is_heard_as_it_is_spoken_and_the_pause_takes_the_quiet_p
     assert len(thread.calls) == calls, "the pause took the quiet pass's words: no pass of its own"
     assert heard.text == ears.hear(said).text  # the words a pass over all that was said writes
     assert thread.calls[-1][0] == len(said)  # the quiet pass heard everything said, nothing after
+    await feed(over, silence(600, RATE))  # the silence after the pause: no pass over it ...
+    assert len(thread.calls) == calls
+    over.resumed()  # ... until speech resumes
+    await feed(over, espeak("And a bottle of water.", RATE))
+    assert len(thread.calls) > calls
     thread.pool.shutdown()
 
 
