@@ -17,6 +17,12 @@ pause. The encoder still reads the whole clip each time (its attention spans the
 **A lead of silence.** Each clip is heard after ``LEAD_S`` of digital silence: on the bench's
 requests that took the word error rate from 0.174 to 0.154.
 
+**Long clips in parts.** A clip over ``PART_S`` is heard in parts cut at a quiet moment (Moonshine
+was trained on short clips: 30 s of one speaker came back as no words at all).
+
+**Not empty unless sure.** At the first step the end of the text must beat the likeliest word by
+``EMPTY_MARGIN``: Moonshine sometimes ends a clip of clear speech before its first word.
+
 **Bounded.** At most ``TOKENS_PER_S`` tokens per second of audio (plus a few): v1 models can repeat
 themselves on short or noisy clips, and a pass over 30 s of one speaker or over noise must not run
 away; ``unloop`` cuts a sentence said twice.
@@ -43,6 +49,13 @@ MIN_SAMPLES = 1600  # 0.1 s: less is no word (and too short for the encoder's co
 # word (bench.ears, 240 espeak requests: WER 0.174 as cut, 0.154 with 0.5 s before, 0.156 with
 # 0.25 s either side; 0.5 s after alone made it worse)
 LEAD_S = 0.5
+# Moonshine was trained on clips up to ~30 s, and on 30 s of one speaker it wrote nothing at all: a
+# longer clip is heard in parts of at most this long, each cut at its quietest 100 ms past 2/3 of it
+PART_S = 20.0
+# an empty transcript only when the decoder is sure of it: at the first step the end must beat the
+# likeliest word by this much (logits), else the word is taken. Two espeak sentences in one clip
+# came back empty (the end 0.6 ahead of "The"); silence, noise, a hum, a click: 3.0 to 11.4 ahead.
+EMPTY_MARGIN = 2.0
 
 
 def read_pieces(path: Path) -> list[bytes]:
@@ -99,6 +112,10 @@ class MoonshineListener:
         """The words of ``pcm``; ``hint``: the tokens of an earlier pass over its beginning."""
         if len(pcm) < MIN_SAMPLES:
             return Words("", None)
+        if len(pcm) > PART_S * self.rate:
+            cut = _quietest(pcm, int(PART_S * self.rate * 2 / 3), int(PART_S * self.rate), self.rate // 10)
+            head, tail = self.hear(pcm[:cut], False, hint), self.hear(pcm[cut:], ends)
+            return Words(f"{head.text} {tail.text}".strip(), tail.ends if tail.text else None, head.tokens + tail.tokens)
         audio = np.zeros((1, int(LEAD_S * self.rate) + len(pcm)), np.float32)
         audio[0, -len(pcm) :] = pcm.astype(np.float32) / 32768.0
         states = self.encoder.run(None, {"input_values": audio})[0]
@@ -124,6 +141,10 @@ class MoonshineListener:
             for name, value in zip(self.cache_names, out[1:])
         }
         token = int(guesses[kept])
+        if not tokens and token == END:
+            words = np.delete(scores[0], END)
+            if scores[0][END] - words.max() < EMPTY_MARGIN:
+                token = int(words.argmax()) + (int(words.argmax()) >= END)  # (an index of the row without END)
         while token != END and len(tokens) < limit:
             tokens.append(token)
             out = self.next.run(None, {"input_ids": np.array([[token]], np.int64), **cache})
@@ -142,3 +163,10 @@ class MoonshineListener:
         word = softmax(logits[last])[tokens[last]]
         after = softmax(logits[last + 1])[self._ends].sum() if last + 1 < len(logits) else 1.0
         return float(word * after)
+
+
+def _quietest(pcm: np.ndarray, start: int, stop: int, window: int) -> int:
+    """Where in ``pcm[start:stop]`` the ``window`` of least energy begins (a cut between words)."""
+    x = pcm[start:stop].astype(np.float64) ** 2
+    energy = np.convolve(x, np.ones(window), mode="valid")
+    return start + int(energy[:: window // 4].argmin()) * (window // 4)
