@@ -96,6 +96,7 @@ class Hearing:
         background: Callable[[Awaitable[None]], None],
         name: str = "",
         judge: Literal["listener", "thinker"] | None = "thinker",
+        listener_beside: bool = True,
     ) -> None:
         self.hear = hear
         self.thinker = thinker
@@ -104,6 +105,9 @@ class Hearing:
         self.counts = counts
         self.background = background
         self.name = name
+        # the listener's judgement weighed beside the thinker's: the fusion's weight for it was fitted
+        # on Whisper's (pipelines/turn_end/fusion.py), not on Moonshine's
+        self.listener_beside = listener_beside
         self.judging = False  # semantic_vad asks for a judgement of the words at each pause
         self.current: Round | None = None
 
@@ -169,7 +173,7 @@ class Hearing:
             if heard.judged.done() and heard.ends is not None:
                 if log.isEnabledFor(logging.DEBUG):
                     log.debug("session %s: heard %s", self.name, self._timeline(heard))
-                return Heard(text, heard.ends, "thinker", heard.listener_ends)
+                return Heard(text, heard.ends, "thinker", heard.listener_ends if self.listener_beside else None)
             if log.isEnabledFor(logging.DEBUG):  # too late, or it failed: the listener's judgement, if any
                 log.debug("session %s: the thinker's judgement is missing (%s)", self.name, self._timeline(heard))
         if heard.listener_ends is not None:

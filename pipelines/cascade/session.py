@@ -67,7 +67,8 @@ class CascadeSession(PipelineSession):
         # the open turn's audio, heard as it grows (with ears that go on from a pass: Moonshine)
         self.overhearing = Overhearing(self._hear_pass, lambda: pipeline.asr_busy > 0, pipeline.capabilities.input_rate, self.options.hear_every_ms)
         self.prompts = Prompts(pipeline.thinker, lambda: pipeline.capabilities.tools, self.options.tools_after_output)
-        self.hearing = Hearing(self._hear_turn, pipeline.thinker, self.salt, pipeline.counts, self._background, session_id, self.options.judge)
+        beside = self.options.asr_model.startswith("whisper")  # (the fusion's listener weight is Whisper's)
+        self.hearing = Hearing(self._hear_turn, pipeline.thinker, self.salt, pipeline.counts, self._background, session_id, self.options.judge, beside)
         self.ahead: Ahead[CascadeSpeculation] = Ahead(pipeline.counts)  # the answer started at the last pause
         self.warmed: list[int] = []  # the prompt prefix last prefilled while the user spoke (listen)
         self.responses = 0  # responses begun

@@ -216,20 +216,22 @@ async def test_concurrent_sessions_each_get_their_answer(cpu_server):
             assert expect in words(heard.transcript), heard.transcript
             return c.of("response.done")[0].response.status
 
-    statuses = await asyncio.gather(ask("What colour is the sky?", "sky"), ask("How many legs does a spider have?", "spider"))
+    statuses = await asyncio.gather(ask("What is the capital of France?", "france"), ask("How many legs does a spider have?", "spider"))
     assert statuses == ["completed", "completed"]
 
 
 async def test_semantic_vad_holds_a_mid_sentence_pause_and_adopts_the_speculation_at_the_end(cpu_server):
     """The end-of-turn decision weighs the thinker's own judgement of the cascade's transcript at
-    each pause, made in the request the conversation was streamed into: "Tell me about the" does
-    not end a message, whatever its last word sounded like."""
+    each pause, made in the request the conversation was streamed into: "I want to go to" does
+    not end a message. (It was "Tell me about the", until Moonshine heard that cut as "Tell me about
+    them" in a run: a whole sentence, judged finished. Moonshine completes a cut sentence more often
+    than tiny.en did: docs/cpu-agent.md, the ears.)"""
     before = cpu_server.stats()
     async with connect(cpu_server.ws_base) as c:
         await c.expect("session.created")
         await c.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}}})
         await c.expect("session.updated")
-        speech = np.concatenate([silence(500), spoken("Tell me about the"), silence(700), spoken("history of Rome."), silence(4500)])
+        speech = np.concatenate([silence(500), spoken("I want to go to"), silence(700), spoken("the museum of history."), silence(4500)])
         await c.speak(speech)
         await c.expect("response.done", timeout=RESPONSE_TIMEOUT)
         await c.first("conversation.item.input_audio_transcription.completed", timeout=RESPONSE_TIMEOUT)
@@ -237,7 +239,7 @@ async def test_semantic_vad_holds_a_mid_sentence_pause_and_adopts_the_speculatio
     types = [e.type for e in c.events]
     assert types.count("input_audio_buffer.speech_started") == 1 and types.count("input_audio_buffer.committed") == 1, types
     heard = c.of("conversation.item.input_audio_transcription.completed")[0].transcript
-    assert {"about", "rome"} <= words(heard), heard
+    assert {"want", "museum"} <= words(heard), heard
     assert after["speculations_discarded"] > before["speculations_discarded"]  # the one at the pause
     assert after["speculations_adopted"] > before["speculations_adopted"]  # the one at the end became the answer
     # judged in the turn's own request: at the end at least (the answer waits for it; the one at the
