@@ -97,15 +97,15 @@ class Overhearing:
         return np.concatenate(self.turn) if self.turn else np.zeros(0, np.int16)
 
     async def words_for(self, pcm: np.ndarray, ends: bool) -> Words:
-        """The words of ``pcm`` (the turn from its start, as fed): the pass begun when the user went
-        quiet if ``pcm`` adds only the silence after it, else a pass of its own going on from the
-        newest one."""
+        """The words of ``pcm`` (the turn from its start, as fed): the newest pass if it was begun
+        after the user last went quiet (at that moment, or once the pass under way then ended) and
+        ``pcm`` adds only the silence after it, else a pass of its own going on from the newest one."""
         reuse = self.latest
         if (
             reuse is not None
+            and self.silent  # (no speech after a pause since the user went quiet)
             and self.quiet_at is not None
-            and reuse.samples == self.quiet_at
-            and reuse.samples <= len(pcm) <= self.samples
+            and self.quiet_at <= reuse.samples <= len(pcm) <= self.samples
         ):
             try:
                 words = await asyncio.shield(reuse.words)
