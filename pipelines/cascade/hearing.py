@@ -127,12 +127,14 @@ class Hearing:
             heard.judged = asyncio.create_task(self._judge(heard, prefix), name=f"judge:{self.name}")
         elif streamed is not None:
             self.background(streamed.close())
-        words.add_done_callback(lambda _: heard.times.setdefault("asr", time.perf_counter()))
         return heard
 
     async def _words(self, heard: Round, audio: np.ndarray) -> str:
         judging = self.judging and self.judge is not None  # (the listener's judgement comes with the thinker's too: it is free)
         words = await self.hear(audio, judging)
+        # stamped here, not in a done callback: words heard ahead come back at once, and whoever
+        # awaits them may read the times before a callback has run
+        heard.times.setdefault("asr", time.perf_counter())
         if judging and words.ends is not None:
             heard.listener_ends = words.ends
             self.counts["words_judged"] += self.judge == "listener"

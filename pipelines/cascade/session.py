@@ -233,7 +233,7 @@ class CascadeSession(PipelineSession):
         task.add_done_callback(self._tasks.discard)
 
     async def _speculate(self, spec: CascadeSpeculation) -> None:
-        text = await asyncio.shield(spec.heard.words)  # (its done callback stamped times["asr"] first)
+        text = await asyncio.shield(spec.heard.words)  # (times["asr"] stamped as the words came)
         prompt = self.prompts.prompt(spec.request, pending=text)
         streamed = await spec.heard.claim()  # the request the words were judged in, if any
         times = dict(spec.heard.times)  # asr, and judged when they were
