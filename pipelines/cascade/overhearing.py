@@ -11,7 +11,8 @@ With ears whose cost follows the clip (Moonshine), the turn is heard as it grows
   was said since, and its words are the turn's: the pause does not wait for the ears at all.
   Otherwise a pass over the whole turn, going on from the last one.
 * live captions (``caption``): the newest pass, when it heard nearly all of the audio given.
-* the item's transcript at a commit with no pause before it (manual turns): ``words_for`` too.
+* the item's transcript at a commit with no pause before it (manual turns): ``words_for`` too; with
+  no turn detection, the newest pass is the turn's when webrtcvad hears no speech after it.
 
 Bounded: one pass at a time per session, none while another session's pass holds the ASR thread
 (except the pass at ``quiet``, which matters most), a session's passes at most half of its time on
@@ -113,6 +114,11 @@ class Overhearing:
                 words = None
             if words is not None and (not ends or words.ends is not None or not words.text):
                 return words
+        done = self.done
+        if self.quiet_at is None and done is not None and done.samples <= len(pcm) <= self.samples and unvoiced(pcm[done.samples :], self.rate):
+            words = done.words.result()  # no turn detection (manual turns), and nothing said since that pass
+            if not ends or words.ends is not None or not words.text:
+                return words
         return await self._pass(pcm, ends)
 
     async def caption(self, pcm: np.ndarray) -> str | None:
@@ -164,3 +170,16 @@ class Overhearing:
             self.done = made  # (a pass that heard no words leaves the last one's tokens to go on from)
         if self._want_quiet and self.quiet_at is not None and self._idle():
             self._begin()
+
+
+def unvoiced(pcm: np.ndarray, rate: int) -> bool:
+    """Whether webrtcvad (its most permissive mode, 20 ms frames) hears no speech in ``pcm``: with
+    manual turns nothing else says the user went quiet, and the words of a pass that ended where
+    the speech did are the turn's."""
+    import webrtcvad
+
+    if rate not in (8000, 16000, 32000, 48000):
+        return False
+    vad = webrtcvad.Vad(0)
+    frame = rate // 50
+    return not any(vad.is_speech(pcm[i : i + frame].tobytes(), rate) for i in range(0, len(pcm) - frame + 1, frame))

@@ -217,3 +217,24 @@ async def test_passes_are_bounded_and_a_reset_turn_forgets_them(ears: MoonshineL
     await feed(over, espeak("Nobody listens now.", RATE), real_time=False)
     assert len(thread.calls) == 2 + 0  # (the old turn's one and the words_for pass): none while off
     thread.pool.shutdown()
+
+
+async def test_manual_turns_take_the_last_pass_when_nothing_was_said_after_it(ears: MoonshineListener):
+    """No turn detection: at the commit, the newest pass is the turn's words if webrtcvad hears no
+    speech after it; a word said after it is heard by a pass of the commit's own."""
+    thread = Thread(ears)
+    over = Overhearing(thread.hear, lambda: thread.busy > 0, RATE, every_ms=300)
+    over.on = True
+    said = espeak("What time is it in Tokyo?", RATE)
+    await feed(over, np.concatenate([said, silence(400, RATE)]))  # in real time, then the silence before the commit
+    assert over.latest is not None
+    await asyncio.wait([over.latest.words])
+    assert over.done is over.latest and over.latest.samples >= len(said)  # (a pass heard all that was said)
+    calls = len(thread.calls)
+    heard = await over.words_for(over.audio(), ends=False)
+    assert len(thread.calls) == calls, "nothing said after the last pass: its words, no pass at the commit"
+    assert heard.text == ears.hear(over.audio()[: over.latest.samples]).text
+    await feed(over, espeak("Please", RATE), real_time=False)  # but a word after it ...
+    heard = await over.words_for(over.audio(), ends=False)
+    assert len(thread.calls) > calls and "please" in heard.text.lower()  # ... is heard
+    thread.pool.shutdown()
