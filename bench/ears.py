@@ -37,7 +37,7 @@ import numpy as np
 from bench.audio import espeak, resample, speech_bounds_ms
 from bench.common import machine, save, server_config, server_process
 from bench.isa import environment
-from bench.metrics import dist, words
+from bench.metrics import dist, word_edits, words
 
 RATE = 16000
 WIRE_RATE = 24000
@@ -71,14 +71,8 @@ def said_words(text: str) -> list[str]:
 
 def edits(reference: str, hypothesis: str) -> tuple[int, int]:
     """(word edits, reference words)."""
-    ref, hyp = said_words(reference), said_words(hypothesis)
-    prev = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        cur = [i] + [0] * len(hyp)
-        for j, h in enumerate(hyp, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
-        prev = cur
-    return prev[-1], len(ref)
+    ref = said_words(reference)
+    return word_edits(ref, said_words(hypothesis)), len(ref)
 
 
 def requests() -> list[str]:

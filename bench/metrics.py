@@ -188,18 +188,23 @@ def words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9']+", text.lower().replace("colour", "color").replace("favourite", "favorite"))
 
 
-def wer(reference: str, hypothesis: str) -> float:
-    """Word error rate: (substitutions + deletions + insertions) / reference words."""
-    ref, hyp = words(reference), words(hypothesis)
-    if not ref:
-        return 0.0 if not hyp else 1.0
+def word_edits(ref: list[str], hyp: list[str]) -> int:
+    """Substitutions + deletions + insertions that turn ``ref`` into ``hyp``."""
     prev = list(range(len(hyp) + 1))
     for i, r in enumerate(ref, 1):
         cur = [i] + [0] * len(hyp)
         for j, h in enumerate(hyp, 1):
             cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
         prev = cur
-    return prev[-1] / len(ref)
+    return prev[-1]
+
+
+def wer(reference: str, hypothesis: str) -> float:
+    """Word error rate: (substitutions + deletions + insertions) / reference words."""
+    ref, hyp = words(reference), words(hypothesis)
+    if not ref:
+        return 0.0 if not hyp else 1.0
+    return word_edits(ref, hyp) / len(ref)
 
 
 # ------------------------------------------------------------------------------ summaries

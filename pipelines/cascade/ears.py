@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pipelines.cascade.listener import Listener
 
 
-def open_listener(name: str, model_dir: str, threads: int = 2) -> Listener:
-    """The listener for ``name`` (its prepared directory ``model_dir``): Moonshine's or Whisper's."""
+def open_listener(name: str, model_dir: str, threads: int = 2, beam_size: int = 1, window: Literal["fit", "full"] = "fit") -> Listener:
+    """The listener for ``name`` (its prepared directory ``model_dir``): Moonshine's or Whisper's
+    (``beam_size`` and ``window`` are Whisper's)."""
     if name.startswith("moonshine"):
         from pipelines.cascade.moonshine import MoonshineListener
 
         return MoonshineListener(model_dir, threads)
     from pipelines.cascade.listener import WhisperListener
 
-    return WhisperListener(model_dir, threads)
+    return WhisperListener(model_dir, threads, beam_size, window=window)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import Literal, NamedTuple, Protocol
 
 import numpy as np
@@ -112,13 +113,19 @@ class WhisperListener:
         return Words(text, self._ending(ids, result.logits[0]) if ends and text else None)
 
     def _ending(self, ids: list[int], logits: list[object]) -> float | None:
-        """P(the last word) x P(an end mark or the end of the text right after it)."""
-        last = next((i for i in range(len(ids) - 1, -1, -1) if ids[i] not in self._marks), None)
-        if last is None:
-            return None
-        word = softmax(logits[last])[ids[last]]
-        after = softmax(logits[last + 1])[self._ends].sum() if last + 1 < len(logits) else 1.0
-        return float(word * after)
+        return ending(ids, logits, self._marks, self._ends)
+
+
+def ending(tokens: list[int], logits: Sequence[object], marks: frozenset[int], ends: np.ndarray) -> float | None:
+    """P(the last word) x P(an end mark (``ends``) or the end of the text right after it), from a
+    decoder's logits for each token and the ones after the last (``logits[i]``: what follows
+    ``tokens[:i]``); ``marks``: the tokens that are punctuation, not words. None: no word."""
+    last = next((i for i in range(len(tokens) - 1, -1, -1) if tokens[i] not in marks), None)
+    if last is None:
+        return None
+    word = softmax(logits[last])[tokens[last]]
+    after = softmax(logits[last + 1])[ends].sum() if last + 1 < len(logits) else 1.0
+    return float(word * after)
 
 
 def softmax(logits: object) -> np.ndarray:

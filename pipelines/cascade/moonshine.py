@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.cascade.listener import Words, ends_sentence, is_mark, softmax, unloop
+from pipelines.cascade.listener import Words, ending, ends_sentence, is_mark, unloop
 
 START, END = 1, 2  # <s>, </s>
 TOKENS_PER_S = 6.5  # the publisher's own cap for its v1 models
@@ -123,7 +123,7 @@ class MoonshineListener:
         hint = tuple(t for t in hint if END < t < self.vocabulary)[: limit - 1]
         tokens, logits = self._decode(states, hint, limit)
         text = unloop(self.decode(tokens))
-        return Words(text, self._ending(tokens, logits) if ends and text else None, tuple(tokens))
+        return Words(text, ending(tokens, logits, self._marks, self._ends) if ends and text else None, tuple(tokens))
 
     def _decode(self, states: np.ndarray, hint: tuple[int, ...], limit: int) -> tuple[list[int], list[np.ndarray]]:
         """Greedy decoding, the hint read in one pass: the tokens and each one's logits (the
@@ -154,15 +154,6 @@ class MoonshineListener:
             logits.append(out[0][0, -1, : self.vocabulary])
             token = int(logits[-1].argmax())
         return tokens, logits
-
-    def _ending(self, tokens: list[int], logits: list[np.ndarray]) -> float | None:
-        """P(the last word) x P(an end mark or the end of the text right after it)."""
-        last = next((i for i in range(len(tokens) - 1, -1, -1) if tokens[i] not in self._marks), None)
-        if last is None:
-            return None
-        word = softmax(logits[last])[tokens[last]]
-        after = softmax(logits[last + 1])[self._ends].sum() if last + 1 < len(logits) else 1.0
-        return float(word * after)
 
 
 def _quietest(pcm: np.ndarray, start: int, stop: int, window: int) -> int:

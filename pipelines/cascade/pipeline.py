@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -73,14 +72,9 @@ class CascadePipeline(Pipeline):
         asr_dir = str(models.ensure(o.asr_model, log.info))
         voice_dir = models.ensure(o.voice, log.info)
         from pipelines.cascade.ears import open_listener
-        from pipelines.cascade.listener import WhisperListener
 
         t0 = time.monotonic()
-        make: Callable[[], Listener]
-        if o.asr_model.startswith("whisper"):
-            make = lambda: WhisperListener(asr_dir, o.asr_threads, o.asr_beam_size, window=o.asr_window)  # noqa: E731
-        else:
-            make = lambda: open_listener(o.asr_model, asr_dir, o.asr_threads)  # noqa: E731
+        make = lambda: open_listener(o.asr_model, asr_dir, o.asr_threads, o.asr_beam_size, o.asr_window)  # noqa: E731
         self.listener = await loop.run_in_executor(self.asr_pool, make)
         onnx = next(voice_dir.glob("*.onnx"))
         self.talker = await loop.run_in_executor(self.tts_pool, lambda: PiperTalker(str(onnx), str(onnx) + ".json", o.tts_threads))
