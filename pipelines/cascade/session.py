@@ -21,7 +21,7 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -54,7 +54,6 @@ def _settings(request: ResponseRequest) -> tuple[Any, ...]:
 
 
 class CascadeSession(PipelineSession):
-    MAX_TRANSCRIPTS = 64
     AHEAD_OF_OUTPUT_S = 0.05  # a call's output not back by then: the answer's prefix is prefilled (_ahead_of_output)
 
     def __init__(self, pipeline: Models, session_id: str, tenant: str | None = None) -> None:
@@ -74,7 +73,7 @@ class CascadeSession(PipelineSession):
         self.responses = 0  # responses begun
         self.streamed: StreamedPrompt | None = None  # the open turn's prompt, its first part prefilled (listen)
         self.listening: tuple[ResponseRequest, bool] | None = None  # what listen() was given for the open turn
-        self.transcripts: OrderedDict[str, asyncio.Future[str]] = OrderedDict()
+        self.transcripts = ItemTranscripts()
         self._tasks: set[asyncio.Future[Any]] = set()
 
     # ------------------------------------------------------------------ the open turn
@@ -211,10 +210,10 @@ class CascadeSession(PipelineSession):
         spec = self.ahead.bind(item_id)
         heard = self.hearing.keep()
         if heard is not None:  # (what came after the pause was silence, or the pause would be void)
-            self._remember(item_id, heard.words)
+            self.transcripts.remember(item_id, heard.words)
         elif self.overhearing.samples:  # no pause heard it all (manual turns): its words from the passes made as it grew
             words = self.overhearing.words_for(self.overhearing.audio(), ends=False)
-            self._remember(item_id, asyncio.ensure_future(_text_of(words)))
+            self.transcripts.remember(item_id, asyncio.ensure_future(_text_of(words)))
         if heard is not None and (spec is None or spec.heard is not heard):
             heard.void(self._background)  # no answer goes on from it: only its words are kept
         self.overhearing.reset()
@@ -276,18 +275,8 @@ class CascadeSession(PipelineSession):
     async def _hear_pass(self, pcm: np.ndarray, ends: bool, hint: tuple[int, ...]) -> Words:
         return await self.pipeline.hear(pcm, self.clean, ends, hint)
 
-    def _remember(self, item_id: str, future: asyncio.Future[str]) -> None:
-        self.transcripts[item_id] = future
-        self.transcripts.move_to_end(item_id)
-        while len(self.transcripts) > self.MAX_TRANSCRIPTS:
-            self.transcripts.popitem(last=False)
-
     async def _transcript(self, item_id: str, pcm: np.ndarray) -> str:
-        future = self.transcripts.get(item_id)
-        if future is None or future.cancelled():
-            future = asyncio.ensure_future(self.pipeline.transcribe(pcm, self.clean))
-            self._remember(item_id, future)
-        return await asyncio.shield(future)
+        return await self.transcripts.of(item_id, lambda: self.pipeline.transcribe(pcm, self.clean))
 
     async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript:
         text = await self._transcript(item_id, pcm)
@@ -353,12 +342,39 @@ class CascadeSession(PipelineSession):
         streamed, self.streamed = self.streamed, None
         if streamed is not None:
             await streamed.close()
-        for future in self.transcripts.values():
-            future.cancel()
+        self.transcripts.cancel()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        self.transcripts.clear()
+
+
+class ItemTranscripts:
+    """The transcripts of a session's committed audio items, by item: each heard once (the pause's
+    words, the passes', or a pass of its own when first asked), the newest ``MAX`` kept."""
+
+    MAX = 64
+
+    def __init__(self) -> None:
+        self._futures: OrderedDict[str, asyncio.Future[str]] = OrderedDict()
+
+    def remember(self, item_id: str, future: asyncio.Future[str]) -> None:
+        self._futures[item_id] = future
+        self._futures.move_to_end(item_id)
+        while len(self._futures) > self.MAX:
+            self._futures.popitem(last=False)
+
+    async def of(self, item_id: str, hear: Callable[[], Awaitable[str]]) -> str:
+        """The item's transcript: the one remembered, else ``hear()``'s (remembered)."""
+        future = self._futures.get(item_id)
+        if future is None or future.cancelled():
+            future = asyncio.ensure_future(hear())
+            self.remember(item_id, future)
+        return await asyncio.shield(future)
+
+    def cancel(self) -> None:
+        for future in self._futures.values():
+            future.cancel()
+        self._futures.clear()
 
 
 async def _text_of(words: Awaitable[Words]) -> str:

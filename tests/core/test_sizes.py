@@ -13,7 +13,6 @@ MAX_LINES = 300
 BEING_SPLIT = {
     "pipelines.cascade.thinker.VllmThinker",
     "pipelines.cascade.production.CascadeProduction",
-    "pipelines.cascade.session.CascadeSession",
 }
 
 
