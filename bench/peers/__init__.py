@@ -39,7 +39,7 @@ def available() -> bool:
     """Whether ``bench/peers/setup`` has installed Pipecat (a check that imports it there)."""
     if not python().exists():
         return False
-    check = subprocess.run([str(python()), "-c", "import pipecat, faster_whisper, piper, fastapi, uvicorn"], capture_output=True)
+    check = subprocess.run([str(python()), "-c", "import pipecat, faster_whisper, moonshine_voice, piper, fastapi, uvicorn"], capture_output=True)
     return check.returncode == 0
 
 
@@ -52,7 +52,7 @@ class PeerURL(str):
 @contextlib.contextmanager
 def pipecat_agent(config: dict[str, Any], llm_url: str, llm_model: str, startup_s: float = 300.0) -> Iterator[PeerURL]:
     """The Pipecat peer configured as ``config`` (a ``configs/cpu.yaml``-shaped dict) configures the
-    server: the same Whisper directory, Piper voice, instructions, temperature, max tokens and
+    server: the same ears (Moonshine Base's files, or the Whisper directory), Piper voice, instructions, temperature, max tokens and
     repetition penalty, the LLM at ``llm_url`` (``bench.common.vllm_serve``). Yields its ws URL."""
     from pipelines import models
 
@@ -60,12 +60,17 @@ def pipecat_agent(config: dict[str, Any], llm_url: str, llm_model: str, startup_
 
     options = config["pipeline"]["options"]
     thinker = options.get("thinker", {})
-    whisper = models.ensure(options.get("asr_model", "whisper-tiny.en"), print)
+    asr = options.get("asr_model", "moonshine-base")
+    if asr == "moonshine-base":
+        # the publisher's files the server's model is built from, as Pipecat's Moonshine service reads them
+        ears = ["--moonshine", str(models.MODELS[asr].sources()[0].parent)]
+    else:
+        ears = ["--whisper", str(models.ensure(asr, print))]
     voice = next(models.ensure(options.get("voice", "piper-joe"), print).glob("*.onnx"))
     instructions = (config.get("session") or {}).get("instructions") or "You are a helpful assistant."
     port = free_port()
     cmd = [
-        str(python()), str(AGENT), "--port", str(port), "--whisper", str(whisper), "--piper", str(voice),
+        str(python()), str(AGENT), "--port", str(port), *ears, "--piper", str(voice),
         "--llm-url", llm_url, "--llm-model", llm_model, "--instructions", instructions,
         "--temperature", str(thinker.get("temperature", 0.3)), "--max-tokens", str(thinker.get("max_tokens", 64)),
         "--repetition-penalty", str(thinker.get("repetition_penalty", 1.0)),

@@ -6,19 +6,22 @@ from this repository: ``bench/vs_pipecat.py`` (or ``bench/peers/__init__.py:pipe
 with the prepared model paths and the LLM server's URL::
 
     .venv-peers/bin/python bench/peers/pipecat_agent.py --port 8765 \\
-        --whisper DIR --piper VOICE.onnx --llm-url http://127.0.0.1:PORT/v1 --llm-model thinker \\
+        --moonshine DIR --piper VOICE.onnx --llm-url http://127.0.0.1:PORT/v1 --llm-model thinker \\
         --instructions "..." --temperature 0.3 --max-tokens 64 --repetition-penalty 1.2
 
 Built the way Pipecat's examples build a local voice bot (``examples/voice/voice-piper.py``,
 ``examples/turn-management/turn-management-smart-turn-local.py``):
 
-    transport.input() -> WhisperSTTService -> user aggregator (Silero VAD; turn start: VAD,
+    transport.input() -> MoonshineSTTService (or WhisperSTTService) -> user aggregator (Silero VAD; turn start: VAD,
     turn stop: Smart Turn v3, Pipecat's default strategies) -> OpenAILLMService (vLLM's
     OpenAI-compatible server) -> PiperTTSService -> transport.output() -> assistant aggregator
 
 with Pipecat's defaults everywhere else (VAD stop 0.2 s, the bundled Smart Turn v3.2 ONNX model,
-interruptions on, RTVI on). Nothing is downloaded: Whisper loads from the prepared directory, Piper
-from the prepared voice file (``download_dir`` is its folder, so Pipecat finds it there).
+interruptions on, RTVI on). Nothing is downloaded: the ears are the server's, Moonshine Base English
+(``--moonshine``: the publisher's ``.ort`` files in the ``moonshine-cpp`` wheel, the very files the
+server's model is made from, run by Pipecat's Moonshine service on the publisher's own runtime,
+``moonshine-voice``) or Whisper (``--whisper``: the prepared CTranslate2 directory, faster-whisper);
+Piper loads from the prepared voice file (``download_dir`` is its folder, so Pipecat finds it there).
 
 The wire (``HarnessSerializer``, a Pipecat ``FrameSerializer`` as its Twilio/Telnyx ones are): binary
 messages are pcm16 mono audio (in at ``--client-rate``, resampled to the pipeline's 16 kHz by
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 from pathlib import Path
 
 from fastapi import FastAPI, WebSocket
@@ -58,12 +62,14 @@ from pipecat.processors.frame_processor import FrameProcessorSetup
 from pipecat.serializers.base_serializer import FrameSerializer
 from pipecat.services.openai.llm import OpenAILLMService
 from pipecat.services.piper.tts import PiperTTSService
+from pipecat.services.moonshine.stt import MoonshineSTTService
+from pipecat.services.stt_service import STTService
 from pipecat.services.whisper.stt import WhisperSTTService
 from pipecat.transcriptions.language import Language
 from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams, FastAPIWebsocketTransport
 from pipecat.workers.runner import WorkerRunner
 
-IN_RATE = 16000  # what Silero VAD, Smart Turn and Whisper take
+IN_RATE = 16000  # what Silero VAD, Smart Turn, Moonshine and Whisper take
 OUT_RATE = 24000  # Pipecat's default output rate; the harness's rate too
 
 
@@ -99,13 +105,31 @@ class HarnessSerializer(FrameSerializer):
         return InputTransportMessageFrame(message=message) if isinstance(message, dict) else None
 
 
-def services(args: argparse.Namespace) -> tuple[WhisperSTTService, OpenAILLMService, PiperTTSService]:
+class LocalMoonshineSTTService(MoonshineSTTService):
+    """Pipecat's Moonshine service on a model folder given, not one fetched from the model hub (it
+    downloads by language and size otherwise; nothing can be downloaded here)."""
+
+    def __init__(self, model_dir: str, **kwargs: Any) -> None:
+        self._model_dir = model_dir
+        super().__init__(settings=MoonshineSTTService.Settings(model="base", language=Language.EN), **kwargs)
+
+    def _load(self) -> Any:
+        from moonshine_voice import ModelArch, Transcriber
+
+        return Transcriber(self._model_dir, ModelArch.BASE)
+
+
+def services(args: argparse.Namespace) -> tuple[STTService, OpenAILLMService, PiperTTSService]:
     """The three model services, one set per connection as Pipecat's bots make them."""
-    stt = WhisperSTTService(
-        device="cpu",
-        compute_type="int8",  # the model's own type, as the server runs it
-        settings=WhisperSTTService.Settings(model=args.whisper, language=Language.EN),
-    )
+    stt: STTService
+    if args.moonshine:
+        stt = LocalMoonshineSTTService(args.moonshine)
+    else:
+        stt = WhisperSTTService(
+            device="cpu",
+            compute_type="int8",  # the model's own type, as the server runs it
+            settings=WhisperSTTService.Settings(model=args.whisper, language=Language.EN),
+        )
     llm = OpenAILLMService(
         api_key="none",
         base_url=args.llm_url,
@@ -167,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--whisper", required=True, help="a faster-whisper (CTranslate2) model directory")
+    ears = parser.add_mutually_exclusive_group(required=True)
+    ears.add_argument("--moonshine", help="a folder of Moonshine Base's .ort files and tokenizer.bin (moonshine-cpp's models/base-en)")
+    ears.add_argument("--whisper", help="a faster-whisper (CTranslate2) model directory")
     parser.add_argument("--piper", required=True, help="a Piper voice .onnx (its .onnx.json beside it)")
     parser.add_argument("--llm-url", required=True, help="an OpenAI-compatible base URL, e.g. http://127.0.0.1:8001/v1")
     parser.add_argument("--llm-model", required=True)
