@@ -11,8 +11,13 @@ of a call that are nowhere in ``words`` (the instructions and the conversation's
 tools' descriptions, whose example values a model copies):
 
 * a required string argument's names (its capitalised words: "London", "New York") must each be
-  among the words; lowercase phrases ("my mother", "dollars") are the model's wording and are not
-  checked, nor are values from an ``enum`` (the tool's own);
+  among the words; values from an ``enum`` (the tool's own) are not checked;
+* a required string that names something (``names``: a city, a person, a dish, a room; not a code,
+  a number, a time, an expression or a message, which the model writes in its own form) and holds
+  no digits must have every word said, lowercase ones too ("chicken" for "How many days are in a
+  week?", "your-location" for "I'm feeling great"); the steered call copies such values from what
+  was said (steering.py), so this holds there by construction and judges the model's own values
+  and a remote thinker's;
 * a required string with numbers in it ("8 pm", "7:30") must hold one the user said: "a table
   at nine pm" written "8 pm" was not asked for;
 * a required string of digits (an order number) must hold, or be held in, a number the user said
@@ -44,6 +49,13 @@ _TENS = {w: 10 * (i + 2) for i, w in enumerate("twenty thirty forty fifty sixty 
 _SCALES = {"hundred": 100, "thousand": 1000}
 _NUMBER_WORDS = frozenset([*_UNITS, *_TENS, *_SCALES])
 _TOKEN = re.compile(r"[a-z]+|\d+")
+# words that, in a property's name or description, say its value is written in a form of its own
+# rather than named as the user says it (steering.names, ``ungrounded``'s lowercase words)
+OWN_FORM = frozenset(
+    "code codes iso id ids number numbers num amount count time times date dates day when hour minute duration "
+    "expression formula equation math message body text content note notes comment description reason summary "
+    "subject query prompt instructions email url link phone unit units currency symbol format language".split()
+)
 _NAME = re.compile(r"\b[A-Z][a-z]+(?:'[a-z]+)?\b")
 
 
@@ -105,6 +117,7 @@ def ungrounded(arguments: str, parameters: dict[str, Any], words: str) -> list[s
     if not isinstance(value, dict) or not isinstance(properties, dict):
         return []
     said_words, said_numbers = words_of(words), numbers_of(words)
+    said_stems = {_stem(w) for w in said_words}
     missing: list[str] = []
     for name in parameters.get("required") or []:
         schema = properties.get(name)
@@ -125,7 +138,25 @@ def ungrounded(arguments: str, parameters: dict[str, Any], words: str) -> list[s
                     missing.append(f"{name}={v}")
             elif numbers and not numbers & said_numbers or any(n.lower() not in said_words for n in _NAME.findall(v)):
                 missing.append(f"{name}={v}")
+            elif not numbers and names(name, schema) and any(_stem(w) not in said_stems for w in words_of(v)):
+                missing.append(f"{name}={v}")
     return missing
+
+
+def names(name: str, spec: dict[str, Any]) -> bool:
+    """Whether property ``name`` (its schema ``spec``) holds a string that names something the user
+    says (a city, a person, a dish): a string with no enum, format or pattern whose name and
+    description speak of no code, number, time, expression or message (``OWN_FORM``: those the
+    model writes in its own form: "USD" for dollars, "8 pm", "12 * 7", a note's words)."""
+    if spec.get("type") != "string" or any(k in spec for k in ("enum", "format", "pattern", "const")):
+        return False
+    about = set(re.findall(r"[a-z]+", (name.replace("_", " ") + " " + str(spec.get("description", ""))).lower()))
+    return not about & OWN_FORM
+
+
+def _stem(word: str) -> str:
+    """A word with its plural folded ("apples" -> "apple")."""
+    return word[:-1] if word.endswith("s") and len(word) > 3 else word
 
 
 def settled(arguments: str) -> str | None:

@@ -15,6 +15,14 @@ are appended and prefilled in one step) written in parts:
             fed (``", "arguments": {"city": "``), the model writes the value alone: a string up
             to its closing quote, a number from digits only, a boolean as true or false, an
             enum's string from its values' tokens
+    copy    a string that names something (``names``: a city, a person, a dish; not an enum, a
+            code, a number, a time or a message) whose first token, the model's free choice,
+            begins something said in the conversation (``Spans``: its words, spans of up to six
+            in the user's spelling): then written a token a step, each held to what goes on
+            toward a span said (a trie over the words said), and closed only where one ends; what
+            streams out is that span as the user said it ("Lis" -> "Lisbon", never "Lisboa"). A
+            first token that begins nothing said is the model's own value: written as any string,
+            and the grounding check (grounding.py) judges it
     more    with optional properties left: one step choosing "," or "}" (after ",", the key up to
             its quote: one of those properties, or the object is closed without it)
     next    with parallel calls: one step choosing another ``<tool_call>`` or the end
@@ -31,11 +39,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from pipelines.base import Tool
+from pipelines.cascade import grounding
 from pipelines.cascade.tools import CLOSE, OPEN
 
 NAME_TOKENS = 16  # a tool's name longer than this is not one
@@ -58,6 +68,8 @@ class Vocab:
     booleans: frozenset[int]  # the first tokens of "true" and "false"
     call: int  # <tool_call>
     eos: frozenset[int]  # the end of the answer
+    pieces: Mapping[str, int]  # a token's text -> the token (none with a quote or a control character)
+    closing: frozenset[int]  # begin with '"': a string closed where it is
 
 
 def vocab(tokenizer: Any, texts: Sequence[str]) -> Vocab | None:
@@ -66,7 +78,8 @@ def vocab(tokenizer: Any, texts: Sequence[str]) -> Vocab | None:
     call = tokenizer.convert_tokens_to_ids(OPEN)
     if not isinstance(call, int) or call == getattr(tokenizer, "unk_token_id", None):
         return None
-    starts, quotes, digits, ends, commas, closes = set(), set(), set(), set(), set(), set()
+    starts, quotes, digits, ends, commas, closes, closing = set(), set(), set(), set(), set(), set(), set()
+    pieces: dict[str, int] = {}
     for i, text in enumerate(texts):
         if not text:
             continue
@@ -75,6 +88,10 @@ def vocab(tokenizer: Any, texts: Sequence[str]) -> Vocab | None:
             starts.add(i)
         if any(ch == '"' or ch < " " for ch in text):
             quotes.add(i)
+            if text.startswith('"'):
+                closing.add(i)
+        elif "\ufffd" not in text:  # (a piece of a character: never a word's)
+            pieces.setdefault(text, i)
         if all(ch in "0123456789.-" for ch in text):
             digits.add(i)
         if bare and all(ch in ",}] \t\n" for ch in text):
@@ -86,15 +103,50 @@ def vocab(tokenizer: Any, texts: Sequence[str]) -> Vocab | None:
     starts.add(call)
     eos = {t for t in (tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")) if isinstance(t, int)}
     booleans = {tokenizer.encode(word, add_special_tokens=False)[0] for word in ("true", "false")}
-    return Vocab(frozenset(starts), frozenset(quotes), frozenset(digits), frozenset(ends), frozenset(commas), frozenset(closes), frozenset(booleans), call, frozenset(eos))
+    return Vocab(
+        frozenset(starts), frozenset(quotes), frozenset(digits), frozenset(ends), frozenset(commas), frozenset(closes), frozenset(booleans), call,
+        frozenset(eos), pieces, frozenset(closing),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Calls:
-    """What an answer may call: its tools, and whether it may make several calls."""
+    """What an answer may call: its tools, whether it may make several calls, and what was said in
+    the conversation (the words a value that names something is copied from: ``Spans``)."""
 
     tools: Sequence[Tool]
     parallel: bool
+    said: str = ""
+
+
+SPAN_WORDS = 6  # the longest run of words said that a value is copied as
+
+
+class Spans:
+    """The values a call may copy from ``text`` (what was said): every run of one to
+    ``SPAN_WORDS`` words within a clause (not across ".", ",", "?" ...), in its spelling, the
+    newest last. ``after(value)``: the spans that go on from ``value`` (case aside)."""
+
+    def __init__(self, text: str) -> None:
+        spans: dict[str, str] = {}  # lowercased -> as said (the newest spelling)
+        for clause in re.split(r"[.,;:!?()\[\]\"]+(?:\s|$)|[\n!?;()\[\]\"]", text):
+            words = [w.strip("'-.") for w in clause.split()]
+            words = [w for w in words if w]
+            for i in range(len(words)):
+                for j in range(i + 1, min(len(words), i + SPAN_WORDS) + 1):
+                    span = " ".join(words[i:j])
+                    spans.pop(span.lower(), None)
+                    spans[span.lower()] = span
+        self.spans = spans
+
+    def after(self, value: str) -> list[str]:
+        """The spans that begin with ``value`` (case aside), as said."""
+        v = value.lower()
+        return [span for low, span in self.spans.items() if low.startswith(v)] if v else []
+
+    def spelled(self, value: str) -> str | None:
+        """``value`` as it was said, when it was (case aside); else None."""
+        return self.spans.get(value.lower())
 
 
 @dataclass(frozen=True)
@@ -162,6 +214,8 @@ class CallWriter:
         self.name = ""  # the name written so far
         self.steps = 0  # the name's steps so far
         self.first = True  # no property written yet in the call's arguments
+        self.said = Spans(calls.said) if calls.said else None
+        self.value = ""  # a string value's text written so far, in the steps before its last part
 
     def took(self, text: str) -> str:
         self.text += text
@@ -180,7 +234,9 @@ class CallWriter:
             # the model's tokens but the last stay in the request: the stop's text before its
             # quote is given; at the cap, the last token (dropped by the engine) is given again
             again = self._before_quote(stop) if stop is not None else self._piece(last)
-            return self._next(_string(text + (again if stop is not None else "")) + '"', again + '"')
+            return self._next(_string(self.value + text + (again if stop is not None else "")) + '"', again + '"')
+        if state == "copy":
+            return self._copying(text, stop, last)
         if state == "number":
             return self._next(self._number(text), "" if stop is not None else self._piece(last))
         if state == "boolean":
@@ -264,6 +320,10 @@ class CallWriter:
         self.property, self.first = name, False
         spec = (self.tool.parameters.get("properties") or {})[name]
         kind = spec.get("type")
+        self.value, self.steps = "", 0
+        if kind == "string" and self.said is not None and grounding.names(name, spec):
+            self.state = "copy"  # (the first token the model's own: _copying)
+            return Part(say + '"', feed + '"', 1, stop=self.vocab.quotes)
         if kind == "string":
             self.state = "string"
             allowed = self._pieces(spec["enum"]) | self.vocab.quotes if "enum" in spec else None  # (a few values: encoded each time, never cached per client)
@@ -273,6 +333,32 @@ class CallWriter:
             return Part(say, feed, 1, allowed=self.vocab.booleans)
         self.state = "number"
         return Part(say, feed, NUMBER_TOKENS, allowed=self.vocab.digits | self.vocab.ends, stop=self.vocab.ends)
+
+    def _copying(self, text: str, stop: int | None, last: int | None) -> Part:
+        """A step of a value copied from what was said (``names``): after the model's first token,
+        each token held to what goes on toward a span said, the value closed where one ends (its
+        spelling as said streams out). A first token that begins nothing said: the model's own
+        value, written on as any string (``STRING_TOKENS`` in all)."""
+        assert self.said is not None
+        if stop is not None:  # the model closed it
+            again = self._before_quote(stop)
+            value = self.value + text + again
+            return self._next(_string(self.said.spelled(value.strip()) or value) + '"', again + '"')
+        again = self._piece(last)
+        self.value += text
+        self.steps += 1
+        going = self.said.after(self.value.lstrip())
+        if not going and self.steps == 1:  # the model's own value
+            self.state = "string"
+            return Part("", again, STRING_TOKENS - 1, stop=self.vocab.quotes)
+        if not going or self.steps >= STRING_TOKENS:  # (a span left behind cannot be: at the cap, closed)
+            return self._next(_string(self.said.spelled(self.value.strip()) or self.value) + '"', again + '"')
+        done = self.value.lstrip().lower()
+        allowed: set[int] = set(self.vocab.closing) if done in self.said.spans else set()
+        for span in going:  # (what goes on in the spelling said: the engine holds the words as the user said them)
+            rest = span[len(done) :]
+            allowed.update(t for k in range(1, min(len(rest), 24) + 1) if (t := self.vocab.pieces.get(rest[:k])) is not None)
+        return Part("", again, 1, allowed=frozenset(allowed), stop=self.vocab.quotes)
 
     def _number(self, text: str) -> str:
         """The number written, or null where the model wrote none (the schema check and the

@@ -17,7 +17,8 @@ import pytest
 
 from pipelines import models
 from pipelines.base import Tool
-from pipelines.cascade.steering import NAME_TOKENS, STRING_TOKENS, CallWriter, Calls, Part, Vocab, steerable, vocab
+from pipelines.cascade.grounding import ungrounded
+from pipelines.cascade.steering import NAME_TOKENS, STRING_TOKENS, CallWriter, Calls, Part, Spans, Vocab, steerable, vocab
 from pipelines.cascade.tools import CLOSE, OPEN, CallEnded, CallParser, Said, token_texts
 
 WEATHER = Tool("get_weather", "", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
@@ -89,7 +90,8 @@ class Engine:
             self.said += self.writer.took(text) if text else ""
             state = self.writer.state
             part = self.writer.ended(reason, stop, last)
-            if (reason == "stop" or self.writer.state != state) and hasattr(self.model, "advance"):
+            moved = self.writer.state != state and (state, self.writer.state) != ("copy", "string")  # (a copied value gone on as the model's own: the same value)
+            if (reason == "stop" or moved) and hasattr(self.model, "advance"):
                 self.model.advance()  # (the writer moved on: the rest of what the model meant there is not written)
             if part is not None:
                 self.said += part.say
@@ -117,9 +119,45 @@ class Scripted:
             self.queue.pop(0)
 
 
-def steer(tokenizer: Any, words: Vocab, tools: list[Tool], script: list[str], parallel: bool = False) -> tuple[str, str]:
-    writer = CallWriter(Calls(tools, parallel), words, tokenizer)
-    engine = Engine(tokenizer, writer, Scripted(tokenizer, script), words.starts)
+class Meaning(Scripted):
+    """A model that means ``script``'s texts but, where a part holds it to some tokens, writes the
+    allowed token likeliest for what it means: the one that goes furthest along it (case aside),
+    else a string's close, else the first allowed (as a real model's best allowed token would)."""
+
+    def __init__(self, tokenizer: Any, script: list[str]) -> None:
+        super().__init__(tokenizer, script)
+        self.tokenizer = tokenizer
+        self.meant = list(script)
+
+    def __call__(self, part: Part, context: str) -> int:
+        while self.queue and not self.queue[0]:
+            self.queue.pop(0)
+            self.meant.pop(0)
+        token = self.queue[0][0]
+        if part.allowed is None or token in part.allowed:
+            self.queue[0].pop(0)
+            self.meant[0] = self.meant[0][len(self.tokenizer.decode([token])) :]
+            return int(token)
+        rest = self.meant[0].lower()
+
+        def along(t: int) -> int:
+            text = self.tokenizer.decode([t]).lower()
+            return len(text) if rest.startswith(text) else 0
+
+        best = max(sorted(part.allowed), key=lambda t: (along(t), self.tokenizer.decode([t]).startswith('"')))
+        self.meant[0] = self.meant[0][along(best) :]
+        self.queue[0] = list(self.tokenizer.encode(self.meant[0], add_special_tokens=False)) if along(best) else self.queue[0]
+        return best
+
+    def advance(self) -> None:
+        super().advance()
+        if self.meant:
+            self.meant.pop(0)
+
+
+def steer(tokenizer: Any, words: Vocab, tools: list[Tool], script: list[str], parallel: bool = False, heard: str = "", meaning: bool = False) -> tuple[str, str]:
+    writer = CallWriter(Calls(tools, parallel, heard), words, tokenizer)
+    engine = Engine(tokenizer, writer, (Meaning if meaning else Scripted)(tokenizer, script), words.starts)
     return engine.run(), engine.context
 
 
@@ -252,8 +290,9 @@ def test_random_schemas_and_choices_always_give_calls_that_parse(tokenizer: Any,
                 return rng.choice(sorted(words.starts))
             return rng.choice(pool)
 
-        writer = CallWriter(Calls(tools, rng.random() < 0.5), words, tokenizer)
-        said = Engine(tokenizer, writer, model, words.starts).run(parts=30)
+        heard = rng.choice(["", "Book a table at Luigi's for Anna, in New York tonight."])  # (values copied from it: steps held to spans)
+        writer = CallWriter(Calls(tools, rng.random() < 0.5, heard), words, tokenizer)
+        said = Engine(tokenizer, writer, model, words.starts).run(parts=60)
         parser = CallParser()
         for event in parser.feed(said) + parser.finish():
             if not isinstance(event, CallEnded) or event.name not in names:
@@ -268,3 +307,89 @@ def test_random_schemas_and_choices_always_give_calls_that_parse(tokenizer: Any,
                 ok = {"string": str, "integer": int, "number": (int, float), "boolean": bool}[kind]
                 assert value is None or isinstance(value, ok) and (kind != "integer" or not isinstance(value, bool)), (trial, key, value, said)
     assert checked["calls"] >= 150 and checked["values"] >= 200, checked  # (the run made calls to check)
+
+
+# ------------------------------------------------------------------ values copied from what was said
+
+RECIPE = Tool("find_recipe", "", {"type": "object", "properties": {"ingredient": {"type": "string"}}, "required": ["ingredient"]})
+FLIGHTS = Tool(
+    "find_flights", "", {"type": "object", "properties": {"origin": {"type": "string"}, "destination": {"type": "string"}}, "required": ["origin", "destination"]}
+)
+
+
+def test_a_city_said_one_way_is_copied_as_said_where_the_model_would_spell_it_another(tokenizer: Any, words: Vocab) -> None:
+    heard = "What is the weather forecast for Lisbon today?"
+    said, context = steer(tokenizer, words, [WEATHER], ["```", 'get_weather"', 'Lisboa"'], heard=heard, meaning=True)
+    assert calls_in(said)[1] == [("get_weather", {"city": "Lisbon"})]
+    assert context.endswith('"city": "Lisbon')  # the engine was held to it: the model sees the city as said
+    assert not ungrounded(json.dumps({"city": "Lisbon"}), WEATHER.parameters, heard)
+
+
+def test_a_value_is_written_in_the_users_spelling_and_may_run_over_several_words(tokenizer: Any, words: Vocab) -> None:
+    heard = "Find me flights from new york city to San Francisco, please."
+    said, _ = steer(tokenizer, words, [FLIGHTS], ["```", 'find_flights"', 'New York"', 'san francisco"'], heard=heard, meaning=True)
+    assert calls_in(said)[1] == [("find_flights", {"origin": "new york", "destination": "San Francisco"})]
+
+
+def test_a_value_nobody_said_is_the_models_own_and_the_grounding_drops_it(tokenizer: Any, words: Vocab) -> None:
+    heard = "How many days are in a week?"
+    said, _ = steer(tokenizer, words, [RECIPE], ["```", 'find_recipe"', 'chicken"'], heard=heard, meaning=True)
+    ((name, arguments),) = calls_in(said)[1]
+    assert arguments == {"ingredient": "chicken"}  # (its first token began nothing said: written on as the model's)
+    assert ungrounded(json.dumps(arguments), RECIPE.parameters, heard) == ["ingredient=chicken"]
+
+
+def test_values_of_their_own_form_are_the_models(tokenizer: Any, words: Vocab) -> None:
+    # a time is written as the model writes times, though "eight pm" was said
+    said, _ = steer(tokenizer, words, [TABLE], ["<tool_call>", 'book_table"', "4,", '8 pm"}'], heard="A table for four at eight pm.", meaning=True)
+    assert calls_in(said)[1] == [("book_table", {"people": 4, "time": "8 pm"})]
+
+
+def test_spans_stay_within_a_clause_and_keep_the_newest_spelling() -> None:
+    heard = Spans("I live in paris. No, I mean Paris, France; then Rome!")
+    assert heard.spelled("paris") == "Paris" and heard.spelled("paris france") is None
+    assert heard.spelled("i mean paris") == "I mean Paris" and heard.spelled("no i mean") is None and heard.spelled("rome") == "Rome"
+    assert set(heard.after("fra")) == {"France"} and heard.after("") == []
+
+
+def test_copied_values_are_always_spans_said_or_judged_by_the_grounding(tokenizer: Any, words: Vocab) -> None:
+    """Seeded: random things said and a model writing random allowed tokens in a copied value (now
+    and then a closing quote): every value is a span said (case aside), or its first token began
+    nothing said and the grounding check drops it unless every word of it was said."""
+    rng = random.Random(20261129)
+    pool = "paris rome new york anna luigi's the market tomorrow chicken rice bob san jose garden kitchen".split()
+    checked = copied = 0
+    for trial in range(150):
+        heard = " ".join(rng.choice(pool) for _ in range(rng.randint(1, 10))) + rng.choice([".", "?", ", and", ""]) + " " + rng.choice(pool)
+
+        name = list(tokenizer.encode("get_weather", add_special_tokens=False))
+
+        def model(part: Part, context: str) -> int:
+            written = context[context.rfind('{"name": "') + len('{"name": "') :] if '{"name": "' in context else None
+            if written is not None and '"' not in written:  # the tool's name, token by token
+                done = [tokenizer.decode(name[:k]) for k in range(len(name) + 1)]
+                return int(name[done.index(written)]) if written in done[:-1] else int(sorted(words.closing)[0])
+            if part.allowed is not None:
+                allowed = sorted(part.allowed)
+                closing = [t for t in allowed if t in words.closing]
+                return rng.choice(closing) if closing and rng.random() < 0.3 else rng.choice(allowed)
+            if context.endswith('"city": "'):
+                first = rng.choice(pool + ["zurich", "mad", "x"])
+                return int(tokenizer.encode(first, add_special_tokens=False)[0])
+            if part.stop == words.starts:
+                return sorted(words.starts)[0]
+            return rng.choice(sorted(words.closing))
+
+        writer = CallWriter(Calls([WEATHER], False, heard), words, tokenizer)
+        text = Engine(tokenizer, writer, model, words.starts).run(parts=60)
+        calls = calls_in(text)[1]
+        if not calls or calls[0][0] != "get_weather":
+            continue
+        city = calls[0][1]["city"]
+        spans = Spans(heard).spans
+        copied += city.lower() in spans
+        if city.lower() not in spans:
+            assert not Spans(heard).after(tokenizer.decode(tokenizer.encode(city, add_special_tokens=False)[:1]).lower()) or len(city) == 0, (heard, city)
+            assert ungrounded(json.dumps({"city": city}), WEATHER.parameters, heard) or all(w in heard.lower() for w in city.lower().split()), (heard, city)
+        checked += 1
+    assert checked >= 100 and 30 <= copied <= checked - 10, (checked, copied)  # (both ways taken)

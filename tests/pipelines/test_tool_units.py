@@ -125,6 +125,19 @@ FORECAST = Tool(
 )
 
 
+RECIPE = Tool("find_recipe", "A recipe.", {"type": "object", "properties": {"ingredient": {"type": "string"}}, "required": ["ingredient"]})
+CONTACT = Tool("call_contact", "Phone someone.", {"type": "object", "properties": {"name": {"type": "string", "description": "Who to call"}}, "required": ["name"]})
+CURRENCY = Tool(
+    "convert_currency",
+    "Money.",
+    {
+        "type": "object",
+        "properties": {"amount": {"type": "number"}, "from_currency": {"type": "string", "description": "ISO code"}, "to_currency": {"type": "string", "description": "ISO code"}},
+        "required": ["amount", "from_currency", "to_currency"],
+    },
+)
+
+
 @pytest.mark.parametrize(
     "said, tool, arguments, missing",
     [
@@ -146,6 +159,13 @@ FORECAST = Tool(
         ("What's the forecast for Lisbon today?", FORECAST, '{"location": "Lisboa", "day": "today"}', ["location=Lisboa"]),
         ("Can you reserve a table for five at nine pm?", BOOK, '{"people": 5, "time": "8 pm"}', ["time=8 pm"]),  # (the tool's example)
         ("Can not fly.", BOOK, '{"people": 1, "time": "8 pm"}', ["people=1", "time=8 pm"]),
+        # lowercase values that name something are held to what was said too; values of their own
+        # form (a code, a time, an expression) are not
+        ("How many days are in a week?", RECIPE, '{"ingredient": "chicken"}', ["ingredient=chicken"]),
+        ("I'm feeling great today.", FORECAST, '{"location": "your-location", "day": "today"}', ["location=your-location"]),
+        ("Find me something with apples.", RECIPE, '{"ingredient": "apple"}', []),
+        ("Call my mom.", CONTACT, '{"name": "Mom"}', []),
+        ("Convert fifty dollars to euros.", CURRENCY, '{"amount": 50, "from_currency": "USD", "to_currency": "eur"}', []),
         # nothing to say about: not JSON, not an object, a value missing (the schema check's)
         ("Hi", WEATHER, '{"city": "Par', []),
         ("Hi", WEATHER, "[1]", []),
