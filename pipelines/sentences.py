@@ -26,6 +26,10 @@ class SentenceLimit:
         self.text = ""
         self.done = False
 
+    def finishing(self) -> None:
+        """End at the end of the sentence under way."""
+        self.most = min(self.most, self.sentences + 1)
+
     def __call__(self, delta: str) -> str:
         """The part of ``delta`` to keep; after it, ``done`` says whether to stop."""
         full = self.text + delta

@@ -53,7 +53,8 @@ def held_call(tool: Any, thinking: Any) -> tuple[str, dict[str, Any]]:
 
 class CascadeProduction(Production):
     """``prompt`` rendered for ``request``; ``offered``: the tools offered in it; ``streamed``: the
-    engine request its prompt's first part went into while the user spoke, if it fits."""
+    engine request its prompt's first part went into while the user spoke, if it fits;
+    ``answering``: the answer to a tool's output."""
 
     def __init__(
         self,
@@ -67,6 +68,7 @@ class CascadeProduction(Production):
         name: str = "",
         context: ToolContext | None = None,
         words_only: bool = False,
+        answering: bool = False,
     ) -> None:
         self.pipeline = pipeline
         self.context = context  # with tools offered: what a call's values must come from, and the answer in words
@@ -75,7 +77,10 @@ class CascadeProduction(Production):
         self.prompt = prompt
         self.offered = offered
         self.streamed = streamed
-        self.generation = Generation(banned=pipeline.thinker.call_start_ids if words_only else frozenset())
+        # the answer to a tool's output says its facts in the output's words: the answers' repetition
+        # penalty (against loops) would push it off them ("heavy hail" said "heavy rain", docs/tools.md)
+        penalty = pipeline.thinker.options.tool_repetition_penalty if answering else None
+        self.generation = Generation(banned=pipeline.thinker.call_start_ids if words_only else frozenset(), repetition_penalty=penalty)
         self._spent = (0, 0)  # prompt and cached tokens of an answer replaced by one in words
         self.calls: ToolStream | None = None  # the answer's tool calls, when tools are offered
         self.steered = False  # its calls written by steering the engine (steering.py)
@@ -155,7 +160,7 @@ class CascadeProduction(Production):
         first = self.generation
         prompt, cached = self._spent
         self._spent = (prompt + first.prompt_tokens, cached + first.cached_tokens)
-        self.generation = Generation(output_tokens=first.output_tokens, **what)
+        self.generation = Generation(output_tokens=first.output_tokens, finish=first.finish, **what)
 
     def _ask_back(self, calls: ToolStream) -> str | None:
         """What to say for a dropped call to a tool the user's last words asked for (grounding.py)."""
@@ -259,6 +264,8 @@ class CascadeProduction(Production):
         o = pipeline.options
         thinking = pipeline.thinker.options
         budget = thinking.tool_max_tokens if offered else thinking.max_tokens
+        # the server's own budget lets a sentence under way end past it; a client's max_output_tokens is kept to the token
+        self.generation.finish = request.max_output_tokens is None or request.max_output_tokens > budget
         if request.max_output_tokens is not None:
             budget = min(budget, request.max_output_tokens)
         constrained = bool(offered) and thinking.holds_calls  # a forced call held to its schema
@@ -270,8 +277,9 @@ class CascadeProduction(Production):
                 self.generation.schema = forced_schema(request.tool_choice, offered)
         # a call the model makes on its own, written by steering the engine (steering.py)
         steered = self.steered = bool(offered) and not forced and pipeline.thinker.vocab is not None  # (a vocabulary only with steer_calls)
-        if steered:
-            self.generation.steer = steering.Calls(offered, request.parallel_tool_calls)
+        if steered:  # (values that name something copied from what was said, where calls are grounded)
+            grounded = request.tool_choice == "auto" and thinking.ground_calls and self.context is not None
+            self.generation.steer = steering.Calls(offered, request.parallel_tool_calls, self.context.words if grounded and self.context else "")
         prompt = self.prompt
         if words_only and say is None:  # a second request: the usage is both's
             self._next_generation(banned=pipeline.thinker.call_start_ids)

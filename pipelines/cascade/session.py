@@ -264,8 +264,9 @@ class CascadeSession(PipelineSession):
         # calls banned: tools shown but none offered; the answer to a tool's output (said in words:
         # without the ban, Qwen2.5-Coder-0.5B writes another call or an output of its own in about
         # half of its samples, docs/tools.md)
-        held = not offered and (bool(self.prompts.shown(request)) or self.prompts.answering(request))
-        return CascadeProduction(self.pipeline, self.salt, request, prompt, offered, times, streamed, self.session_id, context, held)
+        answering = self.prompts.answering(request)
+        held = not offered and (bool(self.prompts.shown(request)) or answering)
+        return CascadeProduction(self.pipeline, self.salt, request, prompt, offered, times, streamed, self.session_id, context, held, answering)
 
     # ------------------------------------------------------------------ transcripts
 

@@ -39,6 +39,8 @@ from pipelines.turn_end import judgement
 
 log = logging.getLogger(__name__)
 
+FINISH_TOKENS = 24  # past the server's own budget, a sentence under way may take this many more tokens to end
+
 
 class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     model: str = "qwen2.5-coder-0.5b-instruct"  # a model name from `realtime-omni models`, or a path / HF id
@@ -60,7 +62,8 @@ class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     engine_args: dict[str, Any] = {}  # anything else AsyncEngineArgs takes (GPU: gpu_memory_utilization, ...)
     max_tokens: int = 64  # answer budget in tokens (a response's max_output_tokens can lower it)
     tool_max_tokens: int = 160  # the budget when tools are offered: a call's JSON is longer than a spoken answer
-    # when tools are offered: the penalty would push the answer off the JSON its prompt shows (bench/tools.py)
+    # when tools are offered, and in the answer to a tool's output: the penalty would push the answer off
+    # the JSON its prompt shows, and off the output's own words (bench/tools.py, docs/tools.md)
     tool_repetition_penalty: float = 1.0
     ground_calls: bool = True  # tool_choice auto: a call whose required values nobody said is dropped, and the answer said in words (grounding.py)
     # with ground_calls, when every call the model wrote was dropped: up to this many other tools,
@@ -113,6 +116,7 @@ class Generation:
     banned: frozenset[int] = frozenset()  # tokens this answer may not write (an answer held to words)
     schema: dict[str, Any] | None = None  # the JSON schema the answer is held to as it is written (a tool call: tools.call_schema)
     steer: Any = None  # a steering.Calls: the calls the answer may make, written by steering (where the thinker can)
+    finish: bool = False  # the budget is the server's own (not the client's): a sentence under way there is finished (``FINISH_TOKENS``)
 
 
 def _cpu_environment(options: ThinkerOptions) -> None:
@@ -233,6 +237,18 @@ class VllmThinker:
         o = self.options
         return o.max_tokens if max_tokens is None else max(1, min(max_tokens, max(o.max_tokens, o.tool_max_tokens)))
 
+    def _cap(self, max_tokens: int | None, g: Generation | None) -> int:
+        """What the engine may write: the budget, and ``FINISH_TOKENS`` more where it is the server's
+        own (``Generation.finish``), for the sentence under way at the budget (``_finishing``)."""
+        return self._limit(max_tokens) + (FINISH_TOKENS if g is not None and g.finish else 0)
+
+    @staticmethod
+    def _finishing(g: Generation, cut: Any, budget: int) -> None:
+        """Past the budget, the answer ends at the end of its sentence under way (a spoken answer
+        never stops mid-sentence for the server's own cap: "... and there will be")."""
+        if g.finish and g.output_tokens >= budget:
+            cut.finishing()
+
     async def stop(self) -> None:
         if self.engine is not None:
             self.engine.shutdown()
@@ -320,7 +336,7 @@ class VllmThinker:
                 yield delta
             return
         outputs = self.engine.generate(tokens_input(list(prompt_ids), cache_salt=salt), self._answer_params(max_tokens, g), request_id=g.request_id)
-        async for delta in self._deltas(outputs, g):
+        async for delta in self._deltas(outputs, g, self._limit(max_tokens)):
             yield delta
 
     def steers(self, g: Generation) -> bool:
@@ -340,7 +356,7 @@ class VllmThinker:
         assert self.vocab is not None
         writer = steering.CallWriter(g.steer, self.vocab, self.tokenizer)
         cut = g.limit or SentenceLimit(self.options.max_sentences)
-        budget = self._limit(max_tokens)
+        budget, cap = self._limit(max_tokens), self._cap(max_tokens, g)
         finished = counted = False
         try:
             async for out in outputs:
@@ -348,6 +364,7 @@ class VllmThinker:
                     g.cached_tokens, counted = out.num_cached_tokens, True  # (the answer's part's: the later ones go on from it)
                 c = out.outputs[0]
                 g.output_tokens += len(c.token_ids)
+                self._finishing(g, cut, budget)
                 if c.token_ids and not g.first_token_at:
                     g.first_token_at = time.perf_counter()
                 finished = out.finished
@@ -358,11 +375,11 @@ class VllmThinker:
                     part = writer.ended(c.finish_reason, stop, c.token_ids[-1] if c.token_ids else None)
                     if part is not None:
                         said += part.say
-                    if part is not None and part.feed is not None and g.output_tokens < budget:
+                    if part is not None and part.feed is not None and g.output_tokens < cap:
                         params = self._sampling(
                             g,
                             logprobs,
-                            max_tokens=max(1, budget - g.output_tokens) if part.free else part.max_tokens,
+                            max_tokens=max(1, cap - g.output_tokens) if part.free else part.max_tokens,
                             allowed_token_ids=sorted(part.allowed) if part.allowed is not None else None,
                             stop_token_ids=sorted(part.stop) or None,
                         )
@@ -394,7 +411,7 @@ class VllmThinker:
             g,
             logprobs,
             stop_token_ids=sorted(self.vocab.starts) if steered and self.vocab is not None else None,
-            max_tokens=self._limit(max_tokens),
+            max_tokens=self._cap(max_tokens, g),
             stop=self.stop_strings or None,
             logit_bias=dict.fromkeys(g.banned, -100.0) if g is not None and g.banned else None,
             structured_outputs=StructuredOutputsParams(json=g.schema) if g is not None and g.schema else None,
@@ -441,7 +458,7 @@ class VllmThinker:
     def _ends(self, top: dict[int, Any]) -> float:
         return judgement.probability({token: lp.logprob for token, lp in top.items()}, self.end_ids)
 
-    async def _deltas(self, outputs: AsyncIterator[Any], g: Generation) -> AsyncIterator[str]:
+    async def _deltas(self, outputs: AsyncIterator[Any], g: Generation, budget: int) -> AsyncIterator[str]:
         """The answer's text from an engine request's outputs, cut after ``max_sentences``
         sentences; the request is aborted unless it finished."""
         finished = False
@@ -452,6 +469,7 @@ class VllmThinker:
                     g.cached_tokens = out.num_cached_tokens
                 c = out.outputs[0]
                 g.output_tokens += len(c.token_ids)
+                self._finishing(g, cut, budget)
                 if c.token_ids and not g.first_token_at:
                     g.first_token_at = time.perf_counter()
                 finished = out.finished
@@ -608,7 +626,7 @@ class StreamedPrompt:
         except BaseException:
             await self.close()
             raise
-        answer = self.thinker._steer(self._outputs, self._input, g, self.salt, max_tokens, self.logprobs) if steered else self.thinker._deltas(self._outputs, g)
+        answer = self.thinker._steer(self._outputs, self._input, g, self.salt, max_tokens, self.logprobs) if steered else self.thinker._deltas(self._outputs, g, self.thinker._limit(max_tokens))
         async for delta in answer:
             yield delta
 
@@ -722,7 +740,7 @@ class RemoteThinker(VllmThinker):
             "prompt": prompt_ids,
             "stream": True,
             "stream_options": {"include_usage": True},
-            "max_tokens": self._limit(max_tokens),
+            "max_tokens": self._cap(max_tokens, g),
             "temperature": o.temperature,
             "repetition_penalty": o.repetition_penalty if g.repetition_penalty is None else g.repetition_penalty,
             "cache_salt": salt,
@@ -739,6 +757,7 @@ class RemoteThinker(VllmThinker):
             body["structured_outputs"] = {"json": g.schema}  # (vLLM's own parameter)
         g.prompt_tokens = len(prompt_ids)
         cut = g.limit or SentenceLimit(o.max_sentences)
+        budget, written = self._limit(max_tokens), 0
         chunks = self.remote.stream(body, path="/completions")
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:
@@ -756,6 +775,9 @@ class RemoteThinker(VllmThinker):
                         continue
                     if not g.first_token_at:
                         g.first_token_at = time.perf_counter()
+                    written += 1  # (a streamed chunk: one token; the usage comes at the end)
+                    if g.finish and written >= budget:
+                        cut.finishing()
                     delta = cut(text)
                     yield delta
                     if cut.done:

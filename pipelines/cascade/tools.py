@@ -467,6 +467,10 @@ class SpokenLimit:
         self.parallel = parallel
         self.done = False
 
+    def finishing(self) -> None:
+        """End at the end of the sentence under way."""
+        self.sentences.finishing()
+
     def __call__(self, delta: str) -> str:
         for event in self.parser.feed(delta):
             if isinstance(event, Said):

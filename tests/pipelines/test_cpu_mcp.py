@@ -76,3 +76,36 @@ async def test_a_spoken_request_runs_the_mcp_tool_and_its_output_is_spoken_in_th
     # and the answer found it in the prefix cache (the tools-free prompt shares no whole block with the call's)
     assert after["prefills_ahead_of_output"] == before["prefills_ahead_of_output"] + 1
     assert response.usage.input_token_details.cached_tokens >= 32, response.usage
+
+
+def forecast_server(calls: list[str]) -> MCPServer:
+    """A forecast whose answer runs long (the issue's: "heavy hail, 3 degrees Celsius, strong wind")."""
+    server = MCPServer("forecast")
+
+    @server.tool()
+    async def get_forecast(city: Annotated[str, Field(description="The city, e.g. Paris")]) -> str:
+        """Get today's weather forecast for a city."""
+        calls.append(city)
+        return json.dumps({"city": city, "conditions": "heavy hail", "temperature_c": 3, "wind": "strong from the north", "visibility": "poor", "advice": "stay indoors"})
+
+    return server
+
+
+async def test_a_city_said_reaches_the_mcp_call_as_said_and_the_answer_is_whole_sentences_with_its_key_fact(cpu_server):
+    tool = {"type": "mcp", "server_label": "forecast", "server_url": cpu_server.mcp_url, "require_approval": "never"}
+    calls: list[str] = []
+    port = urlsplit(cpu_server.mcp_url).port
+    async with Served(forecast_server(calls), port), connect(cpu_server.ws_base) as c:
+        await c.expect("session.created")
+        await c.send({"type": "session.update", "session": {"type": "realtime", "instructions": INSTRUCTIONS, "tools": [tool]}})
+        await c.expect("session.updated")
+        await c.expect("conversation.item.done", timeout=30)  # (the tools listed)
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "What is the weather forecast for Lisbon today?"}]}
+        await c.send({"type": "conversation.item.create", "item": item})
+        await c.send({"type": "response.create"})
+        response = (await c.expect("response.done", timeout=3 * RESPONSE_TIMEOUT)).response
+        assert response.status == "completed", response.status_details
+        assert calls == ["Lisbon"]  # as the user said it (the thinker alone writes "Lisboa")
+        said = c.of("response.output_audio_transcript.done")[-1].transcript
+        assert said.rstrip().endswith((".", "!", "?")), said  # every sentence finished
+        assert "hail" in said.lower(), said  # the output's key fact, in its words

@@ -290,6 +290,52 @@ async def test_a_plain_question_with_tools_offered_gets_an_answer_and_no_call(cp
     assert after["answers_asking_back"] == before["answers_asking_back"]
 
 
+RECIPE = {
+    "type": "function",
+    "name": "find_recipe",
+    "description": "Find a recipe that uses an ingredient.",
+    "parameters": {"type": "object", "properties": {"ingredient": {"type": "string"}}, "required": ["ingredient"]},
+}
+
+
+async def test_a_plain_question_makes_no_call_with_a_value_nobody_said(cpu_server):
+    """A lowercase value nobody said ("How many days are in a week?" -> ``find_recipe`` chicken, as the
+    thinker alone writes it) is never written into a call: the answer is words. (A word said that
+    the model takes for a value is another matter: "How much is a dollar in euros?" ->
+    ``find_recipe`` dollar; docs/tools.md.)"""
+    async with connect(cpu_server.ws_base) as c:
+        await setup(c, output_modalities=["text"], tools=[RECIPE])
+        done = (await text_turn(c, "How many days are in a week?")).response  # type: ignore[attr-defined]
+        assert done.status == "completed", done.status_details
+        assert [o.type for o in done.output] == ["message"], done.output
+        said = done.output[0].content[0].text
+        assert said.strip() and "{" not in said and "recipe" not in said.lower(), said
+
+
+WEATHER_FORECAST = {"city": "Lisbon", "conditions": "heavy hail", "temperature_c": 3, "wind": "strong", "advice": "stay indoors"}
+
+
+async def test_a_city_named_the_users_way_reaches_the_call_and_the_answer_to_its_output_is_whole(cpu_server):
+    """The thinker alone writes "Lisboa" for the Lisbon the user said (and the call was then dropped
+    as nobody said it): the call holds the city as said. The answer to the output is whole
+    sentences that say its key fact in its words (the answers' repetition penalty once made it
+    "heavy rain")."""
+    async with connect(cpu_server.ws_base) as c:
+        await setup(c)
+        first = (await text_turn(c, "What is the weather forecast for Lisbon today?")).response  # type: ignore[attr-defined]
+        assert first.status == "completed", first.status_details
+        (call,) = [o for o in first.output if o.type == "function_call"]
+        assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Lisbon"}, call.arguments
+        output = {"type": "function_call_output", "call_id": call.call_id, "output": json.dumps(WEATHER_FORECAST)}
+        await c.send({"type": "conversation.item.create", "item": output})
+        await c.send({"type": "response.create"})
+        answer = (await c.expect("response.done", timeout=RESPONSE_TIMEOUT)).response
+        assert answer.status == "completed", answer.status_details
+        said = " ".join(e.transcript for e in c.of("response.output_audio_transcript.done")[-1:])
+        assert re.search(r"[.!?]\s*$", said), said  # a whole sentence, not "... and there will be"
+        assert "hail" in said.lower(), said
+
+
 CALCULATOR = {
     "type": "function",
     "name": "calculate",

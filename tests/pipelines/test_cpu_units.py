@@ -382,6 +382,47 @@ def test_sentence_limit_counts_sentences_not_initials_or_titles():
     assert cut("Hello there. How are you?", 1) == "Hello there."
 
 
+class _Output:
+    """One step of a vLLM request's output (``RequestOutput`` with ``RequestOutputKind.DELTA``): the
+    fields the thinker reads."""
+
+    def __init__(self, token: int, text: str, finish_reason: str | None = None) -> None:
+        from types import SimpleNamespace
+
+        self.num_cached_tokens = 0
+        self.finished = finish_reason is not None
+        self.outputs = [SimpleNamespace(token_ids=[token], text=text, finish_reason=finish_reason)]
+
+
+async def _answer(words: list[str], budget: int, finish: bool) -> tuple[str, object]:
+    from pipelines.cascade.thinker import Generation
+
+    thinker = VllmThinker(ThinkerOptions(max_sentences=3))
+    g = Generation(finish=finish)
+
+    async def outputs():  # type: ignore[no-untyped-def]
+        for i, word in enumerate(words):
+            last = i == len(words) - 1
+            yield _Output(i, word, "length" if last else None)  # (the engine's cap: its last token)
+
+    text = ""
+    async for delta in thinker._deltas(outputs(), g, budget):
+        text += delta
+    return text, g
+
+
+async def test_past_the_servers_budget_the_sentence_under_way_is_finished_and_no_more():
+    words = ["The", " temperature", " will", " be", " 3", " degrees", " and", " there", " will", " be", " hail", ".", " Stay", " in", "."]
+    text, g = await _answer(words, 8, finish=True)
+    assert text == "The temperature will be 3 degrees and there will be hail." and g.finish_reason == "stop"  # type: ignore[attr-defined]
+    # a client's own max_output_tokens is kept to the token (the engine stops there: OpenAI's incomplete)
+    text, g = await _answer(words[:8], 8, finish=False)
+    assert text == "The temperature will be 3 degrees and there" and g.hit_max_tokens  # type: ignore[attr-defined]
+    # within the budget, nothing changes
+    text, _ = await _answer(words, 64, finish=True)
+    assert text == "".join(words)
+
+
 def test_text_ends_a_sentence_by_the_same_rule_as_the_limit():
     from pipelines.sentences import ends_sentence
 

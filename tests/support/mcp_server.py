@@ -24,7 +24,14 @@ class Served:
         self.task: asyncio.Task[Any] | None = None
 
     async def __aenter__(self) -> "Served":
-        self.task = asyncio.create_task(self.server.run_streamable_http_async(host="127.0.0.1", port=self.port))
+        import uvicorn
+
+        # its own uvicorn server (what ``run_streamable_http_async`` runs), so that the exit can end it
+        # gracefully: a cancelled one left its listening socket open, and the next test to serve the
+        # same port (a shared server's allowed MCP URL) could not bind it
+        app = self.server.streamable_http_app(host="127.0.0.1")
+        self.uvicorn = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.task = asyncio.create_task(self.uvicorn.serve())
         for _ in range(200):
             try:
                 _, writer = await asyncio.open_connection("127.0.0.1", self.port)
@@ -36,8 +43,12 @@ class Served:
 
     async def __aexit__(self, *exc: Any) -> None:
         if self.task is not None:
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)
+            self.uvicorn.should_exit = True
+            try:
+                await asyncio.wait_for(asyncio.shield(self.task), timeout=10)
+            except (asyncio.TimeoutError, Exception):
+                self.task.cancel()
+                await asyncio.gather(self.task, return_exceptions=True)
             self.task = None
         if self.held is not None:
             self.held.close()
