@@ -15,6 +15,7 @@ Each kind of thing is one Redis operation, so replicas racing each other need no
 The client is redis.asyncio with a bounded pool and short timeouts: Redis down costs a request
 ``TIMEOUT_S`` at most (it gets ``server_unavailable``), and ``error`` (set by a failed heartbeat,
 cleared by a good one) turns ``/healthz`` 503 and new sessions away while open sessions carry on.
+A failed connection closes the pool's idle ones: none of them outlives a Redis that went away.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from typing import Any
 
 import msgspec
 import redis.asyncio as redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from realtime_omni.keys import PREFIX, EphemeralKey, MintRefused
 from realtime_omni.protocol import events as ev
@@ -139,6 +142,7 @@ class RedisStore:
                 pipe.hset(self.prefix + "sessions", self.replica, self._sessions())
                 await pipe.execute()
         except (RedisError, OSError) as exc:
+            await self._after_failure(exc)
             reason = self._reason(exc)
             if self.error is None:
                 log.error("shared state unreachable: %s; refusing new sessions, open ones carry on", reason)
@@ -157,8 +161,21 @@ class RedisStore:
         try:
             return await op
         except (RedisError, OSError) as exc:
+            await self._after_failure(exc)
             log.warning("shared state: %s", self._reason(exc))
             raise unavailable(self._reason(exc)) from None
+
+    async def _after_failure(self, exc: BaseException) -> None:
+        """A connection that failed may be one of many to a Redis that is gone (killed,
+        restarted): the pool would hand out each idle one once more, to fail a request after
+        Redis is back (redis-py skips its check for a closed connection while its maintenance
+        notifications are on, as they are by default). The idle ones are closed now; they
+        connect afresh when next used."""
+        if isinstance(exc, (RedisConnectionError, RedisTimeoutError, OSError)):
+            try:
+                await self._redis.connection_pool.disconnect(inuse_connections=False)
+            except (RedisError, OSError) as failed:
+                log.debug("closing the idle connections to Redis: %s", failed)
 
     # ------------------------------------------------------------------ keys
 

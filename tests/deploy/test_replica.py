@@ -74,6 +74,26 @@ async def test_redis_down_refuses_new_sessions_and_keeps_open_ones_then_recovers
                     await again.expect("session.created")
 
 
+async def test_redis_killed_and_back_leaves_no_connection_to_the_dead_one_in_the_pool():
+    """Twenty mints at once fill the replica's Redis pool with connections; Redis killed (SIGKILL)
+    and an empty one started on its port: once the replica says healthy, twenty mints at once are
+    all 200 (each idle connection to the dead Redis failed a request with a 503 once Redis was
+    back, ``bench redis_outage`` found)."""
+    port = free_port()
+    with redis_server(port) as redis_url, replica(config(limits={"key_mints_per_s": 1000.0, "key_mint_burst": 1000}), redis_url) as r:
+        async with httpx.AsyncClient(headers=AUTH, timeout=10) as http:
+            before = await asyncio.gather(*(http.post(f"{r.http}/v1/realtime/client_secrets", json={}) for _ in range(20)))
+            assert [m.status_code for m in before] == [200] * 20
+            redis_url.process.kill()
+            await asyncio.to_thread(redis_url.process.wait, 10)
+            assert await wait_until(lambda: _status_is(http, r.http, 503), 6), "healthz stayed 200 with Redis gone"
+            with redis_server(port):
+                assert await wait_until(lambda: _status_is(http, r.http, 200), 6), "healthz stayed 503 with Redis back"
+                after = await asyncio.gather(*(http.post(f"{r.http}/v1/realtime/client_secrets", json={}) for _ in range(20)))
+                assert [m.status_code for m in after] == [200] * 20, [m.text for m in after if m.status_code != 200][:3]
+                assert (await healthz(http, r.http))[0] == 200
+
+
 async def test_redis_unreachable_refuses_keys_with_503_spends_none_and_sessions_resume_through_it():
     """Redis stopped (SIGSTOP: unreachable, not gone) under an open session: every redemption and
     mint is a 503 (never a 500, never a session), /healthz says degraded, the session talks on and
