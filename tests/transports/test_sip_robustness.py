@@ -145,6 +145,30 @@ async def test_rtp_from_a_stranger_is_dropped_and_a_vanished_caller_is_hung_up(b
     assert await wait_until(lambda: clean(bridge))
 
 
+async def test_a_caller_silent_on_rtp_for_less_than_the_timeout_keeps_the_call(bridge: ServerThread, uac: RawUac) -> None:
+    """A phone's dropped network, as a SIP call sees it: its RTP stops and comes back. Silent for less
+    than ``sip.rtp_timeout_s`` (30 s by default, as ``resume.grace_s``; 1.5 s here) the call goes on:
+    no BYE, and the audio after the gap is taken."""
+    media = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    media.bind(("127.0.0.1", 0))
+    try:
+        ok = establish(uac, "c-gap", media.getsockname()[1])
+        rtp_port = int(ok.body.decode().split("m=audio ")[1].split()[0])
+        call = next(iter(bridge.app.state.sip.calls.values()))
+        for seq in range(10):
+            media.sendto(rtp_packet(seq), ("127.0.0.1", rtp_port))
+        assert await wait_until(lambda: call.jitter.received == 10, 3)
+        assert uac.recv(1.0, want=lambda m: m.is_request and m.method == "BYE") is None  # two thirds of the timeout, silent
+        for seq in range(10, 20):
+            media.sendto(rtp_packet(seq), ("127.0.0.1", rtp_port))
+        assert await wait_until(lambda: call.jitter.received == 20, 3)
+        assert call.end_reason is None and call in bridge.app.state.sip.calls.values()
+        assert answer(uac, uac.request("BYE", "c-gap", cseq=2, to_tag=_tag(ok)), "c-gap", "BYE") == 200
+    finally:
+        media.close()
+    assert await wait_until(lambda: clean(bridge))
+
+
 @pytest.mark.slow
 async def test_a_200_never_acked_is_resent_then_hung_up_with_a_bye_resent_until_answered(bridge: ServerThread, uac: RawUac) -> None:
     """RFC 3261 13.3.1.4: the 2xx is resent until the ACK; none in 64·T1 ends the call (BYE), and
