@@ -22,7 +22,11 @@ words the thinker was given), and a wrong call after a request misheard (a value
 transcript) is counted apart from a wrong call after a request heard right.
 
 --tool-set heldout: five other tools (other names, schemas with enums, numbers and several
-arguments, other phrasing) with their own requests, never used to tune the prompts. --keys: every
+arguments, other phrasing) with their own requests, never used to tune the prompts. --tool-set said:
+two tools whose values are names as users say them (cities a model writes its own way, Lisbon /
+Lisboa, and people's names), 10 requests, 5 plain questions, 3 two-step. Every set also reports
+``answers_finished`` (each answer to a tool's output ends a sentence) and ``values_copied`` (a
+call's letter-only string values are words the ears heard). --keys: every
 session with one API key (default: they share the tools' prefix in the cache, as one application's
 sessions do) or each with a key of its own (every session's tools prefilled cold).
 
@@ -255,6 +259,36 @@ HELDOUT_TWO_STEP: list[TwoStep] = [
 ]
 
 
+# Values in the user's words (issue 50): cities a model tends to write its own way (Lisboa, München,
+# Köln, Firenze, Praha) and people's names it tends to respell (Jon -> John). Right: the call's value
+# is the one expected; ``copied`` (every set): each string value of the call is among the words the
+# ears heard (the user's own, as the server was given them).
+SAID_TOOLS = [
+    _fn("get_forecast", "Get today's weather forecast for a city.", {"city": {"type": "string", "description": "The city"}}, ["city"]),
+    _fn("call_person", "Phone someone.", {"name": {"type": "string", "description": "Who to call"}}, ["name"]),
+]
+SAID_REQUESTS: list[Request] = [
+    R("What's the forecast for Lisbon?", "get_forecast", {"city": "lisbon"}),
+    R("Will it rain in Munich today?", "get_forecast", {"city": "munich"}),
+    R("How cold is it in Cologne?", "get_forecast", {"city": "cologne"}),
+    R("What's the weather like in Florence?", "get_forecast", {"city": "florence"}),
+    R("Is it sunny in Prague?", "get_forecast", {"city": "prague"}),
+    R("Please call Jon.", "call_person", {"name": "jon"}),
+    R("Phone Katie for me.", "call_person", {"name": "katie"}),
+    R("Can you ring Marco?", "call_person", {"name": "marco"}),
+    R("Call Grandma.", "call_person", {"name": "grandma"}),
+    R("Give Peter a call.", "call_person", {"name": "peter"}),
+]
+SAID_NO_TOOL: list[Request] = [
+    R(text, None) for text in ("How many days are in a week?", "What is the capital of France?", "Good morning!", "What color are ripe bananas?", "How much is a dollar in euros?")
+]
+SAID_TWO_STEP: list[TwoStep] = [
+    TwoStep(SAID_REQUESTS[0], {"city": "Lisbon", "conditions": "heavy hail", "temperature_c": 3, "wind": "strong", "advice": "stay indoors"}, "hail"),
+    TwoStep(SAID_REQUESTS[2], {"city": "Cologne", "sky": "foggy", "celsius": -2}, "fog|foggy"),
+    TwoStep(SAID_REQUESTS[5], {"calling": "Jon", "status": "no answer", "voicemail": True}, "voicemail|answer|message"),
+]
+
+
 @dataclass(frozen=True)
 class ToolSet:
     tools: list[dict[str, Any]]
@@ -270,7 +304,29 @@ class ToolSet:
 TOOL_SETS = {
     "default": ToolSet(TOOLS, REQUESTS, NO_TOOL, TWO_STEP),  # the set the prompts were tuned on
     "heldout": ToolSet(HELDOUT_TOOLS, HELDOUT_REQUESTS, HELDOUT_NO_TOOL, HELDOUT_TWO_STEP),
+    "said": ToolSet(SAID_TOOLS, SAID_REQUESTS, SAID_NO_TOOL, SAID_TWO_STEP),  # values in the user's words (issue 50)
 }
+
+
+def copied(calls: list[tuple[str, str]], heard: str | None) -> bool | None:
+    """Whether every letter-only string value of the first call is among the words heard (case
+    aside); None without a call, a transcript or such a value."""
+    if not calls or heard is None:
+        return None
+    try:
+        arguments = json.loads(calls[0][1])
+    except ValueError:
+        return False
+    values = [v for v in arguments.values() if isinstance(v, str) and v.strip() and not re.search(r"\d", v)] if isinstance(arguments, dict) else []
+    if not values:
+        return None
+    words = set(normalise(heard).split())
+    return all(set(normalise(v).split()) <= words for v in values)
+
+
+def finished(said: str) -> bool:
+    """Whether what the agent said last ends a sentence (not "... and there will be")."""
+    return bool(re.search(r"[.!?][\"')\]]*\s*$", said.strip()))
 
 
 # ------------------------------------------------------------------------------------- scoring
@@ -655,6 +711,7 @@ async def run(
         rows.append(
             {"set": "requests" if r.tool else "no_tool", "request": r.text, "tool": r.tool, "ears": ex.heard, "ears_right": heard_right(r, ex.heard) if r.tool else None,
              "calls": ex.calls, "said": ex.said, "schema_valid": valid, "right": right, "call_ms": ex.call_ms, "tool_ms": ex.tool_ms,
+             "copied": copied(ex.calls, ex.heard), "finished": finished(ex.said) if mcp is not None and ex.calls else None,
              "answer_ms": ex.answer_ms if mcp is not None and ex.calls else None,
              "answer_heard_ms": ex.answer_heard_ms if mcp is not None and ex.calls else None, "status": ex.status,
              "plain_ms": ex.answer_ms if not r.tool and not ex.calls else None}
@@ -670,6 +727,7 @@ async def run(
         rows.append(
             {"set": "two_step", "request": t.request.text, "ears": ex.heard, "ears_right": heard_right(t.request, ex.heard), "calls": ex.calls, "said": ex.said,
              "heard": heard, "schema_valid": valid, "right": right, "answer_right": ok, "call_ms": ex.call_ms, "tool_ms": ex.tool_ms, "answer_ms": ex.answer_ms,
+             "copied": copied(ex.calls, ex.heard), "finished": finished(ex.said) if ex.calls else None,
              "answer_heard_ms": ex.answer_heard_ms, "status": ex.status}
         )  # fmt: skip
         print(f"  {'+' if ok else '-'} {t.request.text[:44]:44} {ex.calls} -> {heard[:60]!r}", flush=True)
@@ -702,6 +760,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "answers_about_tools": sum(1 for r in none if not r["calls"] and re.search(r"\b(tools?|functions?)\b", r["said"].lower())),
         "two_step": len(two),
         "right_final_answers": share([r["answer_right"] for r in two]),
+        # every answer to a tool's output (the two-step set; --mcp: every answered call) ends a sentence
+        "answers_finished": share([r["finished"] for r in rows if r.get("finished") is not None]),
+        # the calls' letter-only string values among the words heard (the user's own words)
+        "values_copied": share([r["copied"] for r in rows if r.get("copied") is not None]),
         "voice_to_voice_call_ms": dist([r["call_ms"] for r in asked + two if r["call_ms"] is not None]),
         "first_call_ms": next((r["call_ms"] for r in asked if r["call_ms"] is not None), None),  # the run's first session's
         "voice_to_voice_answer_ms": dist([r["answer_ms"] for r in two if r["answer_ms"] is not None]),
@@ -802,7 +864,7 @@ def main() -> None:
     print(f"\ntool set {args.tool_set}, voice: {args.voice}, keys: {args.keys}, tools: {'MCP' if args.mcp else 'function'}{f', answered after {args.tool_ms} ms' if args.mcp and args.tool_ms else ''}")
     head = (
         f"{'config':42} {'right':>6} {'valid':>6} {'false':>6} {'empty':>5} {'answers':>7} {'heard':>6} {'miss e/t':>8} {'call p50':>8} {'answer p50':>10}"
-        f" {'after p50':>9} {'heard':>6} {'plain p50':>9} {'errors':>6}"
+        f" {'after p50':>9} {'heard':>6} {'plain p50':>9} {'errors':>6} {'finished':>8} {'copied':>6}"
     )
     print(head)
     for name, data in result["configs"].items():
@@ -813,7 +875,7 @@ def main() -> None:
             f"{name:42} {s['right_tool_and_arguments']!s:>6} {s['schema_valid']!s:>6} {s['false_calls']!s:>6} {s['empty_answers']!s:>5}"
             f" {s['right_final_answers']!s:>7} {s['heard_right']!s:>6} {misses:>8} {call.get('p50', '-')!s:>8} {answer.get('p50', '-')!s:>10}"
             f" {s['answer_after_call_ms'].get('p50', '-')!s:>9} {s['answer_heard_after_call_ms'].get('p50', '-')!s:>6}"
-            f" {s['voice_to_voice_plain_ms'].get('p50', '-')!s:>9} {s['errors']:>6}"
+            f" {s['voice_to_voice_plain_ms'].get('p50', '-')!s:>9} {s['errors']:>6} {s['answers_finished']!s:>8} {s['values_copied']!s:>6}"
         )
     print("saved", save("tools-mcp" if args.mcp else "tools", result))
 

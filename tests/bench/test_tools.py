@@ -73,3 +73,17 @@ def test_whose_miss_the_ears_heard_the_values_or_not():
     s = tools.summarize(rows)
     assert (s["wrong_after_misheard"], s["wrong_after_heard_right"], s["heard_right"], s["right_when_heard_right"]) == (1, 1, 0.667, 0.5)
     assert s["empty_answers"] == 1 and s["answers_about_tools"] == 1 and s["false_calls"] == 0
+
+
+def test_the_said_set_asks_for_values_in_the_users_words_and_its_answers_and_copies_are_scored():
+    said = tools.TOOL_SETS["said"]
+    assert len(said.requests) == 10 and {r.tool for r in said.requests} == {t["name"] for t in said.tools}
+    lisbon = said.requests[0]
+    assert tools.arguments_right(lisbon, "get_forecast", '{"city": "Lisbon"}', said.schemas) == (True, True)
+    assert tools.arguments_right(lisbon, "get_forecast", '{"city": "Lisboa"}', said.schemas) == (True, False)
+    assert tools.copied([("get_forecast", '{"city": "Lisbon"}')], "What's the forecast for Lisbon?") is True
+    assert tools.copied([("get_forecast", '{"city": "Lisboa"}')], "What's the forecast for Lisbon?") is False
+    assert tools.copied([("book_table", '{"people": 2, "time": "8 pm"}')], "A table for two at eight.") is None  # (no such value)
+    assert tools.copied([], "Hello") is None and tools.copied([("f", '{"a": "b"}')], None) is None
+    assert tools.finished("The forecast is heavy hail.") and tools.finished('He said "stop!"')
+    assert not tools.finished("The temperature will be 3 degrees Celsius and there will be") and not tools.finished("")
