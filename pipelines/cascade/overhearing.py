@@ -36,7 +36,7 @@ import numpy as np
 from pipelines.cascade.listener import Words
 
 MAX_TURN_S = 20.0
-QUIET_MS = 150  # with no turn detection: this long without speech after speech is a pause (finds_pauses)
+QUIET_MS = 100  # with no turn detection: this long without speech after speech is a pause (finds_pauses)
 
 
 @dataclass(eq=False)
