@@ -275,8 +275,9 @@ class CascadeProduction(Production):
             self.generation.repetition_penalty = thinking.tool_repetition_penalty
             if constrained and forced:  # the answer is a call from its first token
                 self.generation.schema = forced_schema(request.tool_choice, offered)
-        # a call the model makes on its own, written by steering the engine (steering.py)
-        steered = self.steered = bool(offered) and not forced and pipeline.thinker.vocab is not None  # (a vocabulary only with steer_calls)
+        # a call the model makes on its own, written by steering the engine (steering.py): decided
+        # here once (the thinker steers an answer whose ``steer`` is set)
+        steered = self.steered = bool(offered) and not forced and pipeline.thinker.vocab is not None  # (a vocabulary only with steer_calls, in process)
         if steered:  # (values that name something copied from what was said, where calls are grounded)
             grounded = request.tool_choice == "auto" and thinking.ground_calls and self.context is not None
             self.generation.steer = steering.Calls(offered, request.parallel_tool_calls, self.context.words if grounded and self.context else "")

@@ -31,7 +31,7 @@ Each part's end gives the text it makes whole (``Part.say``); what streams out i
 the template's own form, ``<tool_call>\\n{"name": "get_weather", "arguments": {"city":
 "Paris"}}\\n</tool_call>``, which ``tools.ToolStream`` parses as any other (grounding included).
 A tool whose schema has other kinds of values (arrays, objects) has its arguments written as the
-model writes them, after ``"arguments": ``. ``CallWriter`` is the state machine, without an
+model writes them, after ``"arguments": ``. ``CallWriter`` is the state machine (its ``Step`` and a move table, ``MOVES``), without an
 engine (``thinker.VllmThinker._steer`` drives a request with it); measured in docs/tools.md.
 """
 
@@ -40,8 +40,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any
 
 from pipelines.base import Tool
@@ -194,6 +195,22 @@ def _said_as(part: Part, given: str, said: str) -> Part:
     return replace(part, say=said + part.say[len(given) :])
 
 
+class Step(StrEnum):
+    """Where a steered answer is: the part under way writes the speech, a name, a value ..."""
+
+    SPEECH = "speech"  # the answer as the model writes it
+    NAME = "name"  # a tool's name, a token a step
+    STRING = "string"  # a string value, up to its quote
+    COPY = "copy"  # a string value copied from what was said, a token a step
+    NUMBER = "number"
+    BOOLEAN = "boolean"
+    MORE = "more"  # "," or "}": another optional property or the end
+    KEY = "key"  # an optional property's key
+    NEXT = "next"  # another call, or the end (parallel calls)
+    FREE = "free"  # the arguments as the model writes them (a schema of other kinds)
+    DONE = "done"
+
+
 class CallWriter:
     """The parts of one steered answer. ``took(text)``: what of a part's text streams out;
     ``ended(reason, stop, last)``: the part ended (``reason``: the engine's finish reason,
@@ -205,7 +222,7 @@ class CallWriter:
         self.parallel = calls.parallel
         self.vocab = vocab
         self.tokenizer = tokenizer
-        self.state = "speech"
+        self.state = Step.SPEECH
         self.text = ""  # the open part's text
         self.tool: Tool | None = None
         self.left: list[str] = []  # the call's required properties not written yet
@@ -219,49 +236,54 @@ class CallWriter:
 
     def took(self, text: str) -> str:
         self.text += text
-        return text if self.state in ("speech", "free") else ""  # (the call's own parts: at their end, as valid JSON)
+        return text if self.state in (Step.SPEECH, Step.FREE) else ""  # (the call's own parts: at their end, as valid JSON)
 
     def ended(self, reason: str | None, stop: int | None, last: int | None) -> Part | None:
         text, self.text = self.text, ""
-        state = self.state
-        if state == "speech":
-            return self._call("") if stop in self.vocab.starts else None
-        if state == "next":
-            return self._call("\n") if last == self.vocab.call else None
-        if state == "name":
-            return self._naming(text, stop, last)
-        if state == "string":
-            # the model's tokens but the last stay in the request: the stop's text before its
-            # quote is given; at the cap, the last token (dropped by the engine) is given again
-            again = self._before_quote(stop) if stop is not None else self._piece(last)
-            return self._next(_string(self.value + text + (again if stop is not None else "")) + '"', again + '"')
-        if state == "copy":
-            return self._copying(text, stop, last)
-        if state == "number":
-            return self._next(self._number(text), "" if stop is not None else self._piece(last))
-        if state == "boolean":
-            value = self._piece(last)
-            return self._next(value if value in ("true", "false") else "null", value)
-        if state == "more":
-            if last in self.vocab.commas:
-                self.state = "key"
-                return Part("", ', "', KEY_TOKENS, stop=self.vocab.quotes)
-            return self._close("")
-        if state == "key":
-            key = text + self._before_quote(stop)
-            if stop is None or key not in self.optional:
-                return self._close("")  # (the object closes without it: its ', "' was never said)
-            return self._value(key, ", " + json.dumps(key) + ": ", self._before_quote(stop) + '": ')
-        return None  # ("free": the model wrote the arguments; "done")
+        move = MOVES.get(self.state)
+        return move(self, text, stop, last) if move is not None else None  # (FREE: the model wrote the arguments; DONE)
+
+    # ------------------------------------------------------------------ the moves: a part of each step ended
+
+    def _after_speech(self, text: str, stop: int | None, last: int | None) -> Part | None:
+        return self._call("") if stop in self.vocab.starts else None
+
+    def _after_call(self, text: str, stop: int | None, last: int | None) -> Part | None:
+        return self._call("\n") if last == self.vocab.call else None
+
+    def _after_string(self, text: str, stop: int | None, last: int | None) -> Part | None:
+        # the model's tokens but the last stay in the request: the stop's text before its
+        # quote is given; at the cap, the last token (dropped by the engine) is given again
+        again = self._before_quote(stop) if stop is not None else self._piece(last)
+        return self._next(_string(self.value + text + (again if stop is not None else "")) + '"', again + '"')
+
+    def _after_number(self, text: str, stop: int | None, last: int | None) -> Part | None:
+        return self._next(self._number(text), "" if stop is not None else self._piece(last))
+
+    def _after_boolean(self, text: str, stop: int | None, last: int | None) -> Part | None:
+        value = self._piece(last)
+        return self._next(value if value in ("true", "false") else "null", value)
+
+    def _after_more(self, text: str, stop: int | None, last: int | None) -> Part | None:
+        if last in self.vocab.commas:
+            self.state = Step.KEY
+            return Part("", ', "', KEY_TOKENS, stop=self.vocab.quotes)
+        return self._close("")
+
+    def _after_key(self, text: str, stop: int | None, last: int | None) -> Part | None:
+        key = text + self._before_quote(stop)
+        if stop is None or key not in self.optional:
+            return self._close("")  # (the object closes without it: its ', "' was never said)
+        return self._value(key, ", " + json.dumps(key) + ": ", self._before_quote(stop) + '": ')
 
     # ------------------------------------------------------------------ the parts
 
     def _call(self, before: str) -> Part:
-        self.state, self.name, self.steps = "name", "", 0
+        self.state, self.name, self.steps = Step.NAME, "", 0
         head = OPEN + '\n{"name": "'
         return Part(before + head, head, 1, stop=self.vocab.quotes)
 
-    def _naming(self, text: str, stop: int | None, last: int | None) -> Part:
+    def _naming(self, text: str, stop: int | None, last: int | None) -> Part | None:
         """The name token by token (a step that gives one token costs what a decoded one does),
         while it is the beginning of a tool's name: once it is one tool's whole name and no other
         goes on from it, it is that tool's (the model's closing quote, a step more, not awaited);
@@ -285,11 +307,11 @@ class CallWriter:
         tool = self.tools.get(name)
         name = _string(name)
         if rest is None or tool is None:  # a name too long, or a tool not offered: the call closes empty
-            self.state = "done"  # (and the ToolStream drops it as a call of a tool not offered)
+            self.state = Step.DONE  # (and the ToolStream drops it as a call of a tool not offered)
             return Part(name + '", "arguments": {}}\n' + CLOSE)
         self.tool = tool
         if not steerable(tool):
-            self.state = "free"
+            self.state = Step.FREE
             head = '", "arguments": '
             return Part(name + head, rest + head, free=True)
         schema = tool.parameters or {}
@@ -308,7 +330,7 @@ class CallWriter:
             head = before + ("" if self.first else ", ") + json.dumps(name) + ": "
             return self._value(name, head, head)
         if self.optional:
-            self.state = "more"
+            self.state = Step.MORE
             return Part(before, before, 1, allowed=self.vocab.commas | self.vocab.closes)
         return self._close(before)
 
@@ -322,19 +344,19 @@ class CallWriter:
         kind = spec.get("type")
         self.value, self.steps = "", 0
         if kind == "string" and self.said is not None and grounding.names(name, spec):
-            self.state = "copy"  # (the first token the model's own: _copying)
+            self.state = Step.COPY  # (the first token the model's own: _copying)
             return Part(say + '"', feed + '"', 1, stop=self.vocab.quotes)
         if kind == "string":
-            self.state = "string"
+            self.state = Step.STRING
             allowed = self._pieces(spec["enum"]) | self.vocab.quotes if "enum" in spec else None  # (a few values: encoded each time, never cached per client)
             return Part(say + '"', feed + '"', STRING_TOKENS, allowed, self.vocab.quotes)
         if kind == "boolean":
-            self.state = "boolean"
+            self.state = Step.BOOLEAN
             return Part(say, feed, 1, allowed=self.vocab.booleans)
-        self.state = "number"
+        self.state = Step.NUMBER
         return Part(say, feed, NUMBER_TOKENS, allowed=self.vocab.digits | self.vocab.ends, stop=self.vocab.ends)
 
-    def _copying(self, text: str, stop: int | None, last: int | None) -> Part:
+    def _copying(self, text: str, stop: int | None, last: int | None) -> Part | None:
         """A step of a value copied from what was said (``names``): after the model's first token,
         each token held to what goes on toward a span said, the value closed where one ends (its
         spelling as said streams out). A first token that begins nothing said: the model's own
@@ -349,7 +371,7 @@ class CallWriter:
         self.steps += 1
         going = self.said.after(self.value.lstrip())
         if not going and self.steps == 1:  # the model's own value
-            self.state = "string"
+            self.state = Step.STRING
             return Part("", again, STRING_TOKENS - 1, stop=self.vocab.quotes)
         if not going or self.steps >= STRING_TOKENS:  # (a span left behind cannot be: at the cap, closed)
             return self._next(_string(self.said.spelled(self.value.strip()) or self.value) + '"', again + '"')
@@ -380,9 +402,9 @@ class CallWriter:
     def _close(self, before: str) -> Part:
         end = before + "}}\n" + CLOSE
         if not self.parallel:
-            self.state = "done"
+            self.state = Step.DONE
             return Part(end)
-        self.state = "next"
+        self.state = Step.NEXT
         return Part(end, end + "\n", 1, allowed=frozenset({self.vocab.call}) | self.vocab.eos)
 
     # ------------------------------------------------------------------ tokens
@@ -400,3 +422,17 @@ class CallWriter:
 
     def _pieces(self, values: Sequence[str]) -> frozenset[int]:
         return frozenset(t for v in values for t in self.tokenizer.encode(v, add_special_tokens=False))
+
+
+# what follows the end of a part, by the step it wrote (``CallWriter.ended``)
+MOVES: dict[Step, Callable[[CallWriter, str, int | None, int | None], Part | None]] = {
+    Step.SPEECH: CallWriter._after_speech,
+    Step.NEXT: CallWriter._after_call,
+    Step.NAME: CallWriter._naming,
+    Step.STRING: CallWriter._after_string,
+    Step.COPY: CallWriter._copying,
+    Step.NUMBER: CallWriter._after_number,
+    Step.BOOLEAN: CallWriter._after_boolean,
+    Step.MORE: CallWriter._after_more,
+    Step.KEY: CallWriter._after_key,
+}

@@ -340,9 +340,13 @@ class VllmThinker:
             yield delta
 
     def steers(self, g: Generation) -> bool:
-        """Whether the answer's calls are written by steering (``steering.py``): calls offered and
-        not held to a schema, in process, with the tool-call token."""
-        return g.steer is not None and self.vocab is not None and g.schema is None and not g.banned
+        """Whether the answer's calls are written by steering (``steering.py``): the answer's
+        ``steer`` says so, set only where this thinker can (its ``vocab``, in process) and the
+        answer is neither held to a schema nor to words (decided once, by the production)."""
+        if g.steer is None:
+            return False
+        assert self.vocab is not None and g.schema is None and not g.banned, "a steered answer the thinker cannot write"
+        return True
 
     async def _steer(
         self, outputs: AsyncIterator[Any], parts: asyncio.Queue[Any], g: Generation, salt: str, max_tokens: int | None, logprobs: int | None
@@ -370,7 +374,7 @@ class VllmThinker:
                 finished = out.finished
                 said = writer.took(c.text) if c.text else ""
                 if not finished and c.finish_reason is not None:  # a part ended: the request waits for the next
-                    g.hit_max_tokens = c.finish_reason == "length" and writer.state == "speech"
+                    g.hit_max_tokens = c.finish_reason == "length" and writer.state == steering.Step.SPEECH
                     stop = c.stop_reason if c.finish_reason == "stop" and isinstance(c.stop_reason, int) else None  # (a part ended by its length keeps the last part's)
                     part = writer.ended(c.finish_reason, stop, c.token_ids[-1] if c.token_ids else None)
                     if part is not None:
