@@ -793,7 +793,7 @@ async def prefill(config_name: str, tool_set: str, rounds: int) -> dict[str, Any
 
     from pipelines.base import Tool
     from pipelines.cascade.thinker import Generation, ThinkerOptions, Turn, VllmThinker
-    from pipelines.cascade.tools import tool_specs
+    from pipelines.cascade.calls.format import tool_specs
 
     cfg = config(config_name)
     thinker = VllmThinker(msgspec.convert(cfg["pipeline"]["options"]["thinker"], ThinkerOptions))

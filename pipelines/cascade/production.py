@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.base import AudioChunk, OutputChunk, ResponseRequest, TextDelta, ToolCall, ToolCallDelta, Usage
-from pipelines.cascade import grounding, steering
-from pipelines.cascade.grounding import ask_back, asked_for, ungrounded
+from pipelines.cascade.calls import grounding, steering
+from pipelines.cascade.calls.grounding import ask_back, asked_for, ungrounded
 from pipelines.cascade.hearing import Round
 from pipelines.cascade.shared import Models
 from pipelines.cascade.talker import ClausePolicy, Playback, clauses
 from pipelines.cascade.thinker import Generation, StreamedPrompt
-from pipelines.cascade.tools import OPEN, SpokenLimit, ToolStream, call_head, forced_schema, forced_start, name_probabilities, parameters, schema_errors
+from pipelines.cascade.calls.format import OPEN, SpokenLimit, ToolStream, call_head, forced_schema, forced_start, name_probabilities, parameters, schema_errors
 from pipelines.sentences import ends_sentence
 from pipelines.speculation import Production, Speculation
 from pipelines.stages import chain
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class ToolContext:
     """For an answer that may call tools: everything said in the conversation (a call's values must
-    come from it: grounding.py), the user's last words, and the prompt without the tools (an answer
+    come from it: calls/grounding.py), the user's last words, and the prompt without the tools (an answer
     in words, when the calls are dropped)."""
 
     words: str
@@ -83,7 +83,7 @@ class CascadeProduction(Production):
         self.generation = Generation(banned=pipeline.thinker.call_start_ids if words_only else frozenset(), repetition_penalty=penalty)
         self._spent = (0, 0)  # prompt and cached tokens of an answer replaced by one in words
         self.calls: ToolStream | None = None  # the answer's tool calls, when tools are offered
-        self.steered = False  # its calls written by steering the engine (steering.py)
+        self.steered = False  # its calls written by steering the engine (calls/steering.py)
         super().__init__(self._produce(), pipeline.options.buffer_chunks, f"produce:{name}", times)
 
     async def _produce(self) -> AsyncIterator[OutputChunk]:
@@ -163,7 +163,7 @@ class CascadeProduction(Production):
         self.generation = Generation(output_tokens=first.output_tokens, finish=first.finish, **what)
 
     def _ask_back(self, calls: ToolStream) -> str | None:
-        """What to say for a dropped call to a tool the user's last words asked for (grounding.py)."""
+        """What to say for a dropped call to a tool the user's last words asked for (calls/grounding.py)."""
         for name, values in calls.ungrounded:
             if self.context is not None and asked_for(name, self.context.asked):
                 return ask_back(values)
@@ -275,7 +275,7 @@ class CascadeProduction(Production):
             self.generation.repetition_penalty = thinking.tool_repetition_penalty
             if constrained and forced:  # the answer is a call from its first token
                 self.generation.schema = forced_schema(request.tool_choice, offered)
-        # a call the model makes on its own, written by steering the engine (steering.py): decided
+        # a call the model makes on its own, written by steering the engine (calls/steering.py): decided
         # here once (the thinker steers an answer whose ``steer`` is set)
         steered = self.steered = bool(offered) and not forced and pipeline.thinker.vocab is not None  # (a vocabulary only with steer_calls, in process)
         if steered:  # (values that name something copied from what was said, where calls are grounded)

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from pipelines.base import FunctionCall, FunctionResult, Message, ResponseRequest, Tool, ToolCall
-from pipelines.cascade import grounding
+from pipelines.cascade.calls import grounding
 from pipelines.cascade.thinker import Turn
-from pipelines.cascade.tools import forced_start, tool_specs
+from pipelines.cascade.calls.format import forced_start, tool_specs
 
 
 class Prompts:
@@ -86,7 +86,7 @@ class Prompts:
     def said(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> tuple[str, str]:
         """Everything said in the conversation (the instructions but their number words, its
         turns, tool outputs, and ``pending``, the open turn's words), where the values of a call
-        must come from (grounding.py; the tools' own descriptions are not in it), and the user's
+        must come from (calls/grounding.py; the tools' own descriptions are not in it), and the user's
         last words (``pending``, else the last user turn's)."""
         turns = self.turns(request, known or {})
         last = pending if pending is not None and pending.strip() else next((t.text for t in reversed(turns) if t.role == "user"), "")

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from pipelines.cascade import steering
+from pipelines.cascade.calls import steering
 from pipelines.remote import RemoteEngine, RemoteOptions
 from pipelines.sentences import SentenceLimit
 from pipelines.turn_end import judgement
@@ -65,7 +65,7 @@ class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # when tools are offered, and in the answer to a tool's output: the penalty would push the answer off
     # the JSON its prompt shows, and off the output's own words (bench/tools.py, docs/tools.md)
     tool_repetition_penalty: float = 1.0
-    ground_calls: bool = True  # tool_choice auto: a call whose required values nobody said is dropped, and the answer said in words (grounding.py)
+    ground_calls: bool = True  # tool_choice auto: a call whose required values nobody said is dropped, and the answer said in words (calls/grounding.py)
     # with ground_calls, when every call the model wrote was dropped: up to this many other tools,
     # each one it gave at least second_choice_floor at the call's name, written from the same
     # prompt (their arguments held to their schemas) and the likeliest whose values were said made
@@ -78,7 +78,7 @@ class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # call the model makes on its own, its arguments from a second request once it has named a tool
     # offered (+0.2 s to the call on two cores: docs/tools.md); never: every call as the model writes it
     constrain_calls: Literal["forced", "always", "never"] = "forced"
-    # a call the model makes on its own written by steering the engine (in process, steering.py):
+    # a call the model makes on its own written by steering the engine (in process, calls/steering.py):
     # the model chooses the tool and each value, the server writes the JSON around them (a third
     # of the engine steps: the call sooner, docs/tools.md)
     steer_calls: bool = True
@@ -217,7 +217,7 @@ class VllmThinker:
         from transformers import AutoTokenizer
 
         from pipelines import models
-        from pipelines.cascade.tools import call_start_ids, template_takes_tools, token_texts
+        from pipelines.cascade.calls.format import call_start_ids, template_takes_tools, token_texts
 
         o = self.options
         self.model_path = str(models.ensure(o.model, progress) if o.model in models.MODELS else o.model)
@@ -268,7 +268,7 @@ class VllmThinker:
     def render(self, instructions: str, turns: Sequence[Turn], budget: int | None = None, tools: Sequence[dict[str, Any]] = ()) -> list[int]:
         """Token ids of the prompt for the next assistant turn. Deterministic: the same turns give
         the same ids, and a conversation's prompt extends its previous prompt. ``tools``: offered
-        to the model in its chat template's own words (``pipelines/cascade/tools.py``)."""
+        to the model in its chat template's own words (``pipelines/cascade/calls/format.py``)."""
         budget = budget if budget is not None else self.options.max_model_len - self.options.max_tokens
         turns = list(turns)
         ids = self._encode(instructions, turns, tools)
@@ -292,7 +292,7 @@ class VllmThinker:
         return a[:n]
 
     def _encode(self, instructions: str, turns: list[Turn], tools: Sequence[dict[str, Any]] = ()) -> list[int]:
-        from pipelines.cascade.tools import chat_messages
+        from pipelines.cascade.calls.format import chat_messages
 
         tok = self.tokenizer
         examples = [turn for user, answer in self.options.examples for turn in (Turn("user", user), Turn("assistant", answer))]
@@ -340,7 +340,7 @@ class VllmThinker:
             yield delta
 
     def steers(self, g: Generation) -> bool:
-        """Whether the answer's calls are written by steering (``steering.py``): the answer's
+        """Whether the answer's calls are written by steering (``calls/steering.py``): the answer's
         ``steer`` says so, set only where this thinker can (its ``vocab``, in process) and the
         answer is neither held to a schema nor to words (decided once, by the production)."""
         if g.steer is None:
@@ -408,7 +408,7 @@ class VllmThinker:
 
     def _answer_params(self, max_tokens: int | None, g: Generation | None = None, logprobs: int | None = None, steered: bool = False) -> Any:
         """``steered``: the answer's first part of a steered request, ended by a token that may
-        begin a call (``steering.py``)."""
+        begin a call (``calls/steering.py``)."""
         from vllm.sampling_params import StructuredOutputsParams
 
         return self._sampling(

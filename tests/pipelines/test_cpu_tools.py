@@ -154,7 +154,7 @@ async def test_parallel_calls_only_when_allowed(cpu_server):
 
 async def test_a_call_the_model_makes_is_steered(cpu_server):
     """The model chooses the tool and the value, the server writes the JSON around them
-    (pipelines/cascade/steering.py): the call in the template's own compact form, from a handful of
+    (pipelines/cascade/calls/steering.py): the call in the template's own compact form, from a handful of
     sampled tokens where the model alone writes 16-30 (its fence, its indentation, its keys); and
     with parallel calls allowed, the step that chooses the end instead of a second call."""
     before = cpu_server.stats()

@@ -1,4 +1,4 @@
-"""Steered tool calls (pipelines/cascade/steering.py): the ``CallWriter``'s parts driven by a scripted
+"""Steered tool calls (pipelines/cascade/calls/steering.py): the ``CallWriter``'s parts driven by a scripted
 model through an engine that keeps vLLM's rules for a resumable request's parts (a part's tokens held to
 ``allowed``; it ends at a token in ``stop``, whose text is not returned, or after ``max_tokens``; the last
 sampled token is dropped from the request, the next part's tokens appended), with the default thinker's
@@ -17,9 +17,9 @@ import pytest
 
 from pipelines import models
 from pipelines.base import Tool
-from pipelines.cascade.grounding import ungrounded
-from pipelines.cascade.steering import NAME_TOKENS, STRING_TOKENS, CallWriter, Calls, Part, Spans, Vocab, steerable, vocab
-from pipelines.cascade.tools import CLOSE, OPEN, CallEnded, CallParser, Said, token_texts
+from pipelines.cascade.calls.grounding import ungrounded
+from pipelines.cascade.calls.steering import NAME_TOKENS, STRING_TOKENS, CallWriter, Calls, Part, Spans, Vocab, steerable, vocab
+from pipelines.cascade.calls.format import CLOSE, OPEN, CallEnded, CallParser, Said, token_texts
 
 WEATHER = Tool("get_weather", "", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
 TABLE = Tool(

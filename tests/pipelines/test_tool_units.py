@@ -1,6 +1,6 @@
-"""The tool-call parser (pipelines/cascade/tools.py) on the forms the thinker writes, streamed in every piece
+"""The tool-call parser (pipelines/cascade/calls/format.py) on the forms the thinker writes, streamed in every piece
 size, the history with calls rendered by the default thinker's own chat template, and the check that a call's
-values were said (pipelines/cascade/grounding.py)."""
+values were said (pipelines/cascade/calls/grounding.py)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import pytest
 
 from pipelines import models
 from pipelines.base import AudioChunk, Capabilities, ResponseRequest, TextDelta, Tool, ToolCall, ToolCallDelta
-from pipelines.cascade.grounding import ask_back, asked_for, instructions, numbers_of, ungrounded
+from pipelines.cascade.calls.grounding import ask_back, asked_for, instructions, numbers_of, ungrounded
 from pipelines.cascade.production import CascadeProduction, ToolContext
 from pipelines.cascade.shared import CascadeOptions
 from pipelines.cascade.thinker import Generation, ThinkerOptions, Turn, VllmThinker
-from pipelines.cascade.tools import (
+from pipelines.cascade.calls.format import (
     OPEN,
     ArgumentsDelta,
     CallEnded,
@@ -445,7 +445,7 @@ async def test_chit_chat_gets_no_second_choice_of_call(names, second, words):
 
 
 def test_a_value_is_checked_once_it_is_written_whole():
-    from pipelines.cascade.grounding import settled as _settled
+    from pipelines.cascade.calls.grounding import settled as _settled
 
     assert _settled('{"city": "Lon') is None and _settled('{"city"') is None and _settled('{"people": 1') is None
     assert _settled('{"city": "London"') == '{"city": "London"}'

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from pipelines.base import Tool, ToolCall, ToolCallDelta
-from pipelines.cascade.grounding import ungrounded
+from pipelines.cascade.calls.grounding import ungrounded
 from pipelines.sentences import SentenceLimit
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"

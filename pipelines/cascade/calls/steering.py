@@ -46,8 +46,8 @@ from enum import StrEnum
 from typing import Any
 
 from pipelines.base import Tool
-from pipelines.cascade import grounding
-from pipelines.cascade.tools import CLOSE, OPEN
+from pipelines.cascade.calls import grounding
+from pipelines.cascade.calls.format import CLOSE, OPEN
 
 NAME_TOKENS = 16  # a tool's name longer than this is not one
 STRING_TOKENS = 32  # a string value is closed after this many (grounding judges what it holds)
