@@ -9,46 +9,25 @@ pipelines/speculation.py), into a bounded buffer nobody reads until the answer i
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.base import AudioChunk, OutputChunk, ResponseRequest, TextDelta, ToolCall, ToolCallDelta, Usage
-from pipelines.cascade.calls import grounding, steering
-from pipelines.cascade.calls.grounding import ask_back, asked_for, ungrounded
+from pipelines.base import AudioChunk, OutputChunk, ResponseRequest, TextDelta, Usage
+from pipelines.cascade.calls import steering
+from pipelines.cascade.call_policy import CallPolicy, ToolContext, held_call
 from pipelines.cascade.hearing import Round
 from pipelines.cascade.shared import Models
 from pipelines.cascade.talker import ClausePolicy, Playback, clauses
 from pipelines.cascade.thinker import Generation, StreamedPrompt
-from pipelines.cascade.calls.format import OPEN, SpokenLimit, ToolStream, call_head, forced_schema, forced_start, name_probabilities, parameters, schema_errors
-from pipelines.sentences import ends_sentence
+from pipelines.cascade.calls.format import SpokenLimit, ToolStream, forced_schema, forced_start
 from pipelines.speculation import Production, Speculation
 from pipelines.stages import chain
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ToolContext:
-    """For an answer that may call tools: everything said in the conversation (a call's values must
-    come from it: calls/grounding.py), the user's last words, and the prompt without the tools (an answer
-    in words, when the calls are dropped)."""
-
-    words: str
-    asked: str
-    plain: Callable[[], list[int]]
-
-
-def held_call(tool: Any, thinking: Any) -> tuple[str, dict[str, Any]]:
-    """A call of ``tool`` written with its name given: the head the prompt ends with, and the
-    ``Generation`` fields that hold its arguments to the tool's schema."""
-    head = OPEN + "\n" + call_head(tool.name)
-    return head, {"schema": parameters(tool), "limit": SpokenLimit(thinking.max_sentences, False, head), "repetition_penalty": thinking.tool_repetition_penalty}
 
 
 class CascadeProduction(Production):
@@ -83,6 +62,7 @@ class CascadeProduction(Production):
         self.generation = Generation(banned=pipeline.thinker.call_start_ids if words_only else frozenset(), repetition_penalty=penalty)
         self._spent = (0, 0)  # prompt and cached tokens of an answer replaced by one in words
         self.calls: ToolStream | None = None  # the answer's tool calls, when tools are offered
+        self.policy = CallPolicy(pipeline, salt, request, prompt, offered, context)  # what follows them
         self.steered = False  # its calls written by steering the engine (calls/steering.py)
         super().__init__(self._produce(), pipeline.options.buffer_chunks, f"produce:{name}", times)
 
@@ -99,25 +79,17 @@ class CascadeProduction(Production):
                 async for call in calls.calls():
                     self.times.setdefault("first_call", time.perf_counter())
                     yield call
-                self._count_calls(calls)
                 await calls.close()
-                again = self._ask_back(calls) if not calls.made else None
-                # its calls all dropped after nothing said, or after words cut off where the model
-                # began a call ("You can call the" + a call: a small thinker's way of talking about
-                # its tools): the user hears an answer, not silence or half a sentence (nothing
-                # said ends no sentence)
-                instead = not again and not ends_sentence(said) and not calls.made and bool(calls.unknown or calls.ungrounded)
-                second = await self._second_choice(calls) if instead and not said else []  # the model's next choice of tool
-                if second:
+                then = await self.policy.after(calls, said, self.steered)
+                prompt, cached, output = then.spent
+                self._spent = (self._spent[0] + prompt, self._spent[1] + cached)
+                self.generation.output_tokens += output
+                if then.second:
                     self.times.setdefault("first_call", time.perf_counter())
-                for chunk in second:
+                for chunk in then.second:
                     yield chunk
-                if again or instead and not second:
-                    # it only called what it may not (a tool not offered, values nobody said): the
-                    # user hears an answer, not silence (nor only its "Let me check."); asked for a
-                    # value they asked for the tool with
-                    self.pipeline.counts["answers_asking_back" if again else "answers_said_instead_of_calls"] += 1
-                    async with chain(*self._stages(words_only=True, say=again, after=said)) as stream:
+                if then.words:  # (asked back, or said in words instead of the calls dropped)
+                    async with chain(*self._stages(words_only=True, say=then.again, after=said)) as stream:
                         async for chunk in stream:
                             yield chunk
         finally:
@@ -161,96 +133,6 @@ class CascadeProduction(Production):
         prompt, cached = self._spent
         self._spent = (prompt + first.prompt_tokens, cached + first.cached_tokens)
         self.generation = Generation(output_tokens=first.output_tokens, finish=first.finish, **what)
-
-    def _ask_back(self, calls: ToolStream) -> str | None:
-        """What to say for a dropped call to a tool the user's last words asked for (calls/grounding.py)."""
-        for name, values in calls.ungrounded:
-            if self.context is not None and asked_for(name, self.context.asked):
-                return ask_back(values)
-        return None
-
-    async def _second_choice(self, calls: ToolStream) -> list[ToolCallDelta | ToolCall]:
-        """A call of another tool, when the model called none it could (its calls were of a tool not
-        offered, or dropped for values nobody said) and said nothing: the tools it gave at least
-        ``second_choice_floor`` at the call's name (``name_probabilities``), the likeliest
-        ``second_choices`` of them, each written at once from the same prompt with its name given
-        and its arguments held to its schema; the likeliest whose values were said is made. A small
-        thinker reaches for the first tool it was shown ("What's 100 divided by 4?" ->
-        ``get_weather`` for Paris, dropped) where the right one was its second or third choice.
-        Nothing when none qualifies: the answer is then said in words. A candidate is given up as
-        soon as a value it has written whole was not said (``grounding.settled``): the user waits for none
-        of its remaining tokens."""
-        thinker, thinking = self.pipeline.thinker, self.pipeline.thinker.options
-        if self.context is None or thinking.second_choices <= 0 or self.request.tool_choice != "auto":
-            return []
-        words = self.context.words
-        dropped = {name for name, _ in calls.ungrounded}
-        others = [t for t in self.offered if t.name not in dropped]
-        if not others:
-            return []
-        encode = lambda text: list(thinker.tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
-        chance = await name_probabilities(lambda ids: thinker.top_next(ids, self.salt), encode, self.prompt, [t.name for t in others])
-        likely = sorted((t for t in others if chance[t.name] >= thinking.second_choice_floor), key=lambda t: -chance[t.name])[: thinking.second_choices]
-        if not likely:
-            return []
-
-        spent: list[Generation] = []  # every candidate's request, given up or not (the usage)
-
-        async def write(tool: Any) -> tuple[str, Generation] | None:
-            head, held = held_call(tool, thinking)
-            g = Generation(**held)
-            spent.append(g)
-            text = ""
-            stream = thinker.stream(self.prompt + encode(head), self.salt, max_tokens=thinking.second_choice_tokens, generation=g)
-            try:
-                async with contextlib.aclosing(stream):
-                    async for delta in stream:
-                        text += delta
-                        settled = grounding.settled(text)
-                        if settled is not None and ungrounded(settled, tool.parameters, words):
-                            return None  # (its request aborted)
-            except Exception as exc:  # (a schema the engine's grammar refuses: that tool is not tried)
-                log.info("second choice %s not written: %s", tool.name, exc)
-                return None
-            return text, g
-
-        written = await asyncio.gather(*(write(t) for t in likely))
-        for g in spent:
-            prompt, cached = self._spent
-            self._spent = (prompt + g.prompt_tokens, cached + g.cached_tokens)
-            self.generation.output_tokens += g.output_tokens
-        made: tuple[Any, str] | None = None
-        for tool, result in zip(likely, written):
-            if result is None:
-                continue
-            text, g = result
-            arguments = text.strip()
-            if made is None and arguments and not g.hit_max_tokens and not schema_errors(arguments, tool) and not ungrounded(arguments, tool.parameters, words):
-                made = tool, arguments
-        if made is None:
-            return []
-        tool, arguments = made
-        self.pipeline.counts["calls_second_choice"] += 1
-        self.pipeline.counts["tool_calls"] += 1
-        log.info("tool call %s(%s): the model's second choice (%.2f)", tool.name, arguments, chance[tool.name])
-        call_id = "call_" + secrets.token_hex(12)
-        return [ToolCallDelta(call_id, tool.name, ""), ToolCallDelta(call_id, "", arguments), ToolCall(call_id, tool.name, arguments)]
-
-    def _count_calls(self, calls: ToolStream) -> None:
-        """Calls whose arguments break their tool's schema are emitted all the same (OpenAI's way
-        without ``strict``: the client judges them); they are counted and logged here."""
-        counts = self.pipeline.counts
-        counts["tool_calls_unknown"] += len(calls.unknown)
-        counts["tool_calls_ungrounded"] += len(calls.ungrounded)
-        for name, values in calls.ungrounded:
-            log.info("tool call %s dropped: %s not said in the conversation", name, ", ".join(values))
-        for call in calls.ended:
-            counts["tool_calls"] += 1
-            counts["tool_calls_steered"] += self.steered
-            errors = calls.errors(call)
-            if errors:
-                counts["tool_calls_off_schema"] += 1
-                log.info("tool call %s(%s) does not fit its schema: %s", call.name, call.arguments, "; ".join(errors))
 
     def _stages(self, words_only: bool = False, say: str | None = None, after: str = "") -> list[Any]:
         """The stage chain: thinker -> (clauses -> talker) or thinker -> text. ``words_only``: the

@@ -40,7 +40,8 @@ from pipelines.base import (
 from pipelines.cascade.hearing import Hearing
 from pipelines.cascade.listener import Words
 from pipelines.cascade.overhearing import Overhearing
-from pipelines.cascade.production import CascadeProduction, CascadeSpeculation, ToolContext
+from pipelines.cascade.call_policy import ToolContext
+from pipelines.cascade.production import CascadeProduction, CascadeSpeculation
 from pipelines.cascade.prompts import Prompts
 from pipelines.cascade.shared import Models
 from pipelines.cascade.thinker import Generation, StreamedPrompt

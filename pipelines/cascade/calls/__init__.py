@@ -7,6 +7,7 @@
   table), values that name something copied from what was said (``Spans``).
 - ``grounding.py``: whether a call's values were said (``ungrounded``), and what to say when not.
 
-What follows an answer's calls (ask back, say it in words instead, the second choice, the counts)
-is ``pipelines/cascade/production.py``'s.
+What follows an answer's calls (the counts, a value asked for again, the model's second choice,
+the answer in words instead) is decided in one place, ``pipelines/cascade/call_policy.py``
+(``CallPolicy``: it writes a second choice with the thinker, above this room).
 """
