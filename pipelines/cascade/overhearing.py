@@ -44,10 +44,20 @@ class Pass:
 
 class Overhearing:
     """Per session. ``hear(pcm, ends, hint)``: a pass of the ears on the ASR thread; ``busy()``:
-    whether that thread has work queued or running."""
+    whether that thread has work queued or running; ``passed(before, after)``: told of each pass
+    over the open turn that heard words (``after``) and the one before it over the turn, if any
+    (the words the two agree on go to the thinker as they are spoken: words_ahead.py)."""
 
-    def __init__(self, hear: Callable[[np.ndarray, bool, tuple[int, ...]], Awaitable[Words]], busy: Callable[[], bool], rate: int, every_ms: int) -> None:
+    def __init__(
+        self,
+        hear: Callable[[np.ndarray, bool, tuple[int, ...]], Awaitable[Words]],
+        busy: Callable[[], bool],
+        rate: int,
+        every_ms: int,
+        passed: Callable[[Words | None, Words], None] | None = None,
+    ) -> None:
         self.hear = hear
+        self.passed = passed
         self.busy = busy
         self.rate = rate
         self.every = rate * every_ms // 1000
@@ -166,10 +176,13 @@ class Overhearing:
         made.ended = time.perf_counter()
         if made.words.cancelled() or made.words.exception() is not None or made.turn != self._turns:
             return  # (a failed pass is heard again when needed; one over an earlier turn is nobody's)
-        if self.done is None or (made.samples >= self.done.samples and made.words.result().tokens):
+        before = self.done
+        if before is None or (made.samples >= before.samples and made.words.result().tokens):
             self.done = made  # (a pass that heard no words leaves the last one's tokens to go on from)
         if self._want_quiet and self.quiet_at is not None and self._idle():
             self._begin()
+        if self.done is made and self.passed is not None and made.words.result().text:
+            self.passed(before.words.result() if before is not None else None, made.words.result())
 
 
 def unvoiced(pcm: np.ndarray, rate: int) -> bool:

@@ -26,6 +26,7 @@ from pipelines.cascade.shared import Models
 from pipelines.cascade.talker import ClausePolicy, Playback, clauses
 from pipelines.cascade.thinker import Generation, StreamedPrompt
 from pipelines.cascade.tools import OPEN, SpokenLimit, ToolStream, call_head, forced_schema, forced_start, name_probabilities, parameters, schema_errors
+from pipelines.cascade.words_ahead import count_answer
 from pipelines.sentences import ends_sentence
 from pipelines.speculation import Production, Speculation
 from pipelines.stages import chain
@@ -290,6 +291,7 @@ class CascadeProduction(Production):
                 yield say
                 return
             if self.streamed is not None and not self.streamed.used and self.generation.schema is None:
+                count_answer(pipeline.counts, self.streamed, prompt)
                 stream = self.streamed.answer(prompt, budget, self.generation)
             else:
                 if self.streamed is not None:  # (a request held to a schema is one of its own)
