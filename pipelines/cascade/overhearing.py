@@ -25,12 +25,24 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from pipelines.cascade.listener import Words
 
 MAX_TURN_S = 20.0
+
+
+class Told(Protocol):
+    """Who is told of the passes over the open turn (the words they settle on go to the thinker as
+    they are spoken: words_ahead.py)."""
+
+    def heard(self, before: Words | None, after: Words) -> None:
+        """A pass heard words (``after``); ``before``: the turn's pass before it, if any."""
+
+    def reset(self) -> None:
+        """The turn was committed or cleared."""
 
 
 @dataclass(eq=False)
@@ -44,9 +56,8 @@ class Pass:
 
 class Overhearing:
     """Per session. ``hear(pcm, ends, hint)``: a pass of the ears on the ASR thread; ``busy()``:
-    whether that thread has work queued or running; ``passed(before, after)``: told of each pass
-    over the open turn that heard words (``after``) and the one before it over the turn, if any
-    (the words the two agree on go to the thinker as they are spoken: words_ahead.py)."""
+    whether that thread has work queued or running; ``told``: of each pass over the open turn that
+    heard words, and of the turn's end."""
 
     def __init__(
         self,
@@ -54,10 +65,10 @@ class Overhearing:
         busy: Callable[[], bool],
         rate: int,
         every_ms: int,
-        passed: Callable[[Words | None, Words], None] | None = None,
+        told: Told | None = None,
     ) -> None:
         self.hear = hear
-        self.passed = passed
+        self.told = told
         self.busy = busy
         self.rate = rate
         self.every = rate * every_ms // 1000
@@ -103,6 +114,8 @@ class Overhearing:
         self.quiet_at = None
         self.silent = False
         self._want_quiet = False
+        if self.told is not None:
+            self.told.reset()
 
     def audio(self) -> np.ndarray:
         return np.concatenate(self.turn) if self.turn else np.zeros(0, np.int16)
@@ -181,8 +194,8 @@ class Overhearing:
             self.done = made  # (a pass that heard no words leaves the last one's tokens to go on from)
         if self._want_quiet and self.quiet_at is not None and self._idle():
             self._begin()
-        if self.done is made and self.passed is not None and made.words.result().text:
-            self.passed(before.words.result() if before is not None else None, made.words.result())
+        if self.done is made and self.told is not None and made.words.result().text:
+            self.told.heard(before.words.result() if before is not None else None, made.words.result())
 
 
 def unvoiced(pcm: np.ndarray, rate: int) -> bool:

@@ -73,10 +73,10 @@ class CascadeSession(PipelineSession):
         self.streamed: StreamedPrompt | None = None  # the open turn's prompt, its first part prefilled (listen)
         self.listening: tuple[ResponseRequest, bool] | None = None  # what listen() was given for the open turn
         # the open turn's audio, heard as it grows (with ears that go on from a pass: Moonshine), its
-        # settled words given to the turn's streamed request (words_ahead.py) between pauses
+        # settled words given to the turn's streamed request between pauses (words_ahead.py)
         between = lambda: self.hearing.current is None and self.ahead.current is None  # noqa: E731
         self.words_ahead = WordsAhead(pipeline.thinker, pipeline.counts, self, self._background, between, self.options.words_ahead)
-        self.overhearing = Overhearing(self._hear_pass, lambda: pipeline.asr_busy > 0, pipeline.capabilities.input_rate, self.options.hear_every_ms, self.words_ahead.heard)
+        self.overhearing = Overhearing(self._hear_pass, lambda: pipeline.asr_busy > 0, pipeline.capabilities.input_rate, self.options.hear_every_ms, self.words_ahead)
         self.transcripts = ItemTranscripts()
         self._tasks: set[asyncio.Future[Any]] = set()
 
@@ -209,6 +209,7 @@ class CascadeSession(PipelineSession):
         self.ahead.drop()  # with it, the streamed prompt it had taken
         if self.listening is not None and self.streamed is None:
             self.listen(*self.listening)  # for the next pause (the prefix's whole blocks are cached by now)
+        self.words_ahead.give()  # the words settled so far, in the turn's request again
 
     async def heard(self, within_s: float) -> Heard | None:
         return await self.hearing.heard(within_s)

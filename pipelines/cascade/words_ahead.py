@@ -23,20 +23,27 @@ newest stable words once it is in (``words_ahead_rewritten``). Words at the paus
 from those given are judged and answered in a request of their own (``words_ahead_missed``, the
 session's and the hearing's): the conversation's whole blocks still come from the cache.
 
+At a pause nothing is given (``between``): the words go to the judgement and the answer there,
+in the request the session hands on. Words settled meanwhile (the pass at the first silent frame)
+are given when the user speaks on (``give``, from the session's ``resume``), to the request the
+session holds for the turn then (a fresh one, if the pause's was dropped with its answer).
+
 Bounded: at most one part given at a time per session (the engine's step for it); stable words
-met meanwhile wait for it to end, and only the newest are given. Nothing is given once the session
-is at a pause (``between``), nor to a request the session no longer holds: a session's words only
-ever reach its own request, under its own cache salt.
+met meanwhile wait for it to end, and only the newest are given. A turn's words go only to the
+session's request for that turn (``reset`` at its end), under the session's cache salt.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from pipelines.cascade.listener import Words
 from pipelines.cascade.thinker import StreamedPrompt
+
+log = logging.getLogger(__name__)
 
 HOLD = 1  # the newest pass's last words not given: still being said, or heard again as others
 
@@ -86,37 +93,39 @@ class WordsAhead:
         self.background = background
         self.between = between
         self.on = on
-        self.wanted: list[str] = []  # the newest stable words ...
-        self.target: StreamedPrompt | None = None  # ... and the request they are for (the turn's)
+        self.wanted: list[str] = []  # the open turn's newest stable words
         self._waiting: asyncio.Future[Any] | None = None  # the part whose end gives the next
 
     def heard(self, before: Words | None, after: Words) -> None:
-        """A pass over the open turn heard ``after``; ``before``: the pass before it, if any."""
-        if not self.on or not self.between():
-            return
-        streamed = self.session.streamed
-        if streamed is None or streamed.used:
+        """A pass over the open turn heard ``after``; ``before``: the pass before it, if any. (At
+        a pause too: the words are given once the user speaks on, ``give``.)"""
+        if not self.on:
             return
         newest = after.text.split()
-        if streamed.words and rewrites(streamed.words, newest):
+        streamed = self.session.streamed
+        if streamed is not None and not streamed.used and streamed.words and rewrites(streamed.words, newest):
             self._reopen(streamed)
         self.wanted = stable_words(before.text.split() if before is not None else [], newest)
-        self.target = self.session.streamed
-        self._give()
+        self.give()
+
+    def reset(self) -> None:
+        """The turn was committed or cleared: its words are no other turn's."""
+        self.wanted = []
 
     def _reopen(self, old: StreamedPrompt) -> None:
         """``old`` was given words now heard as others: a fresh request in its place, its prefix
         the same (the cache holds its whole blocks)."""
         self.counts["words_ahead_rewritten"] += 1
+        log.debug("words given ahead heard again as others (%r): a fresh request", " ".join(old.words))
         self.session.streamed = self.thinker.open_prompt(old.prefix, old.salt, old.logprobs is not None)
         self.background(old.close())
 
-    def _give(self) -> None:
-        """Give the current request what it lacks of the newest stable words, unless a part is
-        still being given (then once it is)."""
+    def give(self) -> None:
+        """Give the session's request for the turn what it lacks of the newest stable words, unless
+        a part is still being given (then once it is), or the session is at a pause."""
         streamed = self.session.streamed
-        if streamed is None or streamed is not self.target or streamed.used or not self.between():
-            return  # (a request of another turn, or handed on: the words are given at its next pass)
+        if streamed is None or streamed.used or not self.between():
+            return
         wanted, given = self.wanted, list(streamed.words)
         if len(wanted) <= len(given) or wanted[: len(given)] != given:
             return
@@ -131,6 +140,7 @@ class WordsAhead:
         if step is not None:
             self.counts["words_ahead_parts"] += 1
             self.counts["words_ahead_tokens"] += len(ids) - len(had)
+            log.debug("words given ahead: %r (%d tokens, %d in all)", " ".join(wanted[len(given) :]), len(ids) - len(had), streamed.ahead)
             self._wait(step)
 
     def _wait(self, step: asyncio.Future[Any]) -> None:
@@ -141,7 +151,7 @@ class WordsAhead:
     def _given(self, step: asyncio.Future[Any]) -> None:
         if step.cancelled() or step.exception() is not None:
             return  # (the request was closed, or failed: the answer meets that, not this)
-        self._give()
+        self.give()
 
 
 def count_answer(counts: dict[str, int], streamed: StreamedPrompt, prompt: list[int]) -> None:

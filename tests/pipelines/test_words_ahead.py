@@ -233,30 +233,42 @@ async def test_words_heard_again_as_others_get_a_fresh_request_with_the_same_pre
     assert fresh.sent == old.prefix + tokens(thinker, "Look at the table for two")
 
 
-async def test_nothing_is_given_at_a_pause_nor_to_a_request_handed_on_or_of_another_turn(thinker):
+async def test_at_a_pause_nothing_is_given_and_what_settled_there_goes_once_the_user_speaks_on(thinker):
     ahead, session, engine, counts = giving(thinker)
     request = session.streamed
     request.prefill()
     session.paused = True
     heard(ahead, "What is", "What is the")
     assert request.parts == []  # at a pause the words go to the judgement and the answer
+    session.streamed = fresh = engine.open_prompt([1, 2, 3], "salt-a")  # the pause's was dropped with its answer
     session.paused = False
-    heard(ahead, "What is", "What is the")
-    assert request.parts == [tokens(thinker, "What is")]
-    heard(ahead, "What is the", "What is the weather")  # (waits for the part under way)
-    session.streamed = other = engine.open_prompt([1, 2, 3, 4], "salt-a")  # the turn ended: the next one's
-    other.prefill()
-    request.step.set_result(None)  # the old part done after that
+    ahead.give()  # (the session's resume)
+    assert fresh.parts == []  # its prefix first
+    fresh.prefill()
     await asyncio.sleep(0)
-    assert other.parts == [] and request.parts == [tokens(thinker, "What is")], "a turn's words reach no other request"
+    assert fresh.parts == [tokens(thinker, "What is")] and request.parts == []
+
+
+async def test_a_turns_words_reach_no_other_request(thinker):
+    ahead, session, engine, counts = giving(thinker)
+    request = session.streamed
+    request.prefill()
+    heard(ahead, "What is", "What is the")
+    heard(ahead, "What is the", "What is the weather")  # (waits for the part under way)
+    assert request.parts == [tokens(thinker, "What is")]
+    ahead.reset()  # the turn was committed (or cleared) ...
+    session.streamed = other = engine.open_prompt([1, 2, 3, 4], "salt-a")  # ... and the next one began
+    other.prefill()
+    request.step.set_result(None)  # the old turn's part done after that
+    await asyncio.sleep(0)
+    assert other.parts == [] and request.parts == [tokens(thinker, "What is")]
     heard(ahead, "Thanks", "Thanks a lot")
     assert other.parts == [tokens(thinker, "Thanks")]
     step = other.step
     heard(ahead, "Thanks a lot", "Thanks a lot for")
-    session.streamed = None  # handed on (the pause's judgement or answer took it)
+    session.streamed = None  # handed on at a pause (the judgement or the answer took it)
     step.set_result(None)
     await asyncio.sleep(0)
-    heard(ahead, "Thanks a lot for", "Thanks a lot for that")
     assert other.parts == [tokens(thinker, "Thanks")] and counts["words_ahead_parts"] == 2
 
 
@@ -300,7 +312,7 @@ async def test_a_spoken_turn_leaves_only_its_last_words_to_the_pause(thinker, ea
     prompts = Prompts(thinker, lambda: True, "hidden")
     prefix = prompts.prefix(request())
     ahead, session, _, counts = giving(thinker, prefix)
-    over = Overhearing(hear, lambda: busy[0] > 0, RATE, 300, ahead.heard)
+    over = Overhearing(hear, lambda: busy[0] > 0, RATE, 300, ahead)
     over.on = True
     said = espeak("I would like to know what the weather is going to be like in Lisbon tomorrow morning.", RATE)
     for i in range(0, len(said), RATE // 50):  # in real time, 20 ms a frame
