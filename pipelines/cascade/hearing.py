@@ -150,7 +150,9 @@ class Hearing:
             heard.ends = await self.thinker.words_end(prefix, text, self.salt, streamed)
             heard.times["judged"] = time.perf_counter()
             self.counts["words_judged"] += 1
-            self.counts["words_judged_streamed"] += streamed is not None
+            self.counts["words_judged_streamed"] += streamed is not None and streamed.judged
+            if streamed is not None and streamed.ahead and not streamed.judged:  # the words do not go on from those given ahead
+                self.counts["words_ahead_missed"] += 1
         except Exception as exc:  # the decision goes on without it (the sound alone)
             log.warning("session %s: the thinker's end-of-turn judgement failed: %s", self.name, exc)
             if heard.streamed is not None:  # in an unknown state: not for the answer

@@ -29,7 +29,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -37,6 +37,17 @@ from pipelines.cascade.listener import Words
 
 MAX_TURN_S = 20.0
 QUIET_MS = 100  # with no turn detection: this long without speech after speech is a pause (finds_pauses)
+
+
+class Told(Protocol):
+    """Who is told of the passes over the open turn (the words they settle on go to the thinker as
+    they are spoken: words_ahead.py)."""
+
+    def heard(self, before: Words | None, after: Words) -> None:
+        """A pass heard words (``after``); ``before``: the turn's pass before it, if any."""
+
+    def reset(self) -> None:
+        """The turn was committed or cleared."""
 
 
 @dataclass(eq=False)
@@ -50,10 +61,19 @@ class Pass:
 
 class Overhearing:
     """Per session. ``hear(pcm, ends, hint)``: a pass of the ears on the ASR thread; ``busy()``:
-    whether that thread has work queued or running."""
+    whether that thread has work queued or running; ``told``: of each pass over the open turn that
+    heard words, and of the turn's end."""
 
-    def __init__(self, hear: Callable[[np.ndarray, bool, tuple[int, ...]], Awaitable[Words]], busy: Callable[[], bool], rate: int, every_ms: int) -> None:
+    def __init__(
+        self,
+        hear: Callable[[np.ndarray, bool, tuple[int, ...]], Awaitable[Words]],
+        busy: Callable[[], bool],
+        rate: int,
+        every_ms: int,
+        told: Told | None = None,
+    ) -> None:
         self.hear = hear
+        self.told = told
         self.busy = busy
         self.rate = rate
         self.every = rate * every_ms // 1000
@@ -131,6 +151,8 @@ class Overhearing:
         self.quiet_at = None
         self.silent = False
         self._want_quiet = False
+        if self.told is not None:
+            self.told.reset()
 
     def audio(self) -> np.ndarray:
         return np.concatenate(self.turn) if self.turn else np.zeros(0, np.int16)
@@ -204,10 +226,13 @@ class Overhearing:
         made.ended = time.perf_counter()
         if made.words.cancelled() or made.words.exception() is not None or made.turn != self._turns:
             return  # (a failed pass is heard again when needed; one over an earlier turn is nobody's)
-        if self.done is None or (made.samples >= self.done.samples and made.words.result().tokens):
+        before = self.done
+        if before is None or (made.samples >= before.samples and made.words.result().tokens):
             self.done = made  # (a pass that heard no words leaves the last one's tokens to go on from)
         if self._want_quiet and self.quiet_at is not None and self._idle():
             self._begin()
+        if self.done is made and self.told is not None and made.words.result().text:
+            self.told.heard(before.words.result() if before is not None else None, made.words.result())
 
 
 def unvoiced(pcm: np.ndarray, rate: int) -> bool:

@@ -62,6 +62,10 @@ class CascadePipeline(Pipeline):
         self.counts.update(prefix_prepares=0, prefix_prepared_tokens=0, prefix_prepared_cached_tokens=0)
         self.counts.update(words_judged=0, words_judged_streamed=0, tool_calls=0, tool_calls_steered=0, tool_calls_off_schema=0, tool_calls_unknown=0, tool_schemas_refused=0)
         self.counts.update(tool_calls_ungrounded=0, answers_said_instead_of_calls=0, answers_asking_back=0, prefills_ahead_of_output=0, calls_second_choice=0)
+        # the user's words given to the turn's request while they spoke (words_ahead.py), and what
+        # answers in that request found there: their turn's tokens, and how many came ahead of the pause
+        self.counts.update(words_ahead_parts=0, words_ahead_tokens=0, words_ahead_rewritten=0, words_ahead_missed=0)
+        self.counts.update(answers_streamed=0, answer_turn_tokens=0, answer_turn_tokens_ahead=0)
 
     async def start(self) -> None:
         from pipelines import models

@@ -24,6 +24,7 @@ from pipelines.cascade.shared import Models
 from pipelines.cascade.talker import ClausePolicy, Playback, clauses
 from pipelines.cascade.thinker import Generation, StreamedPrompt
 from pipelines.cascade.calls.format import SpokenLimit, ToolStream, forced_schema, forced_start
+from pipelines.cascade.words_ahead import count_answer
 from pipelines.speculation import Production, Speculation
 from pipelines.stages import chain
 
@@ -181,6 +182,7 @@ class CascadeProduction(Production):
                 yield say
                 return
             if self.streamed is not None and not self.streamed.used and self.generation.schema is None:
+                count_answer(pipeline.counts, self.streamed, prompt)
                 stream = self.streamed.answer(prompt, budget, self.generation)
             else:
                 if self.streamed is not None:  # (a request held to a schema is one of its own)

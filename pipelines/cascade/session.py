@@ -45,6 +45,7 @@ from pipelines.cascade.production import CascadeProduction, CascadeSpeculation
 from pipelines.cascade.prompts import Prompts
 from pipelines.cascade.shared import Models
 from pipelines.cascade.thinker import Generation, StreamedPrompt
+from pipelines.cascade.words_ahead import WordsAhead
 from pipelines.speculation import Ahead, Production
 
 log = logging.getLogger(__name__)
@@ -64,8 +65,6 @@ class CascadeSession(PipelineSession):
         self.salt = tenant or secrets.token_hex(16)  # the prefix-cache namespace: its key's (Pipeline.open), else its own
         self.clean = False  # noise reduction on the audio the listener hears
         self.transcribed = False  # the session wants its input transcribed (live captions)
-        # the open turn's audio, heard as it grows (with ears that go on from a pass: Moonshine)
-        self.overhearing = Overhearing(self._hear_pass, lambda: pipeline.asr_busy > 0, pipeline.capabilities.input_rate, self.options.hear_every_ms)
         self.prompts = Prompts(pipeline.thinker, lambda: pipeline.capabilities.tools, self.options.tools_after_output)
         beside = self.options.asr_model.startswith("whisper")  # (the fusion's listener weight is Whisper's)
         self.hearing = Hearing(self._hear_turn, pipeline.thinker, self.salt, pipeline.counts, self._background, session_id, self.options.judge, beside)
@@ -74,6 +73,11 @@ class CascadeSession(PipelineSession):
         self.responses = 0  # responses begun
         self.streamed: StreamedPrompt | None = None  # the open turn's prompt, its first part prefilled (listen)
         self.listening: tuple[ResponseRequest, bool] | None = None  # what listen() was given for the open turn
+        # the open turn's audio, heard as it grows (with ears that go on from a pass: Moonshine), its
+        # settled words given to the turn's streamed request between pauses (words_ahead.py)
+        between = lambda: self.hearing.current is None and self.ahead.current is None  # noqa: E731
+        self.words_ahead = WordsAhead(pipeline.thinker, pipeline.counts, self, self._background, between, self.options.words_ahead)
+        self.overhearing = Overhearing(self._hear_pass, lambda: pipeline.asr_busy > 0, pipeline.capabilities.input_rate, self.options.hear_every_ms, self.words_ahead)
         self.transcripts = ItemTranscripts()
         self._tasks: set[asyncio.Future[Any]] = set()
 
@@ -116,8 +120,8 @@ class CascadeSession(PipelineSession):
         prefix = self.prompts.prefix(request)
         judging = self.hearing.thinker_judges
         streamed = self.streamed
-        if streamed is not None and not streamed.used and streamed.prefix == prefix and (streamed.logprobs is not None) == judging:
-            return
+        if streamed is not None and not streamed.used and streamed.sent == prefix and (streamed.logprobs is not None) == judging:
+            return  # (none of the user's words given to it yet)
         self._drop_streamed()
         self.pipeline.counts["prefix_warmups"] += 1
         self.streamed = self.pipeline.thinker.open_prompt(prefix, self.salt, judging)
@@ -160,6 +164,9 @@ class CascadeSession(PipelineSession):
         """The streamed request, if ``prompt`` goes on from its prefix: it is the answer's now."""
         streamed = self.streamed
         if streamed is None or not streamed.fits(prompt):
+            if streamed is not None and streamed.ahead:  # the user's words given ahead, and these do not go on from them
+                self.pipeline.counts["words_ahead_missed"] += 1
+                self._drop_streamed()
             return None
         self.streamed = None
         return streamed
@@ -206,6 +213,7 @@ class CascadeSession(PipelineSession):
         self.ahead.drop()  # with it, the streamed prompt it had taken
         if self.listening is not None and self.streamed is None:
             self.listen(*self.listening)  # for the next pause (the prefix's whole blocks are cached by now)
+        self.words_ahead.give()  # the words settled so far, in the turn's request again
 
     async def heard(self, within_s: float) -> Heard | None:
         return await self.hearing.heard(within_s)

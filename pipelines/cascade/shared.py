@@ -23,6 +23,10 @@ class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # when the user goes quiet, each going on from the last; 0: heard only at pauses and commits
     # (for Whisper, whose every pass costs its whole window)
     hear_every_ms: int = 300
+    # the words two of those passes agree on (less the newest's last) given to the thinker's request
+    # for the turn while the user speaks, so that at the pause only the last words are prefilled
+    # (words_ahead.py); needs hear_every_ms and an in-process thinker
+    words_ahead: bool = True
     # semantic_vad: who judges whether the words at a pause end the turn: the thinker (one engine step
     # over the words, in the conversation, before the answer) or the listener (Whisper's own
     # probability of its last word and of an end after it, in the same pass: nothing added at the

@@ -436,13 +436,14 @@ class VllmThinker:
         """The probability that the user's message ends with ``text`` (pipelines/turn_end/judgement.py), judged after
         ``prefix`` (the conversation up to where the user's words go); None when there are no
         words. In ``streamed``, the open turn's request, when it can take them (the words are then
-        prefilled there for the answer too), else as a request of its own."""
+        prefilled there for the answer too; those it was given as the user spoke, ``extend``, are
+        not given again), else as a request of its own."""
         words = judgement.bare(text)
         if not words:
             return None
         ids = list(self.tokenizer.encode(words, add_special_tokens=False))
-        if streamed is not None and streamed.can_judge(prefix):
-            return await streamed.judge(ids)
+        if streamed is not None and streamed.can_judge(prefix) and streamed.fits(prefix + ids):
+            return await streamed.judge(ids[len(streamed.sent) - len(prefix) :])
         return await self.judge(prefix + ids, salt)
 
     async def judge(self, prompt_ids: list[int], salt: str) -> float:
@@ -554,10 +555,11 @@ def one_token(logprobs: int | None) -> Any:
 class StreamedPrompt:
     """One engine request whose prompt arrives in parts (vLLM's resumable ``StreamingInput``):
     the conversation up to where the user's words go, sent when the user starts to speak and
-    prefilled while they do (one token sampled and dropped); with semantic_vad, at a pause, the
-    words so far, whose one next-token distribution is the thinker's judgement of the turn's end
-    (``judge``); then, once the turn's words are known, the rest of the prompt with the answer's
-    sampling, and the answer streams.
+    prefilled while they do (one token sampled and dropped); while they speak, the first of
+    their words as the ears settle on them (``extend``, words_ahead.py), each part prefilled as it
+    comes; with semantic_vad, at a pause, the rest of the words so far, whose one next-token
+    distribution is the thinker's judgement of the turn's end (``judge``); then, once the turn's
+    words are known, the rest of the prompt with the answer's sampling, and the answer streams.
 
     Why not a second request that finds the first part in the prefix cache: the cache keeps whole
     32-token blocks only, so a new request recomputes the part's last, partial block (16 tokens on
@@ -578,22 +580,47 @@ class StreamedPrompt:
         self.logprobs = logprobs
         self.request_id = uuid.uuid4().hex
         self.used = False
+        self.judged = False  # the user's words were judged in it (once)
+        self.words: tuple[str, ...] = ()  # the user's words given while they spoke (``extend``)
+        self.ahead = 0  # and their tokens
         self._closing: asyncio.Future[None] | None = None
         self._input: asyncio.Queue[Any] = asyncio.Queue(maxsize=2)  # one part at a time, then the end
         prefill = one_token(logprobs)
         # the engine extends a resumable request's token list in place (in process): give it copies
         self._input.put_nowait(StreamingInput(tokens_input(list(prefix), cache_salt=salt), prefill))
         self._outputs = thinker.engine.generate(_parts(self._input), prefill, request_id=self.request_id)
-        self._prefilled = asyncio.ensure_future(anext(self._outputs))  # the prefix's one dropped token
+        # the newest part's one dropped token (first the prefix's): it is prefilled once this is done
+        self.step: asyncio.Future[Any] = asyncio.ensure_future(anext(self._outputs))
 
     def fits(self, prompt: list[int]) -> bool:
         """Whether ``prompt`` goes on from what this request was given (and it is still unused)."""
         return not self.used and len(prompt) > len(self.sent) and prompt[: len(self.sent)] == self.sent
 
     def can_judge(self, prefix: list[int]) -> bool:
-        """Whether the user's words after ``prefix`` can be judged here: it asks for logprobs,
-        is unused, and was given exactly ``prefix`` so far."""
-        return self.logprobs is not None and not self.used and self.sent == prefix
+        """Whether the user's words after ``prefix`` can be judged here: it asks for logprobs, is
+        unused and unjudged, and was given ``prefix`` (and maybe the first of the words) so far."""
+        return self.logprobs is not None and not self.used and not self.judged and self.sent[: len(prefix)] == prefix
+
+    def extend(self, ids: list[int], words: Sequence[str]) -> "asyncio.Future[Any] | None":
+        """Give the request ``ids`` more of its prompt now, the user's ``words`` so far (all of
+        them given, these the tokens that go on from the last ones'): prefilled at once, one token
+        sampled and dropped. None, and nothing given, while a part is being prefilled (one at a
+        time: the engine's outputs are read in order), once it failed, or once it is judged or
+        used. Returns the part's step (done once it is prefilled)."""
+        from vllm.engine.protocol import StreamingInput
+        from vllm.inputs import tokens_input
+
+        last = self.step
+        if not ids or self.used or self.judged or not last.done() or last.cancelled() or last.exception() is not None:
+            return None
+        try:
+            self._input.put_nowait(StreamingInput(tokens_input(list(ids), cache_salt=self.salt), one_token(self.logprobs)))
+        except asyncio.QueueFull:
+            return None
+        self.sent += ids
+        self.words, self.ahead = tuple(words), self.ahead + len(ids)
+        self.step = asyncio.ensure_future(anext(self._outputs))
+        return self.step
 
     async def judge(self, words: list[int]) -> float:
         """Give the request the user's ``words`` (they stay: the answer goes on from them) and
@@ -601,8 +628,9 @@ class StreamedPrompt:
         from vllm.engine.protocol import StreamingInput
         from vllm.inputs import tokens_input
 
-        assert self.logprobs is not None and not self.used
-        await self._prefilled  # one part at a time: the engine's outputs come back in order
+        assert self.logprobs is not None and not self.used and not self.judged
+        self.judged = True
+        await self.step  # one part at a time: the engine's outputs come back in order
         params = one_token(self.logprobs)
         self.sent += words
         await self._input.put(StreamingInput(tokens_input(list(words), cache_salt=self.salt), params))
@@ -626,7 +654,7 @@ class StreamedPrompt:
         if not steered:
             await self._input.put(None)
         try:
-            await self._prefilled
+            await self.step  # (the last part given before this one)
         except BaseException:
             await self.close()
             raise
@@ -643,9 +671,9 @@ class StreamedPrompt:
         await asyncio.shield(self._closing)
 
     async def _shut(self) -> None:
-        self._prefilled.cancel()  # cancelled inside the engine's generate(): it aborts and ends the input stream
+        self.step.cancel()  # cancelled inside the engine's generate(): it aborts and ends the input stream
         with contextlib.suppress(BaseException):
-            await self._prefilled
+            await self.step
         with contextlib.suppress(Exception):
             await self._outputs.aclose()
         if self.thinker.engine is not None:

@@ -25,6 +25,8 @@ class Request:
 
     def __init__(self) -> None:
         self.closed = 0
+        self.judged = False  # (the thinker's words_end judges in it)
+        self.ahead = 0  # no words given while the user spoke (tests/pipelines/test_words_ahead.py)
 
     async def close(self) -> None:
         self.closed += 1
@@ -37,6 +39,8 @@ class Judge:
 
     async def words_end(self, prefix: list[int], text: str, salt: str, streamed: Any = None) -> float | None:
         self.asked.append((prefix, text, streamed))
+        if streamed is not None:
+            streamed.judged = True
         await asyncio.sleep(self.delay_s)
         if self.fails:
             raise RuntimeError("engine gone")

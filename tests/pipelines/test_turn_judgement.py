@@ -70,3 +70,35 @@ async def test_the_streamed_request_judges_as_a_request_of_its_own_and_answers_o
 
 async def test_no_words_no_judgement(engine):
     assert await engine.words_end(engine.prefix(INSTRUCTIONS, []), " ... ", "judge-d") is None
+
+
+async def test_words_given_while_the_user_speaks_are_prefilled_then_and_the_pause_gives_only_the_rest(engine):
+    """words_ahead.py on the real engine: the first words, given to the turn's request as they
+    are spoken, are prefilled there and then (the engine samples its one dropped token after
+    them); at the pause the judgement gives only the words after them and reads what a request
+    of its own reads, and the answer goes on from all of them in the same request."""
+    words = "What is the capital of France?"
+    prefix = engine.prefix(INSTRUCTIONS, HISTORY)
+    alone = await engine.words_end(prefix, words, "judge-e")
+    streamed = engine.open_prompt(prefix, "judge-f", judging=True)
+    assert streamed is not None
+    try:
+        await streamed.step  # the conversation's part
+        first = list(engine.tokenizer.encode("What is the capital", add_special_tokens=False))
+        step = streamed.extend(first, ("What", "is", "the", "capital"))
+        assert step is not None
+        assert streamed.extend(first, ("What",)) is None  # one part at a time
+        prefilled = await step
+        assert len(prefilled.outputs[0].token_ids) == 1  # computed: a token was sampled after them
+        assert streamed.sent == prefix + first and streamed.ahead == len(first) and streamed.words == ("What", "is", "the", "capital")
+        assert streamed.can_judge(prefix)
+        inside = await engine.words_end(prefix, words, "judge-f", streamed)
+        assert inside == pytest.approx(alone, abs=0.02)
+        rest = list(engine.tokenizer.encode(" of France", add_special_tokens=False))
+        assert streamed.sent == prefix + first + rest  # the pause gave only what came after them
+        prompt = engine.render(INSTRUCTIONS, [*HISTORY, Turn("user", words)])
+        assert streamed.fits(prompt)
+        answer = "".join([d async for d in streamed.answer(prompt)])
+        assert "paris" in answer.lower(), answer
+    finally:
+        await streamed.close()
