@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pipelines.base import FunctionCall, FunctionResult, Message, ResponseRequest, Tool, ToolCall
+from pipelines.cascade.call_policy import ToolContext
 from pipelines.cascade.calls import grounding
 from pipelines.cascade.thinker import Turn
 from pipelines.cascade.calls.format import forced_start, tool_specs
@@ -82,6 +83,12 @@ class Prompts:
     def answering(request: ResponseRequest) -> bool:
         """The answer to a tool's output, with tool_choice "auto"."""
         return bool(request.items) and isinstance(request.items[-1], FunctionResult) and request.tool_choice == "auto"
+
+    def context(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> ToolContext:
+        """For an answer with tools offered: where a call's values must come from (``said``), and
+        the prompt without the tools for an answer in words if its calls are dropped."""
+        words, asked = self.said(request, pending, known)
+        return ToolContext(words, asked, lambda: self.prompt(request, pending, known, tools=False))
 
     def said(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> tuple[str, str]:
         """Everything said in the conversation (the instructions but their number words, its

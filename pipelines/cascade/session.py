@@ -40,7 +40,6 @@ from pipelines.base import (
 from pipelines.cascade.hearing import Hearing
 from pipelines.cascade.listener import Words
 from pipelines.cascade.overhearing import Overhearing
-from pipelines.cascade.call_policy import ToolContext
 from pipelines.cascade.production import CascadeProduction, CascadeSpeculation
 from pipelines.cascade.prompts import Prompts
 from pipelines.cascade.shared import Models
@@ -269,13 +268,9 @@ class CascadeSession(PipelineSession):
         """The answer to ``prompt``: the conversation in ``request`` with the open turn's words
         (``text``) or the transcripts of its audio items (``known``)."""
         offered = self.prompts.offered(request)
-        context = None
-        if offered:  # where a call's values must come from, and the answer in words if its calls are dropped
-            words, asked = self.prompts.said(request, text, known)
-            context = ToolContext(words, asked, lambda: self.prompts.prompt(request, text, known, tools=False))
-        # calls banned: tools shown but none offered; the answer to a tool's output (said in words:
-        # without the ban, Qwen2.5-Coder-0.5B writes another call or an output of its own in about
-        # half of its samples, docs/tools.md)
+        context = self.prompts.context(request, text, known) if offered else None
+        # calls banned: tools shown but none offered; the answer to a tool's output (said in words: without
+        # the ban, Qwen2.5-Coder-0.5B writes another call or an output of its own in half its samples, docs/tools.md)
         answering = self.prompts.answering(request)
         held = not offered and (bool(self.prompts.shown(request)) or answering)
         return CascadeProduction(self.pipeline, self.salt, request, prompt, offered, times, streamed, self.session_id, context, held, answering)
