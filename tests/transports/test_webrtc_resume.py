@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.audio import rms
 from tests.support.peers import RtcClient as _RtcClient
 from tests.support.peers import event_number, offer_sdp
 from tests.support.sip import wait_until
@@ -95,7 +96,7 @@ async def test_a_call_cut_mid_response_resumes_on_a_new_peer_connection(slow, lo
     retrieved = await second.next("conversation.item.retrieved")
     assert retrieved["item"]["content"][0]["text"] == "Tell me a story."
     # the answer's audio goes on on the new track; the old peer connection is closed, the call is one
-    assert await wait_until(lambda: len(second.received) > 0)
+    assert await wait_until(lambda: any(rms(pcm) > 300 for _, pcm in second.received))
     assert await wait_until(lambda: old_pc.connectionState == "closed")
     assert call.pc is not old_pc and len(slow.server.sessions) == 1
     second.send({"type": "response.create"})  # and it goes on live
