@@ -6,10 +6,12 @@ conversation; refusals leave the session alone; a session nobody resumes ends af
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
 import pytest
+import websockets
 
 from tests.support.audio import rms
 from tests.support.peers import RtcClient as _RtcClient
@@ -120,9 +122,23 @@ async def test_refused_resumes_leave_the_call_alone(brief):
     ):
         r = await offer(brief, headers, key)
         assert r.status_code == status and r.json()["error"]["code"] == code, r.text
+    # a call's session is resumed by an offer only, not by a WebSocket (nor a WebSocket's by an offer)
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        async with websockets.connect(
+            f"{brief.ws_base}/realtime?model=m",
+            additional_headers={"authorization": "Bearer real-secret", "x-session-id": session_id, "x-resume-token": token},
+        ):
+            pass
+    assert refused.value.response.status_code == 404
+    async with websockets.connect(f"{brief.ws_base}/realtime?model=m", additional_headers={"authorization": "Bearer real-secret"}) as ws:
+        answer = ws.response.headers
+        r = await offer(brief, {"x-session-id": answer["x-session-id"], "x-resume-token": answer["x-resume-token"]}, "real-secret")
+        assert r.status_code == 404 and r.json()["error"]["code"] == "session_not_found", r.text
+        assert json.loads(await ws.recv())["type"] == "session.created"  # and the WebSocket session goes on
     # the call went on as it was: the same peer connection, its events, one session
     call = brief.server.calls[first.call_id]
-    assert call.parked_at is None and call.pc.connectionState == "connected" and len(brief.server.sessions) == 1
+    assert call.parked_at is None and call.pc.connectionState == "connected"
+    assert await wait_until(lambda: len(brief.server.sessions) == 1)  # (the WebSocket's closed)
     first.send({"type": "response.create", "response": {"instructions": "Say hi."}})
     await first.next("response.created")
     await first.close()  # the peer closes: the call ends at once, no resume
