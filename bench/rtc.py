@@ -100,6 +100,7 @@ class RtcClient:
         self.log: list[tuple[float, dict[str, Any]]] = []
         self.received: list[tuple[float, np.ndarray]] = []  # (arrival, 48 kHz mono int16 frame)
         self.call_id = ""
+        self.answer_headers: dict[str, str] = {}
         self.opened = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
 
@@ -139,7 +140,17 @@ class RtcClient:
     def on_audio(self, t: float, pcm: np.ndarray) -> None:
         """A hook: every received 48 kHz frame, as it arrives."""
 
-    async def connect(self, *, session: dict[str, Any] | None = None, strip_candidates: bool = False, video: MediaStreamTrack | None = None) -> None:
+    async def connect(
+        self,
+        *,
+        session: dict[str, Any] | None = None,
+        strip_candidates: bool = False,
+        video: MediaStreamTrack | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Offer, answer, and wait for the data channel to open. ``headers`` go with the offer (a
+        resume's: ``x-session-id``, ``x-resume-token``, ``last-event-id``); the answer's are kept in
+        ``answer_headers``."""
         self.pc.addTrack(self.mic)
         if video is not None:
             self.pc.addTrack(video)
@@ -152,8 +163,11 @@ class RtcClient:
         kwargs: dict[str, Any] = {"sdp": sdp}
         if session is not None:
             kwargs["session"] = session
+        if headers:
+            kwargs["extra_headers"] = headers
         response = await client.realtime.calls.with_raw_response.create(**kwargs)
         assert response.status_code == 201, response.text
+        self.answer_headers = dict(response.headers)
         assert response.headers["content-type"].startswith("application/sdp")
         self.call_id = response.headers["location"].rsplit("/", 1)[1]
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=response.text, type="answer"))
@@ -161,6 +175,17 @@ class RtcClient:
 
     def send(self, event: dict[str, Any]) -> None:
         self.channel.send(json.dumps(event))
+
+    def cut_network(self) -> None:
+        """The network goes, as on a phone that changes networks: the peer connection's UDP sockets
+        are closed under it, so the server hears nothing more (no DTLS close, no SCTP abort) and
+        its side of the call is left half-open."""
+        ice = self.pc.sctp.transport.transport if self.pc.sctp is not None else None  # the RTCIceTransport
+        connection = getattr(ice, "_connection", None)  # aioice's Connection: no public way to it
+        assert connection is not None, "this aiortc keeps its ICE connection elsewhere"
+        for protocol in connection._protocols:
+            if protocol.transport is not None:
+                protocol.transport.close()
 
     async def next(self, kind: str, timeout: float = 20.0) -> dict[str, Any]:
         """The next event of type ``kind`` (earlier events of other types are skipped)."""

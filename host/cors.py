@@ -8,7 +8,7 @@ One middleware for every route, so no endpoint (nor an error it answers) can for
   here, ``204``, with the methods, the headers the page asked to send and how long to keep the
   answer; from any other origin, ``403`` (``origin_not_allowed``) and no CORS headers;
 - any other answer to a listed origin (errors included) carries ``Access-Control-Allow-Origin``
-  and exposes ``Location`` (a WebRTC call's id) and ``Retry-After``;
+  and exposes ``Location`` (a WebRTC call's id), ``Retry-After`` and a WebRTC resume's headers;
 - an origin listed by name is echoed, with ``Access-Control-Allow-Credentials``; one admitted only
   by ``"*"`` gets ``*`` and never credentials (the Fetch standard refuses the pair, and a wildcard
   must not let every site send a user's cookies);
@@ -29,7 +29,7 @@ from realtime_omni.errors import RealtimeError, error_body, http_status
 from realtime_omni.server import Server
 
 METHODS = b"GET, POST, DELETE"
-EXPOSED = b"Location, Retry-After"
+EXPOSED = b"Location, Retry-After, x-session-id, x-resume-token, x-client-events-received, x-replayed-events"  # (the last four: a WebRTC resume)
 MAX_AGE_S = b"600"  # how long a browser may keep a preflight's answer
 
 

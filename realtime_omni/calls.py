@@ -77,9 +77,11 @@ class Call:
     async def _run_pump(self, pump: EventPump, wait_for_sink: float | None) -> None:
         try:
             await pump.run(wait_for_sink=wait_for_sink)
-        except SinkGone:
-            log.warning("call %s: the data channel stopped taking events; hanging up", self.id)
-            self._hangup = create_task(self.hangup("client_gone"), name=f"hangup:{self.id}")
+        except SinkGone as gone:
+            # a resumable call's replay log refuses an event only when it overflowed with no peer to take it
+            reason = "resume_buffer_overflow" if gone.sink.name == "replay log" else "client_gone"
+            log.warning("call %s: %s stopped taking events; hanging up", self.id, gone.sink.name)
+            self._hangup = create_task(self.hangup(reason), name=f"hangup:{self.id}")
 
     def add_sink(self, sink: Sink) -> None:
         assert self.pump is not None
@@ -118,6 +120,10 @@ class Call:
                 break
         else:
             return
+        self._media_lost(reason)
+
+    def _media_lost(self, reason: str) -> None:
+        """No media (``reason``): hang up (a transport that keeps calls for a resume overrides it)."""
         log.info("call %s: %s; hanging up", self.id, reason)
         self._hangup = create_task(self.hangup(reason), name=f"hangup:{self.id}")  # (hangup cancels this task)
 

@@ -88,16 +88,17 @@ class WebRTCConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # aiortc's own is 4). 0: none, each packet passed on as it comes, a reordered one dropped
     jitter_frames: int = 0
     connect_timeout_s: float = 30.0  # offer answered -> media flowing, or the call is dropped
-    media_timeout_s: float = 20.0  # no incoming audio packet for this long ends the call
+    media_timeout_s: float = 20.0  # no incoming audio packet for this long: the call's peer connection is lost (kept resume.grace_s for a resume, else ended)
 
 
 class ResumeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """A WebSocket session whose connection drops (no close frame) waits this long for its client to
+    """A WebSocket session whose connection drops (no close frame), or a WebRTC call whose peer
+    connection is lost (ICE failed, or no audio for ``webrtc.media_timeout_s``), waits this long for its client to
     resume it (docs/realtime-api.md#resuming-a-session); its events meanwhile are kept in a log of
     at most ``buffer_events`` events and ``buffer_bytes`` bytes (encoded), which ends the session
     when it overflows. 0 s: a dropped connection ends its session at once, and no log is kept."""
 
-    grace_s: float = 30.0  # a session whose WebSocket dropped (no close frame) waits this long to be resumed; 0: it ends at once
+    grace_s: float = 30.0  # a session whose WebSocket dropped (no close frame) or whose WebRTC peer connection was lost waits this long to be resumed; 0: it ends at once
     buffer_events: int = 2048  # server events kept per session for a resume (the last ones sent, and all not yet sent)
     buffer_bytes: int = 4 * 1024 * 1024  # ... and at most this many bytes of them; full while no connection takes them: the session ends
 
@@ -234,7 +235,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # when a user's turn ends: semantic_vad's model, the fusion, the eagerness, the silences (pipelines/turn_end/policy.py)
     turn_end: TurnEndConfig = msgspec.field(default_factory=TurnEndConfig)
     session: ev.SessionObject = msgspec.field(default_factory=ev.SessionObject)  # defaults for new sessions (GA shape)
-    resume: ResumeConfig = msgspec.field(default_factory=ResumeConfig)  # WebSocket sessions resumed after a dropped connection
+    resume: ResumeConfig = msgspec.field(default_factory=ResumeConfig)  # WebSocket sessions and WebRTC calls resumed after a dropped connection
     # On SIGTERM: /healthz 503 at once, open sessions run on up to this long, then each is told to
     # reconnect (server_shutting_down) and given as long again to close.
     shutdown_grace_s: float = 5.0

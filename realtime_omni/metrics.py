@@ -34,7 +34,7 @@ class Metrics:
         self.sessions_active = Gauge("realtime_sessions_active", "Sessions open now", registry=r)
         self.sessions_total = Counter("realtime_sessions", "Sessions opened", ["transport"], registry=r)
         self.sessions_rejected = Counter("realtime_sessions_rejected", "Sessions refused", ["reason"], registry=r)
-        self.resumes = Counter("realtime_session_resumes", "WebSocket resumes asked for, by outcome", ["outcome"], registry=r)
+        self.resumes = Counter("realtime_session_resumes", "Resumes asked for (WebSocket upgrades and WebRTC offers), by outcome", ["outcome"], registry=r)
         self.keys_minted = Counter("realtime_ephemeral_keys_minted", "Ephemeral keys minted by this process", registry=r)
         self.events_in = Counter("realtime_client_events", "Client events received", ["type"], registry=r)
         self.events_out = Counter("realtime_server_events", "Server events sent", ["type"], registry=r)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import RealtimeError
+from .pump import Sink
 
 
 class ReplayLog:
@@ -124,13 +125,31 @@ class ReplayLog:
         self._grown.set()
 
 
+class LogSink(Sink):
+    """A session's replay log as the one essential sink of its pump (a WebSocket session's only
+    sink; a WebRTC call's first, before its sidebands); refusing an event is an overflow."""
+
+    def __init__(self, log: ReplayLog, *, beta: bool) -> None:
+        super().__init__(self._unused, beta=beta, name="replay log", essential=True)
+        self.log = log
+
+    @staticmethod
+    async def _unused(data: str) -> bool:
+        raise AssertionError("the replay log takes events with their ids")
+
+    async def take(self, event_id: str, data: str) -> bool:
+        return await self.log.record(event_id, data)
+
+
 class Hold:
     """One resumable session: the secret that resumes it, the key it was opened with (an
-    ephemeral key's tag: the same spent key may resume it), its log, and the count of client
-    messages it has taken."""
+    ephemeral key's tag: the same spent key may resume it), its log, the count of client
+    messages it has taken, and the transport it lives on (``kind``: a WebSocket session is
+    resumed by a WebSocket, a WebRTC call by an SDP offer)."""
 
-    def __init__(self, session_id: str, log: ReplayLog, grace_s: float, key_tag: str | None = None) -> None:
+    def __init__(self, session_id: str, log: ReplayLog, grace_s: float, key_tag: str | None = None, kind: str = "websocket") -> None:
         self.id = session_id
+        self.kind = kind
         self.log = log
         self.grace_s = grace_s
         self.key_tag = key_tag
@@ -179,12 +198,17 @@ class Holds:
         while len(self._ended) > self._remember:
             self._ended.popitem(last=False)
 
-    def claim(self, session_id: str, token: str, last_event_id: str, *, key_tag: str | None, authorized: bool) -> tuple[Hold, int]:
+    def claim(
+        self, session_id: str, token: str, last_event_id: str | None, *, key_tag: str | None, authorized: bool, kind: str = "websocket"
+    ) -> tuple[Hold, int]:
         """The session to resume and where its replay begins, or the ``RealtimeError`` that refuses
-        it: 404 nobody holds it, 403 the token is not its own, 401 the key is neither the server's
+        it: 404 nobody holds it (or holds it on another transport than ``kind``), 403 the token is not its own, 401 the key is neither the server's
         nor the ephemeral key that opened it, 410 it ended (why), 409 the event the client saw last
-        is no longer held. A refusal changes nothing in the session."""
+        is no longer held. ``last_event_id`` None: the replay begins where the last connection's
+        sending stopped. A refusal changes nothing in the session."""
         hold = self._live.get(session_id)
+        if hold is not None and hold.kind != kind:
+            hold = None  # (its token is not checked: nothing about it is told)
         if hold is None:
             ended = self._ended.get(session_id)
             if ended is not None and hmac.compare_digest(token.encode(), ended.token.encode()):
@@ -194,10 +218,10 @@ class Holds:
             raise RealtimeError("The resume token is not this session's.", code="invalid_resume_token", type="authentication_error")
         if not authorized and (key_tag is None or hold.key_tag is None or not hmac.compare_digest(key_tag, hold.key_tag)):
             raise RealtimeError("Resume with the key the session was opened with, or the server's API key.", code="invalid_api_key", type="authentication_error")
-        cursor = hold.log.position_after(last_event_id)
-        if cursor is None:
+        cursor = hold.log.sent if last_event_id is None else hold.log.position_after(last_event_id)
+        if cursor is None or cursor < hold.log.start:
             raise RealtimeError(
-                f"The event {last_event_id[:64]!r} is no longer held for this session (the client fell too far behind); it cannot resume.",
+                f"The event {(last_event_id or '')[:64]!r} is no longer held for this session (the client fell too far behind); it cannot resume.",
                 code="resume_gap",
             )
         return hold, cursor

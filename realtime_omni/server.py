@@ -130,7 +130,7 @@ class Server:
         self.connect_mcp: Connect = unreachable
         self.sessions: set[Session] = set()
         self.calls = LiveCalls(lambda: self.store)  # live WebRTC / SIP calls (calls.Call) by call_id
-        self.holds = Holds()  # WebSocket sessions a dropped client may resume (resume.py), by session id
+        self.holds = Holds()  # sessions (WebSocket, WebRTC) a dropped client may resume (resume.py), by session id
         # keys, the session count and who holds which call: in this process, or shared by replicas
         self.store: Store = store or LocalStore(mint_rate=config.limits.key_mints_per_s, mint_burst=config.limits.key_mint_burst)
         self._tenant_secret = secrets.token_bytes(32)  # (Server.tenant)

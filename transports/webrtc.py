@@ -8,8 +8,16 @@ One call is one session (aiortc peer connection). The caller's Opus track is dec
 mono and resampled once to the pipeline's input rate; the session's answer goes out on an Opus
 track fed by a ``Playout`` on a steady 20 ms clock. Events travel on the ``oai-events`` data channel
 the caller opens. A video track is sampled (``webrtc.video_fps``) for pipelines that take images.
-The call ends on DELETE / hangup, when the peer connection closes or fails, when no audio has
-arrived for ``webrtc.media_timeout_s``, or when media never starts within ``connect_timeout_s``.
+The call ends on DELETE / hangup, when the peer closes the peer connection, or when media never
+starts within ``connect_timeout_s``.
+
+A call may outlive its peer connection (docs/realtime-api.md#resuming-a-session, with
+``realtime_omni/resume.py``'s log and checks, shared with the WebSocket): when the connection fails
+(ICE) or no audio has arrived for ``webrtc.media_timeout_s``, its session is kept for
+``resume.grace_s``, its events going on into the replay log; a new offer carrying the session's id,
+token and last event id gets a new peer connection on the same session (new tracks, a new data
+channel that replays the log from that event), and the old one is closed. Without a resume in the
+grace the call ends as it did before resumes.
 """
 
 from __future__ import annotations
@@ -43,9 +51,11 @@ from starlette.routing import Route
 from realtime_omni.calls import Call, MediaInput
 from realtime_omni.config import WebRTCConfig
 from realtime_omni.errors import RealtimeError
+from realtime_omni.keys import is_ephemeral
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import decode_session
 from realtime_omni.pump import Sink
+from realtime_omni.resume import Hold, LogSink, ReplayLog
 from realtime_omni.server import Admission, Server
 from realtime_omni.session import Media, Session
 from realtime_omni.session.playout import Playout
@@ -58,6 +68,12 @@ log = logging.getLogger(__name__)
 OPUS_RATE = 48000
 MAX_SDP_BYTES = 64 * 1024
 MAX_CHANNEL_BUFFER = 1024 * 1024  # bytes queued on the data channel before the event pump waits
+# The resume extension's headers, as on the WebSocket (transports/websocket.py)
+SESSION_ID = "x-session-id"
+RESUME_TOKEN = "x-resume-token"
+LAST_EVENT_ID = "last-event-id"
+RECEIVED = "x-client-events-received"
+REPLAYED = "x-replayed-events"
 INBOUND_EVENTS = 256  # client events from the data channel waiting for the session
 VIDEO_MAX_SIDE = 512  # sampled frames are scaled down to this before JPEG encoding
 
@@ -98,11 +114,58 @@ async def _create(request: Request, *, beta: bool) -> Response:
     handler (host/errors.py)."""
     server: Server = request.app.state.server
     server.check_origin(request.headers.get("origin"))
-    admission = await server.admit(request_key(request))
+    key = request_key(request)
+    if SESSION_ID in request.headers:
+        return await _resume(request, server, key)
+    admission = await server.admit(key)
     sdp, update = await _read_offer(request)
-    call = await WebRTCCall.open(server, sdp, beta=beta, model=request.query_params.get("model"), admission=admission, updates=(update,))
+    key_tag = server.tenant(key) if is_ephemeral(key) else None
+    call = await WebRTCCall.open(server, sdp, beta=beta, model=request.query_params.get("model"), admission=admission, updates=(update,), key_tag=key_tag)
     headers = {"Location": f"/v1/realtime/calls/{call.id}"}
+    if call.hold is not None:
+        assert call.session is not None
+        headers |= {SESSION_ID: call.session.id, RESUME_TOKEN: call.hold.token}
     return Response(call.answer, status_code=201, media_type="application/sdp", headers=headers)
+
+
+async def _resume(request: Request, server: Server, key: str | None) -> Response:
+    """An offer that names a session to resume: refused (the ``RealtimeError`` of the WebSocket's
+    resume, the session left as it was), or answered with a new peer connection on that session."""
+    started = time.perf_counter()
+    headers = request.headers
+    authorized = server.authorized(key)
+    try:
+        if not authorized and not is_ephemeral(key):
+            raise RealtimeError("Missing or invalid API key (send 'Authorization: Bearer <key>').", code="invalid_api_key", type="authentication_error")
+        hold, cursor = server.holds.claim(
+            headers.get(SESSION_ID, ""),
+            headers.get(RESUME_TOKEN, ""),
+            headers.get(LAST_EVENT_ID),  # none: from where the old data channel stopped
+            key_tag=server.tenant(key) if is_ephemeral(key) else None,
+            authorized=authorized,
+            kind="webrtc",
+        )
+    except RealtimeError as err:
+        server.metrics.resumes.labels(err.code or "refused").inc()
+        raise
+    sdp, _ = await _read_offer(request)  # (a session part is not applied: the session is as it was)
+    call: WebRTCCall = hold.keeper
+    try:
+        answer = await call.resume(sdp, cursor)
+    except RealtimeError as err:
+        server.metrics.resumes.labels(err.code or "refused").inc()
+        raise
+    server.metrics.resumes.labels("resumed").inc()
+    took_ms = (time.perf_counter() - started) * 1000
+    log.info("call %s: session %s resumed on a new peer connection: %d events to replay", call.id, hold.id, hold.log.end - cursor)
+    reply = {
+        "Location": f"/v1/realtime/calls/{call.id}",
+        SESSION_ID: hold.id,
+        RECEIVED: str(hold.received),
+        REPLAYED: str(hold.log.end - cursor),
+        "server-timing": f"resume;dur={took_ms:.3f}",
+    }
+    return Response(answer, status_code=201, media_type="application/sdp", headers=reply)
 
 
 async def _read_offer(request: Request) -> tuple[str, ev.SessionObject | None]:
@@ -181,10 +244,28 @@ class WebRTCCall(Call):
         self.tasks = TaskSet(self.id)
         self._inbound: asyncio.Queue[str | bytes] = asyncio.Queue(INBOUND_EVENTS)
         self._dropped = 0
+        # resumable (``hold``): the session's events go into its replay log, and the data channel
+        # of the peer connection attached now sends them from ``_cursor``
+        self.hold: Hold | None = None
+        self.parked_at: float | None = None  # since when no peer connection has been attached
+        self._channel: Any = None
+        self._cursor = 0
+        self._writer: asyncio.Task[None] | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self._why: str | None = None
+        self.resumes = 0  # peer connections that took over the call  # why the session ended, as a late resume is told it
 
     @classmethod
     async def open(
-        cls, server: Server, sdp: str, *, beta: bool, model: str | None, admission: Admission, updates: tuple[ev.SessionObject | None, ...]
+        cls,
+        server: Server,
+        sdp: str,
+        *,
+        beta: bool,
+        model: str | None,
+        admission: Admission,
+        updates: tuple[ev.SessionObject | None, ...],
+        key_tag: str | None = None,
     ) -> WebRTCCall:
         config = server.config.webrtc
         use_host_addresses(config.host_addresses)
@@ -196,25 +277,40 @@ class WebRTCCall(Call):
         pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
         call = cls(server, session, pc, config)
         try:
-            await call._negotiate(sdp)
+            call.answer = await call._negotiate(pc, sdp)
         except BaseException:
             await call._abandon()
             raise
         server.calls.add(call)
         await server.calls.publish(call)  # before the answer: a sideband may follow it to any replica
+        resume = server.config.resume
+        if resume.grace_s > 0 and "m=application" in sdp:  # resumable: its events are kept in a log the data channel sends
+            call.hold = Hold(session.id, ReplayLog(resume.buffer_events, resume.buffer_bytes), resume.grace_s, key_tag=key_tag, kind="webrtc")
+            call.hold.keeper = call
+            call.hold.log.attach(0)  # the call's first peer connection: its data channel will send from the start
+            server.holds.add(call.hold)
         await session.start()
-        # the first events wait for the data channel the offer announces (none: nothing to wait for)
-        call.start_events(wait_for_sink=config.connect_timeout_s if "m=application" in sdp else None)
-        watch = call.watch_media(call.media, timeout=config.media_timeout_s, reason="media_timeout", connect_timeout=config.connect_timeout_s)
-        call.tasks.spawn(watch, "watch")
+        if call.hold is not None:
+            call.start_events()
+            call.add_sink(LogSink(call.hold.log, beta=session.beta))  # (before the first event is taken: no await since)
+            call.tasks.spawn(call._read_events(), "events")
+        else:
+            # the first events wait for the data channel the offer announces (none: nothing to wait for)
+            call.start_events(wait_for_sink=config.connect_timeout_s if "m=application" in sdp else None)
+        call._watch_media()
         log.info("call %s: WebRTC session %s", call.id, session.id)
         return call
 
-    async def _negotiate(self, sdp: str) -> None:
-        pc = self.pc
-        pc.on("datachannel", self._on_datachannel)
-        pc.on("track", self._on_track)
-        pc.on("connectionstatechange", self._on_state)
+    def _watch_media(self) -> None:
+        config = self.config
+        watch = self.watch_media(self.media, timeout=config.media_timeout_s, reason="media_timeout", connect_timeout=config.connect_timeout_s)
+        self._watch = self.tasks.spawn(watch, "watch")
+
+    async def _negotiate(self, pc: RTCPeerConnection, sdp: str) -> str:
+        """Answer ``sdp`` on ``pc`` (the call's first peer connection, or a resume's)."""
+        pc.on("datachannel", lambda channel: self._on_datachannel(pc, channel))
+        pc.on("track", lambda track: self._on_track(pc, track))
+        pc.on("connectionstatechange", lambda: self._on_state(pc))
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
         except Exception as exc:  # aiortc raises ValueError (and friends) for SDP it cannot use
@@ -237,12 +333,94 @@ class WebRTCCall(Call):
             await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:
             raise RealtimeError(f"Could not answer the SDP offer: {exc}", code="invalid_offer", param="sdp") from None
-        self.answer = pc.localDescription.sdp
+        return str(pc.localDescription.sdp)
+
+    # ------------------------------------------------------------------ resumes
+
+    async def resume(self, sdp: str, cursor: int) -> str:
+        """Take a resume's offer: a new peer connection answered, the data channel it opens to send
+        the log from ``cursor``; the old peer connection closed. Raises (the session left as it
+        was) when the offer cannot be answered."""
+        hold = self.hold
+        assert hold is not None and self.session is not None
+        if "m=application" not in sdp:
+            raise RealtimeError("A resume's offer must open the 'oai-events' data channel ('m=application').", code="invalid_offer", param="sdp")
+        ice = [RTCIceServer(**s) for s in self.config.ice_servers]
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
+        try:
+            answer = await self._negotiate(pc, sdp)
+            if self.ended.is_set():
+                raise RealtimeError(f"Session {hold.id} has ended: {self.end_reason}.", code="session_ended")
+            if cursor < hold.log.start:  # (sent on meanwhile by a connection still attached)
+                raise RealtimeError("The event named is no longer held for this session; it cannot resume.", code="resume_gap")
+        except BaseException:
+            await _close_peer(pc)
+            raise
+        old, self.pc = self.pc, pc
+        self._detach()
+        self.parked_at = None
+        self._cursor = cursor
+        hold.log.attach(cursor)
+        if self._watch is not None:
+            self._watch.cancel()
+        self.resumes += 1
+        self.media.last_at = 0.0  # the new connection's media: awaited for connect_timeout_s, as a new call's
+        self._watch_media()
+        self.tasks.spawn(_close_peer(old), "close-old-peer")  # (its state changes are no longer this call's)
+        return answer
+
+    def _detach(self) -> None:
+        """The attached data channel no longer sends nor takes events."""
+        if self._writer is not None:
+            self._writer.cancel()
+            self._writer = None
+        if self._channel is not None:
+            self._channel.remove_all_listeners("message")
+            self._channel = None
+
+    def _lost(self, pc: RTCPeerConnection, reason: str) -> None:
+        """``pc`` failed or went silent: end the call, or, resumable, keep it for a resume."""
+        if pc is not self.pc or self.ended.is_set() or self.parked_at is not None:
+            return
+        if self.hold is None:
+            self.tasks.spawn(self.hangup(reason), "hangup")
+            return
+        log.info("call %s: its peer connection was lost (%s); kept %g s for a resume", self.id, reason, self.hold.grace_s)
+        self.parked_at = time.monotonic()
+        self._detach()
+        self.hold.log.detach()
+        if self._watch is not None and self._watch is not asyncio.current_task():
+            self._watch.cancel()
+        self.tasks.spawn(_close_peer(pc), "close-lost-peer")
+        self.tasks.spawn(self._grace(pc, reason), "grace")
+
+    async def _grace(self, pc: RTCPeerConnection, reason: str) -> None:
+        assert self.hold is not None
+        await asyncio.sleep(self.hold.grace_s)
+        if self.pc is pc and not self.ended.is_set():
+            self._why = f"nobody resumed it within {self.hold.grace_s:g} s ({reason})"
+            await self.hangup(reason)
+
+    def _media_lost(self, reason: str) -> None:
+        if self.hold is None or (reason == "connect_timeout" and not self.resumes):  # (a resume's that never connects is lost)
+            super()._media_lost(reason)
+        else:
+            self._lost(self.pc, reason)
+
+    async def events_sent(self, timeout: float) -> None:
+        await super().events_sent(timeout)
+        if self.hold is not None:  # recorded is not sent: the data channel sends the rest of the log
+            self.hold.log.finish()
+            if self._writer is not None:
+                await asyncio.wait({self._writer}, timeout=timeout)
 
     # ------------------------------------------------------------------ events
 
-    def _on_datachannel(self, channel: Any) -> None:
-        if channel.label != "oai-events":
+    def _on_datachannel(self, pc: RTCPeerConnection, channel: Any) -> None:
+        if channel.label != "oai-events" or pc is not self.pc:
+            return
+        if self.hold is not None:
+            self._attach_channel(pc, channel)
             return
         timeout = self.server.config.limits.send_timeout_s
 
@@ -267,6 +445,44 @@ class WebRTCCall(Call):
         self.add_sink(Sink(send, beta=self.session.beta if self.session else False, name="data-channel", essential=True))
         self.tasks.spawn(self._read_events(), "events")
 
+    def _attach_channel(self, pc: RTCPeerConnection, channel: Any) -> None:
+        """A resumable call's data channel: it sends the log from the cursor, and its messages go
+        to the session (counted, for a resume's ``x-client-events-received``)."""
+        hold = self.hold
+        assert hold is not None
+        self._detach()
+        self._channel = channel
+
+        @channel.on("message")
+        def on_message(message: str | bytes) -> None:
+            hold.received += 1
+            try:
+                self._inbound.put_nowait(message)
+            except asyncio.QueueFull:
+                self._dropped += 1
+
+        self._writer = self.tasks.spawn(self._write_events(pc, channel, self._cursor), "events-out")
+
+    async def _write_events(self, pc: RTCPeerConnection, channel: Any, seq: int) -> None:
+        """The replay log from ``seq`` on ``channel``, each event handed once the channel took it."""
+        assert self.hold is not None
+        log_, timeout = self.hold.log, self.server.config.limits.send_timeout_s
+        while (data := await log_.next(seq)) is not None:
+            deadline = time.monotonic() + timeout
+            while channel.bufferedAmount > MAX_CHANNEL_BUFFER and channel.readyState == "open":
+                if time.monotonic() > deadline:  # the client stopped reading: as a WebSocket that did
+                    log.warning("call %s: the data channel took no event for %.0f s", self.id, timeout)
+                    self._lost(pc, "client_gone")
+                    return
+                await asyncio.sleep(0.01)
+            if channel.readyState != "open":  # closed by the peer (a lost network closes nothing): it hung up
+                if pc is self.pc and not self.ended.is_set():
+                    self.tasks.spawn(self.hangup("peer_closed"), "hangup")
+                return
+            channel.send(data)
+            seq += 1
+            log_.handed(seq)
+
     async def _read_events(self) -> None:
         assert self.session is not None
         while True:
@@ -280,7 +496,9 @@ class WebRTCCall(Call):
 
     # ------------------------------------------------------------------ media in
 
-    def _on_track(self, track: MediaStreamTrack) -> None:
+    def _on_track(self, pc: RTCPeerConnection, track: MediaStreamTrack) -> None:
+        if pc is not self.pc:
+            return
         if track.kind == "audio":
             self.tasks.spawn(self._read_audio(track), "audio-in")
         elif track.kind == "video":
@@ -326,11 +544,22 @@ class WebRTCCall(Call):
 
     # ------------------------------------------------------------------ lifetime
 
-    def _on_state(self) -> None:
-        if self.pc.connectionState in ("failed", "closed"):
-            self.tasks.spawn(self.hangup(f"peer_{self.pc.connectionState}"), "hangup")
+    def _on_state(self, pc: RTCPeerConnection) -> None:
+        """A peer connection that failed (ICE: the network went) is lost, kept for a resume when the
+        call is resumable; one the peer closed (DTLS close: it hung up) ends the call, as a WebSocket
+        close frame ends its session. A replaced or parked one's states are no longer the call's."""
+        if pc is not self.pc or self.parked_at is not None:
+            return
+        if pc.connectionState == "failed":
+            self._lost(pc, "peer_failed")
+        elif pc.connectionState == "closed":
+            self.tasks.spawn(self.hangup("peer_closed"), "hangup")
 
     async def _teardown(self) -> None:
+        if self.hold is not None:
+            self.server.holds.ended(self.hold, self._why or _ENDED.get(self.end_reason or "", self.end_reason or "it ended"))
+            self.hold.log.detach()  # a recorder waiting for room: refused now, the call is going
+            self.hold.log.finish()
         await self.tasks.cancel()
         await _close_peer(self.pc)
 
@@ -341,6 +570,14 @@ class WebRTCCall(Call):
         await self.tasks.cancel()
         assert self.session is not None
         await self.server.close_session(self.session)
+
+
+_ENDED = {  # a call's end, as a resume that comes too late is told it (410)
+    "peer_closed": "the client closed its peer connection",
+    "hangup": "the call was hung up",
+    "server_shutting_down": "the server ended it",
+    "resume_buffer_overflow": "its resume buffer overflowed while no peer connection took its events",
+}
 
 
 async def _close_peer(pc: RTCPeerConnection) -> None:

@@ -27,8 +27,8 @@ from realtime_omni.errors import RealtimeError, http_status
 from realtime_omni.keys import is_ephemeral
 from realtime_omni.protocol import events as ev
 from realtime_omni.protocol.codec import encode_server_event
-from realtime_omni.pump import EventPump, Sink, SinkGone
-from realtime_omni.resume import Hold, ReplayLog
+from realtime_omni.pump import EventPump, SinkGone
+from realtime_omni.resume import Hold, LogSink, ReplayLog
 from realtime_omni.server import Server
 from realtime_omni.session import Session
 from realtime_omni.tasks import create_task
@@ -227,21 +227,6 @@ async def _resume(ws: WebSocket, server: Server, key: str | None, subprotocol: s
     await kept.serve(connection, accept=(subprotocol, reply))
 
 
-class _LogSink(Sink):
-    """The session's replay log as the one sink of its pump; refusing an event is an overflow."""
-
-    def __init__(self, log: ReplayLog, *, beta: bool) -> None:
-        super().__init__(self._unused, beta=beta, name="replay log", essential=True)
-        self.log = log
-
-    @staticmethod
-    async def _unused(data: str) -> bool:
-        raise AssertionError("the replay log takes events with their ids")
-
-    async def take(self, event_id: str, data: str) -> bool:
-        return await self.log.record(event_id, data)
-
-
 class _Kept:
     """A WebSocket session from its open to its end, across its connections: its events pumped into
     its replay log, the connection attached now (None: parked, waiting for a resume), the one
@@ -302,7 +287,7 @@ class _Kept:
     async def _keep(self) -> None:
         hold, session = self.hold, self.session
         pump = EventPump(session, self.server.metrics)
-        pump.add(_LogSink(hold.log, beta=session.beta))
+        pump.add(LogSink(hold.log, beta=session.beta))
         pumping = create_task(pump.run(), name=f"ws-pump:{session.id}")
         reason = "it ended"
         try:
