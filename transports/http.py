@@ -19,6 +19,14 @@ from realtime_omni.errors import RealtimeError, error_body, http_status
 from realtime_omni.keys import bearer
 from realtime_omni.server import Server
 
+# The resume extension's headers, on the WebSocket's upgrade and the WebRTC offer alike
+# (docs/realtime-api.md#resuming-a-session)
+SESSION_ID = "x-session-id"
+RESUME_TOKEN = "x-resume-token"
+LAST_EVENT_ID = "last-event-id"
+RECEIVED = "x-client-events-received"
+REPLAYED = "x-replayed-events"
+
 MAX_BODY = 1024 * 1024
 BODY_TIMEOUT_S = 30.0  # a body that trickles in slower than this is refused (a slow-body attack holds a connection)
 
@@ -70,3 +78,26 @@ async def json_body(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise RealtimeError("The request body must be a JSON object.", code="invalid_json")
     return body
+
+
+def claim_resume(server: Server, headers: Any, key: str | None, kind: str, last_event_id: str | None) -> tuple[Any, int]:
+    """A resume's claim of its session, from the headers a WebSocket upgrade or a WebRTC offer
+    carries: the session's hold and where its replay begins, or the ``RealtimeError`` that refuses
+    it (counted; the session left as it was). ``last_event_id``: the client's ``last-event-id``."""
+    from realtime_omni.keys import is_ephemeral
+
+    authorized = server.authorized(key)
+    try:
+        if not authorized and not is_ephemeral(key):
+            raise RealtimeError("Missing or invalid API key (send 'Authorization: Bearer <key>').", code="invalid_api_key", type="authentication_error")
+        return server.holds.claim(
+            headers.get(SESSION_ID, ""),
+            headers.get(RESUME_TOKEN, ""),
+            last_event_id,
+            key_tag=server.tenant(key) if is_ephemeral(key) else None,
+            authorized=authorized,
+            kind=kind,
+        )
+    except RealtimeError as err:
+        server.metrics.resumes.labels(err.code or "refused").inc()
+        raise

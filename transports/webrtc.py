@@ -61,19 +61,13 @@ from realtime_omni.session import Media, Session
 from realtime_omni.session.playout import Playout
 from realtime_omni.tasks import TaskSet
 
-from .http import read_body, request_key
+from .http import LAST_EVENT_ID, RECEIVED, REPLAYED, RESUME_TOKEN, SESSION_ID, claim_resume, read_body, request_key
 
 log = logging.getLogger(__name__)
 
 OPUS_RATE = 48000
 MAX_SDP_BYTES = 64 * 1024
 MAX_CHANNEL_BUFFER = 1024 * 1024  # bytes queued on the data channel before the event pump waits
-# The resume extension's headers, as on the WebSocket (transports/websocket.py)
-SESSION_ID = "x-session-id"
-RESUME_TOKEN = "x-resume-token"
-LAST_EVENT_ID = "last-event-id"
-RECEIVED = "x-client-events-received"
-REPLAYED = "x-replayed-events"
 INBOUND_EVENTS = 256  # client events from the data channel waiting for the session
 VIDEO_MAX_SIDE = 512  # sampled frames are scaled down to this before JPEG encoding
 
@@ -132,22 +126,7 @@ async def _resume(request: Request, server: Server, key: str | None) -> Response
     """An offer that names a session to resume: refused (the ``RealtimeError`` of the WebSocket's
     resume, the session left as it was), or answered with a new peer connection on that session."""
     started = time.perf_counter()
-    headers = request.headers
-    authorized = server.authorized(key)
-    try:
-        if not authorized and not is_ephemeral(key):
-            raise RealtimeError("Missing or invalid API key (send 'Authorization: Bearer <key>').", code="invalid_api_key", type="authentication_error")
-        hold, cursor = server.holds.claim(
-            headers.get(SESSION_ID, ""),
-            headers.get(RESUME_TOKEN, ""),
-            headers.get(LAST_EVENT_ID),  # none: from where the old data channel stopped
-            key_tag=server.tenant(key) if is_ephemeral(key) else None,
-            authorized=authorized,
-            kind="webrtc",
-        )
-    except RealtimeError as err:
-        server.metrics.resumes.labels(err.code or "refused").inc()
-        raise
+    hold, cursor = claim_resume(server, request.headers, key, "webrtc", request.headers.get(LAST_EVENT_ID))  # (none: from where the old data channel stopped)
     sdp, _ = await _read_offer(request)  # (a session part is not applied: the session is as it was)
     call: WebRTCCall = hold.keeper
     try:

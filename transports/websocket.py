@@ -34,7 +34,7 @@ from realtime_omni.session import Session
 from realtime_omni.tasks import create_task
 
 from .forward import owner_elsewhere, proxy_sideband
-from .http import error_response, request_key
+from .http import LAST_EVENT_ID, RECEIVED, REPLAYED, RESUME_TOKEN, SESSION_ID, claim_resume, error_response, request_key
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +48,6 @@ CLOSE_INTERNAL_ERROR = 1011
 # the only ends a session is kept for. A client that closes (any code) or breaks the protocol ends it.
 LOST = frozenset({1005, 1006})
 
-# The resume extension's headers (docs/realtime-api.md#resuming-a-session)
-SESSION_ID = "x-session-id"
-RESUME_TOKEN = "x-resume-token"
-LAST_EVENT_ID = "last-event-id"
-RECEIVED = "x-client-events-received"
-REPLAYED = "x-replayed-events"
 
 
 def routes() -> list[WebSocketRoute]:
@@ -196,20 +190,9 @@ async def _resume(ws: WebSocket, server: Server, key: str | None, subprotocol: s
     """A connection that names a session to resume: refused at the upgrade, leaving the session as
     it was, or attached to it (the connection it had, if any, is closed)."""
     started = time.perf_counter()
-    headers = ws.headers
-    authorized = server.authorized(key)
     try:
-        if not authorized and not is_ephemeral(key):
-            raise RealtimeError("Missing or invalid API key (send 'Authorization: Bearer <key>').", code="invalid_api_key", type="authentication_error")
-        hold, cursor = server.holds.claim(
-            headers.get(SESSION_ID, ""),
-            headers.get(RESUME_TOKEN, ""),
-            headers.get(LAST_EVENT_ID, ""),
-            key_tag=server.tenant(key) if is_ephemeral(key) else None,
-            authorized=authorized,
-        )
+        hold, cursor = claim_resume(server, ws.headers, key, "websocket", ws.headers.get(LAST_EVENT_ID, ""))
     except RealtimeError as err:
-        server.metrics.resumes.labels(err.code or "refused").inc()
         await _deny(ws, http_status(err), err)
         return
     kept: _Kept = hold.keeper
