@@ -158,9 +158,21 @@ class Overhearing:
         return np.concatenate(self.turn) if self.turn else np.zeros(0, np.int16)
 
     async def words_for(self, pcm: np.ndarray, ends: bool) -> Words:
-        """The words of ``pcm`` (the turn from its start, as fed): the newest pass if it was begun
-        after the user last went quiet (at that moment, or once the pass under way then ended) and
-        ``pcm`` adds only the silence after it, else a pass of its own going on from the newest one."""
+        """The words of ``pcm`` (the turn from its start, as fed): a pass done that heard all that
+        was said (webrtcvad hears no speech in ``pcm`` after it, and it began after the user last
+        went quiet, if they did); else the newest pass if it was begun after the user last went
+        quiet (at that moment, or once the pass under way then ended) and ``pcm`` adds only the
+        silence after it, awaited; else a pass of its own going on from the newest one."""
+        done = self.done
+        if (
+            done is not None
+            and done.samples <= len(pcm) <= self.samples
+            and (self.quiet_at is None or done.samples >= self.quiet_at)
+            and unvoiced(pcm[done.samples :], self.rate)
+        ):
+            words = done.words.result()  # a pass done that heard all that was said: nothing to wait for
+            if not ends or words.ends is not None or not words.text:
+                return words
         reuse = self.latest
         if (
             reuse is not None
@@ -169,16 +181,11 @@ class Overhearing:
             and self.quiet_at <= reuse.samples <= len(pcm) <= self.samples
         ):
             try:
-                words = await asyncio.shield(reuse.words)
+                awaited: Words | None = await asyncio.shield(reuse.words)
             except Exception:  # (cancelled, or the pass failed) heard again below
-                words = None
-            if words is not None and (not ends or words.ends is not None or not words.text):
-                return words
-        done = self.done
-        if self.quiet_at is None and done is not None and done.samples <= len(pcm) <= self.samples and unvoiced(pcm[done.samples :], self.rate):
-            words = done.words.result()  # no turn detection (manual turns), and nothing said since that pass
-            if not ends or words.ends is not None or not words.text:
-                return words
+                awaited = None
+            if awaited is not None and (not ends or awaited.ends is not None or not awaited.text):
+                return awaited
         return await self._pass(pcm, ends)
 
     async def caption(self, pcm: np.ndarray) -> str | None:
