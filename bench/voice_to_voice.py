@@ -72,7 +72,7 @@ QUESTIONS = [
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "no_speculation": {"speculate": False},
-    "no_words_ahead": {"words_ahead": False},  # the words heard as the user speaks not given to the thinker until the pause (before 2026-11-29)
+    "words_ahead": {"words_ahead": True},  # the words heard as the user speaks given to the thinker before the pause (measured slower, 2026-11-29)
     "no_prefix_cache": {"thinker": {"prefix_caching": False}},
     "no_async_chunk": {"async_chunk": False},
     "remote_thinker": {"thinker": {"engine": "remote", "served_model": "smollm2"}},

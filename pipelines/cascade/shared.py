@@ -25,8 +25,9 @@ class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     hear_every_ms: int = 300
     # the words two of those passes agree on (less the newest's last) given to the thinker's request
     # for the turn while the user speaks, so that at the pause only the last words are prefilled
-    # (words_ahead.py); needs hear_every_ms and an in-process thinker
-    words_ahead: bool = True
+    # (words_ahead.py); needs hear_every_ms and an in-process thinker. Off by default: measured slower
+    # (bench voice_to_voice, 2026-11-29: v2v p50 658 ms with it, 576 without, docs/cpu-agent.md)
+    words_ahead: bool = False
     # semantic_vad: who judges whether the words at a pause end the turn: the thinker (one engine step
     # over the words, in the conversation, before the answer) or the listener (Whisper's own
     # probability of its last word and of an end after it, in the same pass: nothing added at the
