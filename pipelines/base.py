@@ -200,10 +200,6 @@ class PipelineSession(abc.ABC):
         """Whether the session transcribes its input (``audio.input.transcription`` set: live
         captions are asked for), at open and whenever it changes."""
 
-    def detecting_turns(self, on: bool) -> None:
-        """Whether the server detects the session's turns (``turn_detection`` set) or the client
-        commits them (manual turns), at open and whenever it changes."""
-
     def reduce_noise(self, kind: str | None) -> None:
         """The session's ``audio.input.noise_reduction`` (``near_field``, ``far_field`` or None),
         at open and whenever it changes. A pipeline that can clean its input applies it."""

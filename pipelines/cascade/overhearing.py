@@ -11,12 +11,8 @@ With ears whose cost follows the clip (Moonshine), the turn is heard as it grows
   was said since, and its words are the turn's: the pause does not wait for the ears at all.
   Otherwise a pass over the whole turn, going on from the last one.
 * live captions (``caption``): the newest pass, when it heard nearly all of the audio given.
-* the item's transcript at a client's commit (manual turns): ``words_for`` too. With no turn
-  detection nothing calls ``quiet``: the overhearing finds the pauses itself (``finds_pauses``:
-  webrtcvad, its most permissive mode, on each 20 ms frame fed; ``QUIET_MS`` of no speech after
-  speech is a pause, speech after it ``resumed``), so the pass at the pause has heard the turn by
-  the time the client commits after it. Failing that, the newest pass is the turn's when webrtcvad
-  hears no speech after it.
+* the item's transcript at a commit with no pause before it (manual turns): ``words_for`` too; with
+  no turn detection, the newest pass is the turn's when webrtcvad hears no speech after it.
 
 Bounded: one pass at a time per session, none while another session's pass holds the ASR thread
 (except the pass at ``quiet``, which matters most), a session's passes at most half of its time on
@@ -29,14 +25,13 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from pipelines.cascade.listener import Words
 
 MAX_TURN_S = 20.0
-QUIET_MS = 100  # with no turn detection: this long without speech after speech is a pause (finds_pauses)
 
 
 class Told(Protocol):
@@ -88,17 +83,10 @@ class Overhearing:
         self._want_quiet = False  # a pass at the quiet waits for the running one
         self.passes = 0  # begun, over the session (stats)
         self._turns = 0  # turns reset so far: a pass over an earlier one is nobody's
-        self.finds_pauses = False  # no turn detection: the pauses are found here (feed)
-        self._vad: Any = None  # webrtcvad's detector, once needed
-        self._frames = np.zeros(0, np.int16)  # what is left of the audio fed short of a 20 ms frame
-        self._spoke = False  # speech since the last pause found
-        self._unvoiced = 0  # 20 ms frames without speech in a row
 
     def feed(self, pcm: np.ndarray) -> None:
         self.turn.append(pcm)
         self.samples += len(pcm)
-        if self.finds_pauses and self.on and self.every:
-            self._find_pauses(pcm)
         if self.on and self.every and not self.silent and self._idle() and not self.busy() and self.samples - self._heard() >= self.every and self._rested():
             self._begin()
 
@@ -118,33 +106,8 @@ class Overhearing:
         gap is heard at the next ``quiet``.)"""
         self.silent = False
 
-    def _find_pauses(self, pcm: np.ndarray) -> None:
-        """``quiet`` at ``QUIET_MS`` without speech after speech, ``resumed`` at speech after it."""
-        if self.rate not in (8000, 16000, 32000, 48000):
-            return
-        if self._vad is None:
-            import webrtcvad
-
-            self._vad = webrtcvad.Vad(0)
-        frame = self.rate // 50
-        audio = np.concatenate([self._frames, pcm]) if len(self._frames) else pcm
-        whole = len(audio) - len(audio) % frame
-        self._frames = audio[whole:].copy()
-        for i in range(0, whole, frame):
-            if self._vad.is_speech(audio[i : i + frame].tobytes(), self.rate):
-                self._unvoiced = 0
-                if self.silent and not self._spoke:
-                    self.resumed()
-                self._spoke = True
-            else:
-                self._unvoiced += 1
-                if self._spoke and self._unvoiced * 20 >= QUIET_MS:
-                    self._spoke = False
-                    self.quiet()
-
     def reset(self) -> None:
         """The turn was committed or cleared: the next turn starts from nothing."""
-        self._frames, self._spoke, self._unvoiced = np.zeros(0, np.int16), False, 0
         self.turn, self.samples = [], 0
         self._turns += 1
         self.latest = self.done = None
@@ -158,21 +121,9 @@ class Overhearing:
         return np.concatenate(self.turn) if self.turn else np.zeros(0, np.int16)
 
     async def words_for(self, pcm: np.ndarray, ends: bool) -> Words:
-        """The words of ``pcm`` (the turn from its start, as fed): a pass done that heard all that
-        was said (webrtcvad hears no speech in ``pcm`` after it, and it began after the user last
-        went quiet, if they did); else the newest pass if it was begun after the user last went
-        quiet (at that moment, or once the pass under way then ended) and ``pcm`` adds only the
-        silence after it, awaited; else a pass of its own going on from the newest one."""
-        done = self.done
-        if (
-            done is not None
-            and done.samples <= len(pcm) <= self.samples
-            and (self.quiet_at is None or done.samples >= self.quiet_at)
-            and unvoiced(pcm[done.samples :], self.rate)
-        ):
-            words = done.words.result()  # a pass done that heard all that was said: nothing to wait for
-            if not ends or words.ends is not None or not words.text:
-                return words
+        """The words of ``pcm`` (the turn from its start, as fed): the newest pass if it was begun
+        after the user last went quiet (at that moment, or once the pass under way then ended) and
+        ``pcm`` adds only the silence after it, else a pass of its own going on from the newest one."""
         reuse = self.latest
         if (
             reuse is not None
@@ -181,11 +132,16 @@ class Overhearing:
             and self.quiet_at <= reuse.samples <= len(pcm) <= self.samples
         ):
             try:
-                awaited: Words | None = await asyncio.shield(reuse.words)
+                words = await asyncio.shield(reuse.words)
             except Exception:  # (cancelled, or the pass failed) heard again below
-                awaited = None
-            if awaited is not None and (not ends or awaited.ends is not None or not awaited.text):
-                return awaited
+                words = None
+            if words is not None and (not ends or words.ends is not None or not words.text):
+                return words
+        done = self.done
+        if self.quiet_at is None and done is not None and done.samples <= len(pcm) <= self.samples and unvoiced(pcm[done.samples :], self.rate):
+            words = done.words.result()  # no turn detection (manual turns), and nothing said since that pass
+            if not ends or words.ends is not None or not words.text:
+                return words
         return await self._pass(pcm, ends)
 
     async def caption(self, pcm: np.ndarray) -> str | None:

@@ -95,9 +95,6 @@ class CascadeSession(PipelineSession):
         self.transcribed = on
         self._overhear()
 
-    def detecting_turns(self, on: bool) -> None:
-        self.overhearing.finds_pauses = not on  # (manual turns: nothing else says the user went quiet)
-
     def _overhear(self) -> None:
         """The turn is heard as it grows when something will use the words: an answer or a
         judgement (``listening``), or live captions."""

@@ -118,7 +118,6 @@ class Session:
             ctx.pipe.reduce_noise(defaults.noise_reduction)
         if defaults.transcription is not None:
             ctx.pipe.transcribing(True)
-        ctx.pipe.detecting_turns(defaults.vad is not None)
         self.beta = beta
         self.media = media
         self.conversation = Conversation(caps, max_items=limits.max_items, max_audio_seconds=limits.max_audio_seconds)
@@ -246,8 +245,6 @@ class Session:
             ctx.pipe.transcribing(new.transcription is not None)
         if self.turns.detection(new.vad) != self.turns.detection(old.vad):
             self.turns.vad_changed()
-        if (new.vad is None) != (old.vad is None):
-            ctx.pipe.detecting_turns(new.vad is not None)
         await ctx.emit(ev.SessionUpdated(session=new.public))
         if tools is not None and new.responds:
             self.mcp.spawn(self._connect_mcp(tools))

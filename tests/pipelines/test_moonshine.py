@@ -238,28 +238,3 @@ async def test_manual_turns_take_the_last_pass_when_nothing_was_said_after_it(ea
     heard = await over.words_for(over.audio(), ends=False)
     assert len(thread.calls) > calls and "please" in heard.text.lower()  # ... is heard
     thread.pool.shutdown()
-
-
-async def test_manual_turns_find_their_pauses_so_the_commit_takes_the_pass_made_at_the_pause(ears: MoonshineListener):
-    """No turn detection (``finds_pauses``): webrtcvad on the frames fed finds where the user went
-    quiet, the pass begins there, and a commit after it takes its words; speech after the pause is
-    heard again."""
-    thread = Thread(ears)
-    over = Overhearing(thread.hear, lambda: thread.busy > 0, RATE, every_ms=300)
-    over.on = over.finds_pauses = True
-    said = espeak("What time is it in Tokyo?", RATE)
-    await feed(over, said)
-    assert over.quiet_at is None or over.quiet_at <= len(said)  # (a gap between its words may be one)
-    await feed(over, silence(400, RATE))  # the silence before the client commits
-    assert over.quiet_at is not None and over.silent  # the pause was found
-    assert over.latest is not None and over.latest.samples >= over.quiet_at  # and heard from there (or once the pass under way then ended)
-    await asyncio.wait([over.latest.words])
-    calls = len(thread.calls)
-    heard = await over.words_for(over.audio(), ends=False)
-    assert len(thread.calls) == calls, "the commit took the pass begun at the pause"
-    assert heard.text == ears.hear(said).text
-    await feed(over, espeak("And in Paris?", RATE))  # speech again: resumed, heard as it grows
-    assert not over.silent or over.quiet_at > len(said) + RATE * 400 // 1000
-    heard = await over.words_for(over.audio(), ends=False)
-    assert "paris" in heard.text.lower()
-    thread.pool.shutdown()
