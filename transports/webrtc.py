@@ -231,8 +231,8 @@ class WebRTCCall(Call):
         self._cursor = 0
         self._writer: asyncio.Task[None] | None = None
         self._watch: asyncio.Task[None] | None = None
-        self._why: str | None = None
-        self.resumes = 0  # peer connections that took over the call  # why the session ended, as a late resume is told it
+        self._why: str | None = None  # why the session ended, as a late resume is told it
+        self.resumes = 0  # peer connections that took over the call
 
     @classmethod
     async def open(
@@ -281,8 +281,7 @@ class WebRTCCall(Call):
         return call
 
     def _watch_media(self) -> None:
-        config = self.config
-        watch = self.watch_media(self.media, timeout=config.media_timeout_s, reason="media_timeout", connect_timeout=config.connect_timeout_s)
+        watch = self.watch_media(self.media, timeout=self.config.media_timeout_s, reason="media_timeout", connect_timeout=self.config.connect_timeout_s)
         self._watch = self.tasks.spawn(watch, "watch")
 
     async def _negotiate(self, pc: RTCPeerConnection, sdp: str) -> str:
@@ -479,47 +478,9 @@ class WebRTCCall(Call):
         if pc is not self.pc:
             return
         if track.kind == "audio":
-            self.tasks.spawn(self._read_audio(track), "audio-in")
+            self.tasks.spawn(_read_audio(track, self.media), "audio-in")
         elif track.kind == "video":
-            self.tasks.spawn(self._read_video(track), "video-in")
-
-    async def _read_audio(self, track: MediaStreamTrack) -> None:
-        while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                return
-            if not isinstance(frame, av.AudioFrame):  # (an audio track's frames all are)
-                continue
-            self.media.arrived()
-            await self.media.push(_mono(frame), frame.sample_rate)
-
-    async def _read_video(self, track: MediaStreamTrack) -> None:
-        """Every frame is taken off the track (aiortc queues them unbounded otherwise); one per
-        ``1 / video_fps`` seconds is kept for the pipeline, if it takes images."""
-        session = self.session
-        assert session is not None
-        if not session.caps.images:
-            await session.report(
-                RealtimeError(
-                    f"The '{session.caps.name}' pipeline does not take image input; this call's video track is received but not used.",
-                    code="unsupported_video",
-                    param="video",
-                )
-            )
-        interval = 1.0 / self.config.video_fps if self.config.video_fps > 0 else float("inf")
-        next_sample = 0.0
-        while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                return
-            now = time.monotonic()
-            if not session.caps.images or now < next_sample or not isinstance(frame, av.VideoFrame):
-                continue
-            next_sample = now + interval
-            session.camera_frame(await asyncio.to_thread(_jpeg_data_url, frame))
-            self.video_frames += 1
+            self.tasks.spawn(_read_video(track, self), "video-in")
 
     # ------------------------------------------------------------------ lifetime
 
@@ -549,6 +510,47 @@ class WebRTCCall(Call):
         await self.tasks.cancel()
         assert self.session is not None
         await self.server.close_session(self.session)
+
+async def _read_audio(track: MediaStreamTrack, media: MediaInput) -> None:
+    """A call's audio track into its session, frame by frame, until the track ends."""
+    while True:
+        try:
+            frame = await track.recv()
+        except MediaStreamError:
+            return
+        if not isinstance(frame, av.AudioFrame):  # (an audio track's frames all are)
+            continue
+        media.arrived()
+        await media.push(_mono(frame), frame.sample_rate)
+
+
+async def _read_video(track: MediaStreamTrack, call: WebRTCCall) -> None:
+    """Every frame is taken off the track (aiortc queues them unbounded otherwise); one per
+    ``1 / video_fps`` seconds is kept for the pipeline, if it takes images."""
+    session = call.session
+    assert session is not None
+    if not session.caps.images:
+        await session.report(
+            RealtimeError(
+                f"The '{session.caps.name}' pipeline does not take image input; this call's video track is received but not used.",
+                code="unsupported_video",
+                param="video",
+            )
+        )
+    interval = 1.0 / call.config.video_fps if call.config.video_fps > 0 else float("inf")
+    next_sample = 0.0
+    while True:
+        try:
+            frame = await track.recv()
+        except MediaStreamError:
+            return
+        now = time.monotonic()
+        if not session.caps.images or now < next_sample or not isinstance(frame, av.VideoFrame):
+            continue
+        next_sample = now + interval
+        session.camera_frame(await asyncio.to_thread(_jpeg_data_url, frame))
+        call.video_frames += 1
+
 
 
 _ENDED = {  # a call's end, as a resume that comes too late is told it (410)
