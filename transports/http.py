@@ -9,6 +9,7 @@ the WebRTC endpoint needs it and ``host/`` is above the transports."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -16,7 +17,8 @@ from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import JSONResponse
 
 from realtime_omni.errors import RealtimeError, error_body, http_status
-from realtime_omni.keys import bearer
+from realtime_omni.keys import bearer, is_ephemeral
+from realtime_omni.resume import Hold
 from realtime_omni.server import Server
 
 # The resume extension's headers, on the WebSocket's upgrade and the WebRTC offer alike
@@ -80,12 +82,10 @@ async def json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def claim_resume(server: Server, headers: Any, key: str | None, kind: str, last_event_id: str | None) -> tuple[Any, int]:
+def claim_resume(server: Server, headers: Mapping[str, str], key: str | None, kind: str, last_event_id: str | None) -> tuple[Hold, int]:
     """A resume's claim of its session, from the headers a WebSocket upgrade or a WebRTC offer
     carries: the session's hold and where its replay begins, or the ``RealtimeError`` that refuses
     it (counted; the session left as it was). ``last_event_id``: the client's ``last-event-id``."""
-    from realtime_omni.keys import is_ephemeral
-
     authorized = server.authorized(key)
     try:
         if not authorized and not is_ephemeral(key):

@@ -789,7 +789,7 @@ class RemoteThinker(VllmThinker):
             body["structured_outputs"] = {"json": g.schema}  # (vLLM's own parameter)
         g.prompt_tokens = len(prompt_ids)
         cut = g.limit or SentenceLimit(o.max_sentences)
-        budget, written = self._limit(max_tokens), 0
+        budget = self._limit(max_tokens)
         chunks = self.remote.stream(body, path="/completions")
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:
@@ -807,9 +807,8 @@ class RemoteThinker(VllmThinker):
                         continue
                     if not g.first_token_at:
                         g.first_token_at = time.perf_counter()
-                    written += 1  # (a streamed chunk: one token; the usage comes at the end)
-                    if g.finish and written >= budget:
-                        cut.finishing()
+                    g.output_tokens += 1  # (a streamed chunk: one token; the usage's count replaces it at the end)
+                    self._finishing(g, cut, budget)
                     delta = cut(text)
                     yield delta
                     if cut.done:
