@@ -55,11 +55,8 @@ QUESTIONS = ["Can you recommend a good book?", "What should I cook for dinner to
 
 
 async def measure(config: str, runs: int) -> dict[str, Any]:
-    from vllm import SamplingParams
-    from vllm.inputs import tokens_input
-    from vllm.sampling_params import RequestOutputKind
-
-    from pipelines.cascade.thinker import Turn, VllmThinker, ThinkerOptions
+    from pipelines.cascade.engines import Sampling
+    from pipelines.cascade.thinker import Thinker, ThinkerOptions, Turn
     from realtime_omni import config as config_file
 
     import msgspec
@@ -67,23 +64,21 @@ async def measure(config: str, runs: int) -> dict[str, Any]:
     raw = config_file.raw(config)
     options = msgspec.convert(raw["pipeline"]["options"].get("thinker", {}), ThinkerOptions)
     instructions = raw.get("session", {}).get("instructions", "You are a helpful assistant.")
-    thinker = VllmThinker(options)
+    thinker = Thinker(options)
     t0 = time.monotonic()
     await thinker.start(lambda m: print("  " + m, flush=True))
     startup_s = time.monotonic() - t0
 
     async def first_token(prompt: list[int], salt: str) -> float:
-        params = SamplingParams(max_tokens=1, temperature=0.0, output_kind=RequestOutputKind.DELTA)
         t = time.perf_counter()
-        async for _ in thinker.engine.generate(tokens_input(prompt, cache_salt=salt), params, request_id=uuid.uuid4().hex):
+        async for _ in thinker.engine.request(prompt, salt, Sampling(max_tokens=1), uuid.uuid4().hex):
             pass
         return (time.perf_counter() - t) * 1000
 
     async def decode(prompt: list[int], salt: str, n: int = 64) -> float:
-        params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True, output_kind=RequestOutputKind.DELTA)
         stamps: list[float] = []
-        async for out in thinker.engine.generate(tokens_input(prompt, cache_salt=salt), params, request_id=uuid.uuid4().hex):
-            stamps += [time.perf_counter()] * len(out.outputs[0].token_ids)
+        async for out in thinker.engine.request(prompt, salt, Sampling(max_tokens=n, ignore_eos=True), uuid.uuid4().hex):
+            stamps += [time.perf_counter()] * out.count
         return (len(stamps) - 1) / (stamps[-1] - stamps[0])
 
     cold, turn, rate, sizes = [], [], [], []

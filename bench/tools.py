@@ -792,20 +792,20 @@ async def prefill(config_name: str, tool_set: str, rounds: int) -> dict[str, Any
     import msgspec
 
     from pipelines.base import Tool
-    from pipelines.cascade.thinker import Generation, ThinkerOptions, Turn, VllmThinker
+    from pipelines.cascade.thinker import Report, Thinker, ThinkerOptions, Turn
     from pipelines.cascade.calls.format import tool_specs
 
     cfg = config(config_name)
-    thinker = VllmThinker(msgspec.convert(cfg["pipeline"]["options"]["thinker"], ThinkerOptions))
+    thinker = Thinker(msgspec.convert(cfg["pipeline"]["options"]["thinker"], ThinkerOptions))
     instructions = cfg["session"]["instructions"]
     await thinker.start(print)
     ts = TOOL_SETS[tool_set]
     specs = tool_specs([Tool(t["name"], t["description"], t["parameters"]) for t in ts.tools])
 
     async def first_token(ids: list[int], salt: str) -> tuple[float, int]:
-        g = Generation()
+        g = Report()
         t0 = time.perf_counter()
-        async for _ in thinker.stream(ids, salt, max_tokens=1, generation=g):
+        async for _ in thinker.stream(ids, salt, max_tokens=1, report=g):
             pass
         return (time.perf_counter() - t0) * 1000, g.cached_tokens
 

@@ -19,7 +19,7 @@ from pipelines.cascade.calls import grounding
 from pipelines.cascade.calls.format import OPEN, SpokenLimit, ToolStream, call_head, name_probabilities, parameters, schema_errors
 from pipelines.cascade.calls.grounding import ask_back, asked_for, ungrounded
 from pipelines.cascade.shared import Models
-from pipelines.cascade.thinker import Generation
+from pipelines.cascade.thinker import Ask, Report
 from pipelines.sentences import ends_sentence
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class ToolContext:
 
 def held_call(tool: Any, thinking: Any) -> tuple[str, dict[str, Any]]:
     """A call of ``tool`` written with its name given: the head the prompt ends with, and the
-    ``Generation`` fields that hold its arguments to the tool's schema."""
+    ``Ask`` fields that hold its arguments to the tool's schema."""
     head = OPEN + "\n" + call_head(tool.name)
     return head, {"schema": parameters(tool), "limit": SpokenLimit(thinking.max_sentences, False, head), "repetition_penalty": thinking.tool_repetition_penalty}
 
@@ -115,14 +115,14 @@ class CallPolicy:
         if not likely:
             return none
 
-        spent: list[Generation] = []  # every candidate's request, given up or not (the usage)
+        spent: list[Report] = []  # every candidate's request, given up or not (the usage)
 
-        async def write(tool: Any) -> tuple[str, Generation] | None:
+        async def write(tool: Any) -> tuple[str, Report] | None:
             head, held = held_call(tool, thinking)
-            g = Generation(**held)
+            g = Report()
             spent.append(g)
             text = ""
-            stream = thinker.stream(self.prompt + encode(head), self.salt, max_tokens=thinking.second_choice_tokens, generation=g)
+            stream = thinker.stream(self.prompt + encode(head), self.salt, max_tokens=thinking.second_choice_tokens, ask=Ask(**held), report=g)
             try:
                 async with contextlib.aclosing(stream):
                     async for delta in stream:

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 class Judging(Protocol):
-    """The thinker's side (``Thinker``, ``RemoteThinker``): P(the words end the message)."""
+    """The thinker's side (``Thinker``): P(the words end the message)."""
 
     async def words_end(self, prefix: list[int], text: str, salt: str, streamed: StreamedPrompt | None = None) -> float | None: ...
 

@@ -22,7 +22,7 @@ from pipelines.cascade.call_policy import CallPolicy, ToolContext, held_call
 from pipelines.cascade.hearing import Round
 from pipelines.cascade.shared import Models
 from pipelines.cascade.talker import ClausePolicy, Playback, clauses
-from pipelines.cascade.thinker import Generation, StreamedPrompt
+from pipelines.cascade.thinker import Ask, Report, StreamedPrompt
 from pipelines.cascade.calls.format import SpokenLimit, ToolStream, forced_schema, forced_start
 from pipelines.cascade.words_ahead import count_answer
 from pipelines.speculation import Production, Speculation
@@ -60,7 +60,8 @@ class CascadeProduction(Production):
         # the answer to a tool's output says its facts in the output's words: the answers' repetition
         # penalty (against loops) would push it off them ("heavy hail" said "heavy rain", docs/tools.md)
         penalty = pipeline.thinker.options.tool_repetition_penalty if answering else None
-        self.generation = Generation(banned=pipeline.thinker.call_start_ids if words_only else frozenset(), repetition_penalty=penalty)
+        self.ask = Ask(banned=pipeline.thinker.call_start_ids if words_only else frozenset(), repetition_penalty=penalty)
+        self.report = Report()  # (the answer's request's; ``_spent``: those before it)
         self._spent = (0, 0)  # prompt and cached tokens of an answer replaced by one in words
         self.calls: ToolStream | None = None  # the answer's tool calls, when tools are offered
         self.policy = CallPolicy(pipeline, salt, request, prompt, offered, context)  # what follows them
@@ -84,7 +85,7 @@ class CascadeProduction(Production):
                 then = await self.policy.after(calls, said, self.steered)
                 prompt, cached, output = then.spent
                 self._spent = (self._spent[0] + prompt, self._spent[1] + cached)
-                self.generation.output_tokens += output
+                self.report.output_tokens += output
                 if then.second:
                     self.times.setdefault("first_call", time.perf_counter())
                 for chunk in then.second:
@@ -96,8 +97,8 @@ class CascadeProduction(Production):
         finally:
             if self.calls is not None:
                 await self.calls.close()
-        g, (prompt, cached) = self.generation, self._spent
-        yield Usage(input_tokens=prompt + g.prompt_tokens, cached_tokens=cached + g.cached_tokens, output_tokens=g.output_tokens, hit_max_tokens=g.hit_max_tokens)
+        r, (prompt, cached) = self.report, self._spent
+        yield Usage(input_tokens=prompt + r.prompt_tokens, cached_tokens=cached + r.cached_tokens, output_tokens=r.output_tokens, hit_max_tokens=r.hit_max_tokens)
 
     async def cancel(self) -> None:
         await super().cancel()
@@ -105,13 +106,13 @@ class CascadeProduction(Production):
             await self.streamed.close()
 
     async def _think(self, ids: list[int], budget: int) -> AsyncGenerator[str, None]:
-        """The thinker's answer to ``ids`` (``self.generation``'s); held to its ``schema`` if it has
+        """The thinker's answer to ``ids`` (as ``self.ask`` asks); held to its ``schema`` if it has
         one, unless the engine refuses the schema (a tool's that its grammar cannot take): then the
         call is written as the model writes it, as with ``constrain_calls: never``."""
-        thinker, g = self.pipeline.thinker, self.generation
-        stream = thinker.stream(ids, self.salt, max_tokens=budget, generation=g)
+        thinker, a = self.pipeline.thinker, self.ask
+        stream = thinker.stream(ids, self.salt, max_tokens=budget, ask=a, report=self.report)
         first = ""
-        if g.schema is not None:
+        if a.schema is not None:
             try:
                 first = await anext(stream)
             except StopAsyncIteration:
@@ -119,21 +120,22 @@ class CascadeProduction(Production):
             except Exception as exc:
                 self.pipeline.counts["tool_schemas_refused"] += 1
                 log.warning("the engine refused to hold a call to its tool's schema (%s); the call is written as the model writes it", exc)
-                g.schema = None
-                stream = thinker.stream(ids, self.salt, max_tokens=budget, generation=g)
+                a.schema = None
+                stream = thinker.stream(ids, self.salt, max_tokens=budget, ask=a, report=self.report)
         async with contextlib.aclosing(stream):
             if first:
                 yield first
             async for delta in stream:
                 yield delta
 
-    def _next_generation(self, **what: Any) -> None:
+    def _next_request(self, **what: Any) -> None:
         """A second request for this answer (a call held to its schema, an answer in words): the
         usage is every request's."""
-        first = self.generation
+        done = self.report
         prompt, cached = self._spent
-        self._spent = (prompt + first.prompt_tokens, cached + first.cached_tokens)
-        self.generation = Generation(output_tokens=first.output_tokens, finish=first.finish, **what)
+        self._spent = (prompt + done.prompt_tokens, cached + done.cached_tokens)
+        self.ask = Ask(finish=self.ask.finish, **what)
+        self.report = Report(output_tokens=done.output_tokens)
 
     def _stages(self, words_only: bool = False, say: str | None = None, after: str = "") -> list[Any]:
         """The stage chain: thinker -> (clauses -> talker) or thinker -> text. ``words_only``: the
@@ -148,25 +150,25 @@ class CascadeProduction(Production):
         thinking = pipeline.thinker.options
         budget = thinking.tool_max_tokens if offered else thinking.max_tokens
         # the server's own budget lets a sentence under way end past it; a client's max_output_tokens is kept to the token
-        self.generation.finish = request.max_output_tokens is None or request.max_output_tokens > budget
+        self.ask.finish = request.max_output_tokens is None or request.max_output_tokens > budget
         if request.max_output_tokens is not None:
             budget = min(budget, request.max_output_tokens)
         constrained = bool(offered) and thinking.holds_calls  # a forced call held to its schema
         forced = forced_start(request.tool_choice, offered, constrained)
         if offered:  # the sentences cut counts what is said, not the calls
-            self.generation.limit = SpokenLimit(thinking.max_sentences, request.parallel_tool_calls, forced)
-            self.generation.repetition_penalty = thinking.tool_repetition_penalty
+            self.ask.limit = SpokenLimit(thinking.max_sentences, request.parallel_tool_calls, forced)
+            self.ask.repetition_penalty = thinking.tool_repetition_penalty
             if constrained and forced:  # the answer is a call from its first token
-                self.generation.schema = forced_schema(request.tool_choice, offered)
+                self.ask.schema = forced_schema(request.tool_choice, offered)
         # a call the model makes on its own, written by steering the engine (calls/steering.py): decided
         # here once (the thinker steers an answer whose ``steer`` is set)
         steered = self.steered = bool(offered) and not forced and pipeline.thinker.vocab is not None  # (a vocabulary only with steer_calls, in process)
         if steered:  # (values that name something copied from what was said, where calls are grounded)
             grounded = request.tool_choice == "auto" and thinking.ground_calls and self.context is not None
-            self.generation.steer = steering.Calls(offered, request.parallel_tool_calls, self.context.words if grounded and self.context else "")
+            self.ask.steer = steering.Calls(offered, request.parallel_tool_calls, self.context.words if grounded and self.context else "")
         prompt = self.prompt
         if words_only and say is None:  # a second request: the usage is both's
-            self._next_generation(banned=pipeline.thinker.call_start_ids)
+            self._next_request(banned=pipeline.thinker.call_start_ids)
             prompt = self.context.plain() if self.context is not None else prompt
 
         async def think() -> AsyncIterator[str]:
@@ -181,9 +183,9 @@ class CascadeProduction(Production):
             if say is not None:
                 yield say
                 return
-            if self.streamed is not None and not self.streamed.used and self.generation.schema is None:
+            if self.streamed is not None and not self.streamed.used and self.ask.schema is None:
                 count_answer(pipeline.counts, self.streamed, prompt)
-                stream = self.streamed.answer(prompt, budget, self.generation)
+                stream = self.streamed.answer(prompt, budget, self.ask, self.report)
             else:
                 if self.streamed is not None:  # (a request held to a schema is one of its own)
                     await self.streamed.close()
@@ -198,7 +200,7 @@ class CascadeProduction(Production):
             prompt, what was said before the call and the call's head (all but the last block of
             the prompt found in the prefix cache)."""
             head, held = held_call(next(t for t in offered if t.name == name), thinking)
-            self._next_generation(**held)
+            self._next_request(**held)
             ids = prompt + list(pipeline.thinker.tokenizer.encode(before + head, add_special_tokens=False))
             return self._think(ids, budget)
 

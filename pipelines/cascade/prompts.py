@@ -10,16 +10,16 @@ from typing import Any
 from pipelines.base import FunctionCall, FunctionResult, Message, ResponseRequest, Tool, ToolCall
 from pipelines.cascade.call_policy import ToolContext
 from pipelines.cascade.calls import grounding
-from pipelines.cascade.thinker import Turn
+from pipelines.cascade.thinker import Thinker, Turn
 from pipelines.cascade.calls.format import forced_start, tool_specs
 
 
 class Prompts:
-    """``thinker`` renders (``Thinker``/``RemoteThinker``); ``tools``: whether it has a tool format
+    """``thinker`` renders; ``tools``: whether it has a tool format
     (read at each call: it is known once the thinker has started); ``tools_after_output``: see
     ``CascadeOptions``."""
 
-    def __init__(self, thinker: Any, tools: Callable[[], bool], tools_after_output: str | bool) -> None:
+    def __init__(self, thinker: Thinker, tools: Callable[[], bool], tools_after_output: str | bool) -> None:
         self.thinker = thinker
         self.tools = tools
         # (true and false, its spellings before "shown": "offered" and "hidden")

@@ -43,7 +43,7 @@ from pipelines.cascade.overhearing import Overhearing
 from pipelines.cascade.production import CascadeProduction, CascadeSpeculation
 from pipelines.cascade.prompts import Prompts
 from pipelines.cascade.shared import Models
-from pipelines.cascade.thinker import Generation, StreamedPrompt
+from pipelines.cascade.thinker import Report, StreamedPrompt
 from pipelines.cascade.words_ahead import WordsAhead
 from pipelines.speculation import Ahead, Production
 
@@ -136,8 +136,8 @@ class CascadeSession(PipelineSession):
             self._background(self._warm(prefix, prepared))
 
     async def _warm(self, prefix: list[int], prepared: bool = False) -> None:
-        g = Generation()
-        stream = self.pipeline.thinker.stream(prefix, self.salt, max_tokens=1, generation=g)
+        g = Report()
+        stream = self.pipeline.thinker.stream(prefix, self.salt, max_tokens=1, report=g)
         try:
             async with contextlib.aclosing(stream):
                 async for _ in stream:

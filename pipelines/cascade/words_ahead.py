@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from pipelines.cascade.listener import Words
-from pipelines.cascade.thinker import StreamedPrompt
+from pipelines.cascade.thinker import StreamedPrompt, Thinker
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class WordsAhead:
 
     def __init__(
         self,
-        thinker: Any,
+        thinker: Thinker,
         counts: dict[str, int],
         session: Holder,
         background: Callable[[Awaitable[Any]], None],

@@ -109,10 +109,10 @@ async def test_the_deployment_judges_the_end_of_the_users_words_as_the_engine_in
     """semantic_vad's judgement on the remote thinker: one token with its top logprobs named by
     token id (vLLM's completions), read as in process (pipelines/turn_end/judgement.py)."""
     from pipelines.remote import RemoteOptions
-    from pipelines.cascade.thinker import RemoteThinker, ThinkerOptions, Turn
+    from pipelines.cascade.thinker import Thinker, ThinkerOptions, Turn
 
     _, engine = remote
-    t = RemoteThinker(ThinkerOptions(model="smollm2-135m-instruct", engine="remote", remote=RemoteOptions(url=engine), served_model="smollm2"))
+    t = Thinker(ThinkerOptions(model="smollm2-135m-instruct", engine="remote", remote=RemoteOptions(url=engine), served_model="smollm2"))
     await t.start(lambda _: None)
     try:
         prefix = t.prefix(INSTRUCTIONS, [Turn("user", "Hi, can you help me?"), Turn("assistant", "Of course! What do you need?")])

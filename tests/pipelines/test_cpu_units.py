@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pipelines.cascade.talker import ClausePolicy, Playback, MAX_CLAUSE_WORDS, clauses, cut
-from pipelines.cascade.thinker import ThinkerOptions, Turn, VllmThinker
+from pipelines.cascade.thinker import ThinkerOptions, Turn, Thinker
 from pipelines import models
 
 ROOT = Path(__file__).parents[2]
@@ -294,15 +294,15 @@ def test_playback_counts_audio_ahead_of_its_clock():
 
 
 @pytest.fixture(scope="module")
-def thinker() -> VllmThinker:
+def thinker() -> Thinker:
     from transformers import AutoTokenizer
 
-    t = VllmThinker(ThinkerOptions(max_model_len=400, max_tokens=64))
+    t = Thinker(ThinkerOptions(max_model_len=400, max_tokens=64))
     t.tokenizer = AutoTokenizer.from_pretrained(models.ensure("smollm2-135m-instruct", progress=lambda _: None))
     return t
 
 
-def test_each_prompt_extends_the_previous_one(thinker: VllmThinker):
+def test_each_prompt_extends_the_previous_one(thinker: Thinker):
     """What prefix caching needs: turn N+1's prompt starts with turn N's prompt, token for token
     (minus the assistant header that the answer follows)."""
     turns = [Turn("user", "What is the capital of France?")]
@@ -313,7 +313,7 @@ def test_each_prompt_extends_the_previous_one(thinker: VllmThinker):
     assert thinker.render("Be brief.", turns) == two  # deterministic
 
 
-def test_the_next_turns_prefix_is_what_every_next_prompt_begins_with(thinker: VllmThinker):
+def test_the_next_turns_prefix_is_what_every_next_prompt_begins_with(thinker: Thinker):
     """What the warm-up while the user speaks prefills (``listen``): every prompt of the next turn,
     whatever its words, starts with it, and it ends right where the words go."""
     turns = [Turn("user", "What is the capital of France?"), Turn("assistant", "Paris.")]
@@ -325,7 +325,7 @@ def test_the_next_turns_prefix_is_what_every_next_prompt_begins_with(thinker: Vl
     assert thinker.tokenizer.decode(prefix).endswith("Paris.<|im_end|>\n<|im_start|>user\n")
 
 
-def test_long_history_drops_oldest_turns_keeping_instructions(thinker: VllmThinker):
+def test_long_history_drops_oldest_turns_keeping_instructions(thinker: Thinker):
     turns = []
     for i in range(40):
         turns += [Turn("user", f"Question number {i} about something."), Turn("assistant", f"Answer number {i}.")]
@@ -339,8 +339,8 @@ def test_long_history_drops_oldest_turns_keeping_instructions(thinker: VllmThink
     assert text.split("<|im_start|>")[2].startswith("user")  # history resumes at a user turn
 
 
-def test_transcript_format_for_base_models(thinker: VllmThinker):
-    base = VllmThinker(ThinkerOptions(prompt_format="transcript", examples=[("Hi!", "Hello, how can I help?")]))
+def test_transcript_format_for_base_models(thinker: Thinker):
+    base = Thinker(ThinkerOptions(prompt_format="transcript", examples=[("Hi!", "Hello, how can I help?")]))
     base.tokenizer = thinker.tokenizer
     ids = base.render("A friendly assistant.", [Turn("user", "What is  two plus two?"), Turn("assistant", "Four."), Turn("user", "Thanks")])
     assert base.tokenizer.decode(ids) == (
@@ -382,33 +382,40 @@ def test_sentence_limit_counts_sentences_not_initials_or_titles():
     assert cut("Hello there. How are you?", 1) == "Hello there."
 
 
-class _Output:
-    """One step of a vLLM request's output (``RequestOutput`` with ``RequestOutputKind.DELTA``): the
-    fields the thinker reads."""
+class _Request:
+    """An engine request (``engines.Request``) whose outputs are ``words``, one token each, the
+    last one ended by the engine's cap (``length``), as vLLM's are read by the thinker."""
 
-    def __init__(self, token: int, text: str, finish_reason: str | None = None) -> None:
-        from types import SimpleNamespace
+    def __init__(self, words: list[str]) -> None:
+        from pipelines.cascade.engines import Output
 
-        self.num_cached_tokens = 0
-        self.finished = finish_reason is not None
-        self.outputs = [SimpleNamespace(token_ids=[token], text=text, finish_reason=finish_reason)]
+        last = len(words) - 1
+        self.outputs = [Output(word, (i,), 1, "length" if i == last else None, i == last, cached=0) for i, word in enumerate(words)]
+        self.closed = False
+
+    def __aiter__(self):  # type: ignore[no-untyped-def]
+        return self
+
+    async def __anext__(self):  # type: ignore[no-untyped-def]
+        if not self.outputs:
+            raise StopAsyncIteration
+        return self.outputs.pop(0)
+
+    async def close(self) -> None:
+        self.closed = True
 
 
 async def _answer(words: list[str], budget: int, finish: bool) -> tuple[str, object]:
-    from pipelines.cascade.thinker import Generation
+    from pipelines.cascade.thinker import Ask, Report
 
-    thinker = VllmThinker(ThinkerOptions(max_sentences=3))
-    g = Generation(finish=finish)
-
-    async def outputs():  # type: ignore[no-untyped-def]
-        for i, word in enumerate(words):
-            last = i == len(words) - 1
-            yield _Output(i, word, "length" if last else None)  # (the engine's cap: its last token)
-
+    thinker = Thinker(ThinkerOptions(max_sentences=3))
+    r = Report()
+    request = _Request(words)
     text = ""
-    async for delta in thinker._deltas(outputs(), g, budget):
+    async for delta in thinker._read(request, Ask(finish=finish), r, budget, None):  # type: ignore[arg-type]
         text += delta
-    return text, g
+    assert request.closed
+    return text, r
 
 
 async def test_past_the_servers_budget_the_sentence_under_way_is_finished_and_no_more():

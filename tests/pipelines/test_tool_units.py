@@ -16,7 +16,7 @@ from pipelines.base import AudioChunk, Capabilities, ResponseRequest, TextDelta,
 from pipelines.cascade.calls.grounding import ask_back, asked_for, instructions, numbers_of, ungrounded
 from pipelines.cascade.production import CascadeProduction, ToolContext
 from pipelines.cascade.shared import CascadeOptions
-from pipelines.cascade.thinker import Generation, ThinkerOptions, Turn, VllmThinker
+from pipelines.cascade.thinker import Ask, Report, Thinker, ThinkerOptions, Turn
 from pipelines.cascade.calls.format import (
     OPEN,
     ArgumentsDelta,
@@ -95,7 +95,7 @@ def test_a_history_with_a_call_renders_as_the_model_wrote_it():
     in the model's own template (tools in its system block, the output in its tool role)."""
     from transformers import AutoTokenizer
 
-    thinker = VllmThinker(ThinkerOptions())
+    thinker = Thinker(ThinkerOptions())
     thinker.tokenizer = AutoTokenizer.from_pretrained(str(models.path("qwen2.5-coder-0.5b-instruct-w8")))
     tools = tool_specs([WEATHER])
     asked = [Turn("user", "Weather in Paris?")]
@@ -287,11 +287,11 @@ class ScriptedThinker:
         )
         return {token: math.log(m / below) for token, m in mass.items()}
 
-    async def stream(self, prompt: list[int], salt: str, *, max_tokens: int | None = None, generation: Generation | None = None):  # type: ignore[no-untyped-def]
+    async def stream(self, prompt: list[int], salt: str, *, max_tokens: int | None = None, ask: Ask | None = None, report: Report | None = None):  # type: ignore[no-untyped-def]
         self.prompts.append(prompt)
         self.budgets.append(max_tokens)
-        self.banned.append(generation.banned if generation is not None else frozenset())
-        self.schemas.append(generation.schema if generation is not None else None)
+        self.banned.append(ask.banned if ask is not None else frozenset())
+        self.schemas.append(ask.schema if ask is not None else None)
         if self.refuse and self.schemas[-1] is not None:
             raise ValueError("The provided JSON schema contains features not supported by xgrammar.")
         text = self.held.pop(0) if self.held is not None and self.schemas[-1] is not None else self.texts.pop(0)
@@ -595,7 +595,7 @@ def test_the_tools_in_the_answer_to_a_tools_output(after_output):
     from pipelines.base import FunctionCall, FunctionResult, Message, Part
     from pipelines.cascade.prompts import Prompts
 
-    thinker = VllmThinker(ThinkerOptions())
+    thinker = Thinker(ThinkerOptions())
     thinker.tokenizer = AutoTokenizer.from_pretrained(str(models.path("qwen2.5-coder-0.5b-instruct-w8")))
     prompts = Prompts(thinker, lambda: True, after_output)
     asked = [Message("item_1", "user", [Part("text", text="Weather in Paris?")])]

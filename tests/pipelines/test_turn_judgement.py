@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from pipelines.cascade.pipeline import CascadeOptions
-from pipelines.cascade.thinker import Turn, VllmThinker, thinker
+from pipelines.cascade.thinker import Turn, Thinker, thinker
 from realtime_omni.config import load
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
@@ -21,7 +21,7 @@ HISTORY = [Turn("user", "Hi, can you help me with something?"), Turn("assistant"
 
 
 @pytest.fixture(scope="module")
-async def engine() -> AsyncIterator[VllmThinker]:
+async def engine() -> AsyncIterator[Thinker]:
     cascade = load("cpu").pipeline.options
     assert isinstance(cascade, CascadeOptions)
     options = cascade.thinker
@@ -89,7 +89,7 @@ async def test_words_given_while_the_user_speaks_are_prefilled_then_and_the_paus
         assert step is not None
         assert streamed.extend(first, ("What",)) is None  # one part at a time
         prefilled = await step
-        assert len(prefilled.outputs[0].token_ids) == 1  # computed: a token was sampled after them
+        assert prefilled.count == 1 and len(prefilled.tokens) == 1  # computed: a token was sampled after them
         assert streamed.sent == prefix + first and streamed.ahead == len(first) and streamed.words == ("What", "is", "the", "capital")
         assert streamed.can_judge(prefix)
         inside = await engine.words_end(prefix, words, "judge-f", streamed)

@@ -347,15 +347,15 @@ async def _prompt_logprobs(model: str) -> tuple[list[int], list[dict[int, float]
     from vllm import SamplingParams
     from vllm.inputs import tokens_input
 
-    from pipelines.cascade.thinker import ThinkerOptions, VllmThinker
+    from pipelines.cascade.thinker import ThinkerOptions, Thinker
 
-    thinker = VllmThinker(ThinkerOptions(model=model, max_num_seqs=1))
+    thinker = Thinker(ThinkerOptions(model=model, max_num_seqs=1))
     await thinker.start(lambda _m: None)
     try:
         ids = thinker.tokenizer.encode(TEXT, add_special_tokens=False)
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=5)
         final = None
-        async for out in thinker.engine.generate(tokens_input(ids, cache_salt="w8-test"), params, request_id=f"w8-{model}"):
+        async for out in thinker.engine.llm.generate(tokens_input(ids, cache_salt="w8-test"), params, request_id=f"w8-{model}"):  # type: ignore[attr-defined]
             final = out
         return ids, [{t: lp.logprob for t, lp in (p or {}).items()} for p in final.prompt_logprobs]
     finally:

@@ -18,7 +18,7 @@ from pipelines.base import Message, Part, ResponseRequest, Tool
 from pipelines.cascade.listener import Words
 from pipelines.cascade.overhearing import Overhearing
 from pipelines.cascade.prompts import Prompts
-from pipelines.cascade.thinker import ThinkerOptions, VllmThinker
+from pipelines.cascade.thinker import Thinker as RealThinker, ThinkerOptions
 from pipelines.cascade.words_ahead import HOLD, WordsAhead, count_answer, rewrites, stable_words
 from pipelines.turn_end import judgement
 
@@ -63,11 +63,11 @@ def test_words_given_are_rewritten_when_a_later_pass_says_others(given, newest, 
 
 
 @pytest.fixture(scope="module")
-def thinker() -> VllmThinker:
+def thinker() -> RealThinker:
     """The default thinker's tokenizer and chat template (configs/cpu.yaml: Qwen2.5-Coder-0.5B)."""
     from transformers import AutoTokenizer
 
-    t = VllmThinker(ThinkerOptions())
+    t = RealThinker(ThinkerOptions())
     t.tokenizer = AutoTokenizer.from_pretrained(str(models.path("qwen2.5-coder-0.5b-instruct-w8")))
     return t
 
@@ -170,7 +170,7 @@ class Session:
 COUNTS = ("words_ahead_parts", "words_ahead_tokens", "words_ahead_rewritten")
 
 
-def giving(thinker: VllmThinker, prefix: list[int] | None = None) -> tuple[WordsAhead, Session, Thinker, dict[str, int]]:
+def giving(thinker: RealThinker, prefix: list[int] | None = None) -> tuple[WordsAhead, Session, Thinker, dict[str, int]]:
     engine = Thinker(thinker.tokenizer)
     session = Session(engine, prefix if prefix is not None else [1, 2, 3])
     counts = dict.fromkeys(COUNTS, 0)
@@ -183,7 +183,7 @@ def heard(ahead: WordsAhead, before: str | None, after: str) -> None:
     ahead.heard(Words(before, None) if before is not None else None, Words(after, None))
 
 
-def tokens(thinker: VllmThinker, text: str) -> list[int]:
+def tokens(thinker: RealThinker, text: str) -> list[int]:
     return list(thinker.tokenizer.encode(text, add_special_tokens=False))
 
 

@@ -32,7 +32,7 @@ the template's own form, ``<tool_call>\\n{"name": "get_weather", "arguments": {"
 "Paris"}}\\n</tool_call>``, which ``tools.ToolStream`` parses as any other (grounding included).
 A tool whose schema has other kinds of values (arrays, objects) has its arguments written as the
 model writes them, after ``"arguments": ``. ``CallWriter`` is the state machine (its ``Step`` and a move table, ``MOVES``), without an
-engine (``thinker.VllmThinker._steer`` drives a request with it); measured in docs/tools.md.
+engine (``thinker.Thinker._read`` drives a request with it); measured in docs/tools.md.
 """
 
 from __future__ import annotations
