@@ -63,6 +63,7 @@ from dsp.g711 import pcm_to_ulaw, ulaw_to_pcm
 from dsp.resample import resample
 from pipelines.base import Capabilities, Heard, OutputChunk, Pipeline, PipelineSession, ResponseRequest, TurnModel
 from pipelines.cascade.hearing import Hearing
+from pipelines.cascade.shared import Counts
 from pipelines.turn_end.fusion import Fusion, Weights
 from pipelines.turn_end.policy import Decision, Hear, TurnEndConfig, TurnEndPolicy
 from realtime_omni.config import Limits
@@ -109,7 +110,7 @@ class Listening(Pipeline):
         self.judge = judge
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="asr")
         self.prefix = [] if thinker is None else thinker.prefix(INSTRUCTIONS, [])
-        self.counts: dict[str, int] = {"words_judged": 0, "words_judged_streamed": 0}
+        self.counts = Counts()
 
     def open(self, session_id: str, tenant: str | None = None) -> PipelineSession:
         return _Listening(self, session_id)

@@ -80,23 +80,37 @@ class Speculation(Generic[P]):
 S = TypeVar("S", bound=Speculation[Any])
 
 
+@dataclass
+class SpeculationCounts:
+    """A pipeline's speculations, shared by its sessions: started, adopted (their production
+    answered the response), discarded (voided)."""
+
+    started: int = 0
+    adopted: int = 0
+    discarded: int = 0
+
+    def stats(self, name: str = "speculations") -> dict[str, float]:
+        return {f"{name}_started": self.started, f"{name}_adopted": self.adopted, f"{name}_discarded": self.discarded}
+
+
 def last_user_item(request: ResponseRequest) -> Message | None:
     return next((i for i in reversed(request.items) if isinstance(i, Message) and i.role == "user"), None)
 
 
 class Ahead(Generic[S]):
     """A session's one speculation at a time (the moves are in the module's docstring). ``counts``
-    is the pipeline's counter dict, shared by its sessions."""
+    is the pipeline's, shared by its sessions; a start and an adoption may be counted under
+    other counts (a kind of speculation of its own), a discard always under these."""
 
-    def __init__(self, counts: dict[str, int]) -> None:
+    def __init__(self, counts: SpeculationCounts) -> None:
         self.current: S | None = None
         self.counts = counts
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    def start(self, spec: S, counter: str = "speculations_started") -> S:
+    def start(self, spec: S, counts: SpeculationCounts | None = None) -> S:
         self.drop()
         self.current = spec
-        self.counts[counter] += 1
+        (counts or self.counts).started += 1
         return spec
 
     def drop(self) -> None:
@@ -125,17 +139,17 @@ class Ahead(Generic[S]):
         await spec.settled()
         return spec
 
-    def settle(self, spec: S, fits: bool, counter: str = "speculations_adopted") -> Production | None:
+    def settle(self, spec: S, fits: bool, counts: SpeculationCounts | None = None) -> Production | None:
         """A claimed speculation's production if ``fits`` (it made exactly the answer asked for),
-        counted under ``counter``; otherwise it is voided and None returned."""
+        counted as adopted (under ``counts`` if given); otherwise it is voided and None returned."""
         if fits and spec.production is not None:
-            self.counts[counter] += 1
+            (counts or self.counts).adopted += 1
             return spec.production
         self.discard(spec)
         return None
 
     def discard(self, spec: S) -> None:
-        self.counts["speculations_discarded"] += 1
+        self.counts.discarded += 1
         spec.void()
         self.background(spec.cancel())
 

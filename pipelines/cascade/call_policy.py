@@ -77,8 +77,10 @@ class CallPolicy:
         instead = not again and not ends_sentence(said) and not calls.made and bool(calls.unknown or calls.ungrounded)
         second, spent = await self.second_choice(calls) if instead and not said else ([], (0, 0, 0))
         words = bool(again) or instead and not second
-        if words:
-            self.pipeline.counts["answers_asking_back" if again else "answers_said_instead_of_calls"] += 1
+        if again:
+            self.pipeline.counts.answers_asking_back += 1
+        elif words:
+            self.pipeline.counts.answers_said_instead_of_calls += 1
         return Then(second, spent, words, again)
 
     def ask_back(self, calls: ToolStream) -> str | None:
@@ -148,8 +150,8 @@ class CallPolicy:
         if made is None:
             return [], usage
         tool, arguments = made
-        self.pipeline.counts["calls_second_choice"] += 1
-        self.pipeline.counts["tool_calls"] += 1
+        self.pipeline.counts.calls_second_choice += 1
+        self.pipeline.counts.tool_calls += 1
         log.info("tool call %s(%s): the model's second choice (%.2f)", tool.name, arguments, chance[tool.name])
         call_id = "call_" + secrets.token_hex(12)
         return [ToolCallDelta(call_id, tool.name, ""), ToolCallDelta(call_id, "", arguments), ToolCall(call_id, tool.name, arguments)], usage
@@ -158,15 +160,15 @@ class CallPolicy:
         """Calls whose arguments break their tool's schema are emitted all the same (OpenAI's way
         without ``strict``: the client judges them); they are counted and logged here."""
         counts = self.pipeline.counts
-        counts["tool_calls_unknown"] += len(calls.unknown)
-        counts["tool_calls_ungrounded"] += len(calls.ungrounded)
+        counts.tool_calls_unknown += len(calls.unknown)
+        counts.tool_calls_ungrounded += len(calls.ungrounded)
         for name, values in calls.ungrounded:
             log.info("tool call %s dropped: %s not said in the conversation", name, ", ".join(values))
         for call in calls.ended:
-            counts["tool_calls"] += 1
-            counts["tool_calls_steered"] += steered
+            counts.tool_calls += 1
+            counts.tool_calls_steered += steered
             errors = calls.errors(call)
             if errors:
-                counts["tool_calls_off_schema"] += 1
+                counts.tool_calls_off_schema += 1
                 log.info("tool call %s(%s) does not fit its schema: %s", call.name, call.arguments, "; ".join(errors))
 

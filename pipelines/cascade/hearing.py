@@ -29,6 +29,7 @@ import numpy as np
 
 from pipelines.base import Heard
 from pipelines.cascade.listener import Words
+from pipelines.cascade.shared import Counts
 from pipelines.cascade.thinker import StreamedPrompt
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class Hearing:
         hear: Callable[[np.ndarray, bool], Awaitable[Words]],
         thinker: Judging | None,
         salt: str,
-        counts: dict[str, int],
+        counts: Counts,
         background: Callable[[Awaitable[None]], None],
         name: str = "",
         judge: Literal["listener", "thinker"] | None = "thinker",
@@ -137,7 +138,7 @@ class Hearing:
         heard.times.setdefault("asr", time.perf_counter())
         if judging and words.ends is not None:
             heard.listener_ends = words.ends
-            self.counts["words_judged"] += self.judge == "listener"
+            self.counts.words_judged += self.judge == "listener"
         return words.text
 
     async def _judge(self, heard: Round, prefix: list[int]) -> None:
@@ -149,10 +150,10 @@ class Hearing:
             streamed = heard.streamed
             heard.ends = await self.thinker.words_end(prefix, text, self.salt, streamed)
             heard.times["judged"] = time.perf_counter()
-            self.counts["words_judged"] += 1
-            self.counts["words_judged_streamed"] += streamed is not None and streamed.judged
+            self.counts.words_judged += 1
+            self.counts.words_judged_streamed += streamed is not None and streamed.judged
             if streamed is not None and streamed.ahead and not streamed.judged:  # the words do not go on from those given ahead
-                self.counts["words_ahead_missed"] += 1
+                self.counts.words_ahead_missed += 1
         except Exception as exc:  # the decision goes on without it (the sound alone)
             log.warning("session %s: the thinker's end-of-turn judgement failed: %s", self.name, exc)
             if heard.streamed is not None:  # in an unknown state: not for the answer

@@ -21,7 +21,7 @@ import numpy as np
 from dsp.denoise import denoise
 from pipelines.base import Capabilities, Pipeline
 from pipelines.cascade.session import CascadeSession
-from pipelines.cascade.shared import CascadeOptions
+from pipelines.cascade.shared import CascadeOptions, Counts
 from pipelines.cascade.talker import PiperTalker
 from pipelines.cascade.thinker import thinker
 from pipelines.cascade.calls.format import template_takes_tools
@@ -58,14 +58,7 @@ class CascadePipeline(Pipeline):
         self.asr_busy = 0  # ASR calls queued or running
         self.sessions: set[CascadeSession] = set()
         self.speed: Speed | None = None  # measured at start (_measure_speed)
-        self.counts = {"prefix_warmups": 0, "speculations_started": 0, "speculations_adopted": 0, "speculations_discarded": 0, "responses": 0}
-        self.counts.update(prefix_prepares=0, prefix_prepared_tokens=0, prefix_prepared_cached_tokens=0)
-        self.counts.update(words_judged=0, words_judged_streamed=0, tool_calls=0, tool_calls_steered=0, tool_calls_off_schema=0, tool_calls_unknown=0, tool_schemas_refused=0)
-        self.counts.update(tool_calls_ungrounded=0, answers_said_instead_of_calls=0, answers_asking_back=0, prefills_ahead_of_output=0, calls_second_choice=0)
-        # the user's words given to the turn's request while they spoke (words_ahead.py), and what
-        # answers in that request found there: their turn's tokens, and how many came ahead of the pause
-        self.counts.update(words_ahead_parts=0, words_ahead_tokens=0, words_ahead_rewritten=0, words_ahead_missed=0)
-        self.counts.update(answers_streamed=0, answer_turn_tokens=0, answer_turn_tokens_ahead=0)
+        self.counts = Counts()
 
     async def start(self) -> None:
         from pipelines import models
@@ -141,7 +134,7 @@ class CascadePipeline(Pipeline):
         return session
 
     def stats(self) -> dict[str, float]:
-        stats: dict[str, float] = {"open_sessions": len(self.sessions), **self.counts}
+        stats: dict[str, float] = {"open_sessions": len(self.sessions), **self.counts.stats()}
         stats["speculations_live"] = sum(1 for s in self.sessions if s.ahead.current is not None)
         stats["prompts_streaming"] = sum(1 for s in self.sessions if s.streamed is not None and not s.streamed.used)
         stats.update(self.thinker.stats())

@@ -118,7 +118,7 @@ class CascadeProduction(Production):
             except StopAsyncIteration:
                 return
             except Exception as exc:
-                self.pipeline.counts["tool_schemas_refused"] += 1
+                self.pipeline.counts.tool_schemas_refused += 1
                 log.warning("the engine refused to hold a call to its tool's schema (%s); the call is written as the model writes it", exc)
                 a.schema = None
                 stream = thinker.stream(ids, self.salt, max_tokens=budget, ask=a, report=self.report)

@@ -67,7 +67,7 @@ class CascadeSession(PipelineSession):
         self.prompts = Prompts(pipeline.thinker, lambda: pipeline.capabilities.tools, self.options.tools_after_output)
         beside = self.options.asr_model.startswith("whisper")  # (the fusion's listener weight is Whisper's)
         self.hearing = Hearing(self._hear_turn, pipeline.thinker, self.salt, pipeline.counts, self._background, session_id, self.options.judge, beside)
-        self.ahead: Ahead[CascadeSpeculation] = Ahead(pipeline.counts)  # the answer started at the last pause
+        self.ahead: Ahead[CascadeSpeculation] = Ahead(pipeline.counts.speculations)  # the answer started at the last pause
         self.warmed: list[int] = []  # the prompt prefix last prefilled while the user spoke (listen)
         self.responses = 0  # responses begun
         self.streamed: StreamedPrompt | None = None  # the open turn's prompt, its first part prefilled (listen)
@@ -119,7 +119,7 @@ class CascadeSession(PipelineSession):
         if streamed is not None and not streamed.used and streamed.sent == prefix and (streamed.logprobs is not None) == judging:
             return  # (none of the user's words given to it yet)
         self._drop_streamed()
-        self.pipeline.counts["prefix_warmups"] += 1
+        self.pipeline.counts.prefix_warmups += 1
         self.streamed = self.pipeline.thinker.open_prompt(prefix, self.salt, judging)
         if self.streamed is None:
             self._warm_once(prefix)
@@ -147,9 +147,9 @@ class CascadeSession(PipelineSession):
             return
         if prepared:  # what a session's beginning cost, and how much of it its key's sessions had cached
             counts = self.pipeline.counts
-            counts["prefix_prepares"] += 1
-            counts["prefix_prepared_tokens"] += g.prompt_tokens
-            counts["prefix_prepared_cached_tokens"] += g.cached_tokens
+            counts.prefix_prepares += 1
+            counts.prefix_prepared_tokens += g.prompt_tokens
+            counts.prefix_prepared_cached_tokens += g.cached_tokens
 
     def _drop_streamed(self) -> None:
         streamed, self.streamed = self.streamed, None
@@ -161,7 +161,7 @@ class CascadeSession(PipelineSession):
         streamed = self.streamed
         if streamed is None or not streamed.fits(prompt):
             if streamed is not None and streamed.ahead:  # the user's words given ahead, and these do not go on from them
-                self.pipeline.counts["words_ahead_missed"] += 1
+                self.pipeline.counts.words_ahead_missed += 1
                 self._drop_streamed()
             return None
         self.streamed = None
@@ -182,7 +182,7 @@ class CascadeSession(PipelineSession):
     async def _warm_unless_answered(self, prefix: list[int], responses: int) -> None:
         await asyncio.sleep(self.AHEAD_OF_OUTPUT_S)
         if self.responses == responses:  # (no response since the call's: its output is not back)
-            self.pipeline.counts["prefills_ahead_of_output"] += 1
+            self.pipeline.counts.prefills_ahead_of_output += 1
             await self._warm(prefix)
 
     def _hears(self, answer: bool) -> bool:
@@ -295,7 +295,7 @@ class CascadeSession(PipelineSession):
     # ------------------------------------------------------------------ responding
 
     async def respond(self, request: ResponseRequest) -> AsyncIterator[OutputChunk]:
-        self.pipeline.counts["responses"] += 1
+        self.pipeline.counts.responses += 1
         self.responses += 1
         t0 = time.perf_counter()
         production: Production | None = None

@@ -4,6 +4,7 @@ pipeline through this port only, so they never import the module that opens them
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -12,6 +13,7 @@ import numpy as np
 from pipelines.base import Capabilities
 from pipelines.cascade.listener import Words
 from pipelines.cascade.thinker import Thinker, ThinkerOptions
+from pipelines.speculation import SpeculationCounts
 
 
 class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -54,13 +56,53 @@ class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     buffer_chunks: int = 256  # output buffered ahead of the consumer, per response
 
 
+@dataclass
+class Counts:
+    """The cascade's accounting, shared by its sessions (``stats``: each counter by its name)."""
+
+    speculations: SpeculationCounts = field(default_factory=SpeculationCounts)  # answers started at a pause
+    responses: int = 0
+    # a session's prompt prefilled before its first turn: warmups, and the preparations with tools
+    prefix_warmups: int = 0
+    prefix_prepares: int = 0
+    prefix_prepared_tokens: int = 0
+    prefix_prepared_cached_tokens: int = 0
+    prefills_ahead_of_output: int = 0  # the conversation up to a tool's output, prefilled while the tool ran
+    words_judged: int = 0  # the end of the user's words judged at a pause (semantic_vad) ...
+    words_judged_streamed: int = 0  # ... in the turn's streamed request
+    # tool calls (calls/): made, steered, off their schema, of no tool offered, schemas the engine refused,
+    # dropped for values nobody said; what followed: said in words, asked back, a second choice of tool
+    tool_calls: int = 0
+    tool_calls_steered: int = 0
+    tool_calls_off_schema: int = 0
+    tool_calls_unknown: int = 0
+    tool_schemas_refused: int = 0
+    tool_calls_ungrounded: int = 0
+    answers_said_instead_of_calls: int = 0
+    answers_asking_back: int = 0
+    calls_second_choice: int = 0
+    # the user's words given to the turn's request while they spoke (words_ahead.py), and what
+    # answers in that request found there: their turn's tokens, and how many came ahead of the pause
+    words_ahead_parts: int = 0
+    words_ahead_tokens: int = 0
+    words_ahead_rewritten: int = 0
+    words_ahead_missed: int = 0
+    answers_streamed: int = 0
+    answer_turn_tokens: int = 0
+    answer_turn_tokens_ahead: int = 0
+
+    def stats(self) -> dict[str, float]:
+        counters = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "speculations"}
+        return {**self.speculations.stats(), **counters}
+
+
 class Models(Protocol):
     """A ``CascadePipeline`` as its sessions use it."""
 
     options: CascadeOptions
     capabilities: Capabilities
     thinker: Thinker
-    counts: dict[str, int]  # the pipeline's accounting (``stats``)
+    counts: Counts  # the pipeline's accounting (``stats``)
     sessions: set[Any]  # its open sessions
     asr_busy: int  # listener calls queued or running
 

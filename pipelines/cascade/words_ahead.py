@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from pipelines.cascade.listener import Words
+from pipelines.cascade.shared import Counts
 from pipelines.cascade.thinker import StreamedPrompt, Thinker
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ class WordsAhead:
     def __init__(
         self,
         thinker: Thinker,
-        counts: dict[str, int],
+        counts: Counts,
         session: Holder,
         background: Callable[[Awaitable[Any]], None],
         between: Callable[[], bool],
@@ -115,7 +116,7 @@ class WordsAhead:
     def _reopen(self, old: StreamedPrompt) -> None:
         """``old`` was given words now heard as others: a fresh request in its place, its prefix
         the same (the cache holds its whole blocks)."""
-        self.counts["words_ahead_rewritten"] += 1
+        self.counts.words_ahead_rewritten += 1
         log.debug("words given ahead heard again as others (%r): a fresh request", " ".join(old.words))
         self.session.streamed = self.thinker.open_prompt(old.prefix, old.salt, old.logprobs is not None)
         self.background(old.close())
@@ -138,8 +139,8 @@ class WordsAhead:
             return  # (a tokenizer that joins words across the space: nothing given but whole words)
         step = streamed.extend(ids[len(had) :], wanted)
         if step is not None:
-            self.counts["words_ahead_parts"] += 1
-            self.counts["words_ahead_tokens"] += len(ids) - len(had)
+            self.counts.words_ahead_parts += 1
+            self.counts.words_ahead_tokens += len(ids) - len(had)
             log.debug("words given ahead: %r (%d tokens, %d in all)", " ".join(wanted[len(given) :]), len(ids) - len(had), streamed.ahead)
             self._wait(step)
 
@@ -154,9 +155,9 @@ class WordsAhead:
         self.give()
 
 
-def count_answer(counts: dict[str, int], streamed: StreamedPrompt, prompt: list[int]) -> None:
+def count_answer(counts: Counts, streamed: StreamedPrompt, prompt: list[int]) -> None:
     """An answer goes on in the turn's request: how many of its turn's tokens (the prompt after the
     conversation so far) were given while the user spoke, and so how many were left to the pause."""
-    counts["answers_streamed"] += 1
-    counts["answer_turn_tokens"] += len(prompt) - len(streamed.prefix)
-    counts["answer_turn_tokens_ahead"] += streamed.ahead
+    counts.answers_streamed += 1
+    counts.answer_turn_tokens += len(prompt) - len(streamed.prefix)
+    counts.answer_turn_tokens_ahead += streamed.ahead

@@ -71,7 +71,7 @@ from pipelines.base import (
 )
 from pipelines.omni.engine import Clip, EngineAudio, InProcessOptions, LocalOmni, RemoteOmni, StreamedTurn
 from pipelines.remote import RemoteOptions
-from pipelines.speculation import Ahead, Production, Speculation
+from pipelines.speculation import Ahead, Production, Speculation, SpeculationCounts
 
 log = logging.getLogger(__name__)
 
@@ -121,14 +121,9 @@ class OmniPipeline(Pipeline):
         self.listener: Any = None
         self.asr_pool = ThreadPoolExecutor(1, thread_name_prefix="asr") if options.asr_model else None
         self.sessions: set[OmniSession] = set()
-        self.counts = {
-            "responses": 0,
-            "speculations_started": 0,
-            "speculations_adopted": 0,
-            "speculations_discarded": 0,
-            "streamed_turns": 0,
-            "streamed_turns_adopted": 0,
-        }
+        self.responses = 0
+        self.speculations = SpeculationCounts()  # (every discard counted here)
+        self.streamed_turns = SpeculationCounts()  # speculations whose turn was streamed in as spoken
 
     async def start(self) -> None:
         if self.options.asr_model is not None:
@@ -158,7 +153,8 @@ class OmniPipeline(Pipeline):
 
     def stats(self) -> dict[str, float]:
         live = sum(1 for s in self.sessions if s.ahead.current is not None)
-        return {"open_sessions": len(self.sessions), "speculations_live": live, **self.counts, **self.engine.stats()}
+        streamed = {"streamed_turns": self.streamed_turns.started, "streamed_turns_adopted": self.streamed_turns.adopted}
+        return {"open_sessions": len(self.sessions), "speculations_live": live, "responses": self.responses, **self.speculations.stats(), **streamed, **self.engine.stats()}
 
 
 class OmniProduction(Production):
@@ -202,7 +198,7 @@ class OmniSession(PipelineSession):
         self.session_id = session_id
         self.salt = tenant or secrets.token_hex(16)  # the prefix-cache namespace: its key's (Pipeline.open), else its own
         self.turn: list[np.ndarray] = []  # audio of the open user turn
-        self.ahead: Ahead[OmniSpeculation] = Ahead(pipeline.counts)  # the request sent ahead of the turn's end
+        self.ahead: Ahead[OmniSpeculation] = Ahead(pipeline.speculations)  # the request sent ahead of the turn's end
         self._encoded: OrderedDict[tuple[str, int], list[Clip]] = OrderedDict()
         self._sent_as: dict[str, list[Clip]] = {}  # a committed turn's audio as its speculation sent it
         self.streams = isinstance(pipeline.engine, LocalOmni) and self.options.in_process.stream_input
@@ -267,7 +263,7 @@ class OmniSession(PipelineSession):
         assert isinstance(engine, LocalOmni)
         body = self._body(request)
         streamed = engine.open_turn(body, body["messages"])
-        spec = self.ahead.start(OmniSpeculation(body=body, production=OmniProduction(self, body, streamed), sent=[], streamed=streamed), "streamed_turns")
+        spec = self.ahead.start(OmniSpeculation(body=body, production=OmniProduction(self, body, streamed), sent=[], streamed=streamed), self.pipeline.streamed_turns)
         self.unsent = list(self.turn)
         self._push(spec)
 
@@ -391,7 +387,7 @@ class OmniSession(PipelineSession):
     # ------------------------------------------------------------------ responding
 
     async def respond(self, request: ResponseRequest) -> AsyncIterator[OutputChunk]:
-        self.pipeline.counts["responses"] += 1
+        self.pipeline.responses += 1
         t0 = time.perf_counter()
         body = self._body(request)
         production = await self._adopt(request, body)
@@ -414,7 +410,7 @@ class OmniSession(PipelineSession):
             return None
         if spec.streamed is not None:
             fits = body["messages"] == spec.streamed.messages() and spec.streamed.finish(body)
-            return self.ahead.settle(spec, fits, "streamed_turns_adopted")
+            return self.ahead.settle(spec, fits, self.pipeline.streamed_turns)
         return self.ahead.settle(spec, spec.body == body)
 
     async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript | None:

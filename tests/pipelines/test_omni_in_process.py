@@ -66,14 +66,14 @@ def texts(engine: AsyncOmni, request_id: str) -> list[str]:
 @pytest.mark.slow
 async def test_the_turn_streams_into_the_thinker_while_it_is_spoken(streamed):
     engine = engine_of(streamed)
-    counts = streamed.server.pipeline.counts
+    counts = streamed.server.pipeline.streamed_turns
     async with connect(streamed.ws_base) as c:
         await c.expect("session.created")
         await c.speak(QUESTION)
         first = await c.expect("response.done", timeout=15)
         await c.speak(QUESTION)
         second = await c.expect("response.done", timeout=15)
-    assert counts["streamed_turns_adopted"] == 2
+    assert counts.adopted == 2
     for done in (first, second):
         assert done.response.status == "completed"
         assert done.response.output[0].content[0].transcript.startswith("I heard")
@@ -102,15 +102,15 @@ async def test_the_turn_streams_into_the_thinker_while_it_is_spoken(streamed):
 @pytest.mark.slow
 async def test_a_turn_with_a_pause_in_it_streams_on_and_a_changed_history_is_answered_whole(streamed):
     engine = engine_of(streamed)
-    counts = streamed.server.pipeline.counts
-    adopted = counts["streamed_turns_adopted"]
+    counts = streamed.server.pipeline.streamed_turns
+    adopted = counts.adopted
     # a pause long enough to be a pause (150 ms) but not the end of the turn (500 ms): one turn
     speech = np.concatenate([silence(500), spoken("What is the capital"), silence(350), spoken("of Italy?"), silence(1200)])
     async with connect(streamed.ws_base) as c:
         await c.expect("session.created")
         await c.speak(speech)
         done = await c.expect("response.done", timeout=15)
-        assert counts["streamed_turns_adopted"] == adopted + 1
+        assert counts.adopted == adopted + 1
         request = [rid for rid, _ in engine.inputs][-1]
         heard = float(done.response.output[0].content[0].transcript.split()[2])
         sent = sum(len(p["multi_modal_data"]["audio"][0]) for rid, p in engine.inputs if rid == request and "multi_modal_data" in p)
@@ -121,7 +121,7 @@ async def test_a_turn_with_a_pause_in_it_streams_on_and_a_changed_history_is_ans
         await c.send({"type": "conversation.item.create", "item": TEXT_ITEM})
         await task
         again = await c.expect("response.done", timeout=15)
-    assert again.response.status == "completed" and counts["streamed_turns_adopted"] == adopted + 1
+    assert again.response.status == "completed" and counts.adopted == adopted + 1
     whole = engine.inputs[-1][1]["prompt"]  # one request, all of it (the turn as the segments it was heard in)
     assert whole.startswith("<|im_start|>system\n")
     assert re.search(r"Hello there\.<\|im_end\|>\n<\|im_start\|>user\n(" + re.escape(AUDIO) + r")+<\|im_end\|>\n<\|im_start\|>assistant\n$", whole)

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from pipelines.base import Message, OutputChunk, Part, ResponseRequest, TextDelta
-from pipelines.speculation import Ahead, Production, Speculation
+from pipelines.speculation import Ahead, Production, Speculation, SpeculationCounts
 
 
 class Answer(Production):
@@ -41,8 +41,8 @@ class Spec(Speculation[Answer]):
         self.voided = True
 
 
-def counts() -> dict[str, int]:
-    return {"speculations_started": 0, "speculations_adopted": 0, "speculations_discarded": 0}
+def counts() -> SpeculationCounts:
+    return SpeculationCounts()
 
 
 def request(*user_ids: str) -> ResponseRequest:
@@ -65,7 +65,7 @@ async def test_a_bound_speculation_is_adopted_by_the_response_for_its_item_and_o
     assert claimed is spec and ahead.current is None
     production = ahead.settle(spec, spec.prompt == "what time")
     assert production is spec.production and await first(production) == "p1"
-    assert ahead.counts == {"speculations_started": 1, "speculations_adopted": 1, "speculations_discarded": 0}
+    assert ahead.counts.stats() == {"speculations_started": 1, "speculations_adopted": 1, "speculations_discarded": 0}
     await production.cancel()
     await asyncio.wait_for(spec.production.stopped.wait(), 5)
 
@@ -80,7 +80,7 @@ async def test_a_speculation_that_does_not_fit_or_is_dropped_is_voided_and_its_w
     assert spec is new and ahead.settle(spec, False) is None and new.voided
     await ahead.close()
     assert all(not p.started or p.stopped.is_set() for p in (old.production, new.production))
-    assert ahead.counts == {"speculations_started": 2, "speculations_adopted": 0, "speculations_discarded": 2}
+    assert ahead.counts.stats() == {"speculations_started": 2, "speculations_adopted": 0, "speculations_discarded": 2}
 
 
 async def test_claim_waits_for_the_production_its_task_is_making() -> None:
@@ -116,7 +116,7 @@ async def test_random_moves_agree_with_a_reference_model() -> None:
         # the reference: the open speculation, its item, and the counts
         ref_open: Spec | None = None
         ref_item: str | None = None
-        ref = counts()
+        ref = counts().stats()
         turn = 0
         log = []
         for _ in range(rng.randint(1, 30)):
@@ -151,7 +151,7 @@ async def test_random_moves_agree_with_a_reference_model() -> None:
                     if fits:
                         adopted.append(spec)
                     ref_open, ref_item = None, None
-            assert ahead.current is ref_open and ahead.counts == ref, (seed, log)
+            assert ahead.current is ref_open and ahead.counts.stats() == ref, (seed, log)
         await ahead.close()
         for spec in adopted:  # the response that adopted it stops it when it is done
             await spec.production.cancel()

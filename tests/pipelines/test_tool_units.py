@@ -15,7 +15,7 @@ from pipelines import models
 from pipelines.base import AudioChunk, Capabilities, ResponseRequest, TextDelta, Tool, ToolCall, ToolCallDelta
 from pipelines.cascade.calls.grounding import ask_back, asked_for, instructions, numbers_of, ungrounded
 from pipelines.cascade.production import CascadeProduction, ToolContext
-from pipelines.cascade.shared import CascadeOptions
+from pipelines.cascade.shared import CascadeOptions, Counts
 from pipelines.cascade.thinker import Ask, Report, Thinker, ThinkerOptions, Turn
 from pipelines.cascade.calls.format import (
     OPEN,
@@ -311,7 +311,7 @@ class Scripted:
         self.options = CascadeOptions()
         self.capabilities = Capabilities(name="scripted", tools=True)
         self.thinker = thinker
-        self.counts: Counter[str] = Counter()
+        self.counts = Counts()
 
 
 FORECAST_TOOL = Tool("forecast", "Weather forecast for a place on a given day.", FORECAST.parameters)
@@ -336,7 +336,7 @@ async def test_a_request_heard_with_a_value_the_call_changed_is_asked_again():
     thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "Lisboa", "day": "today"}}', "unused")
     said, calls, pipeline = await _produce(thinker, "What's the forecast for Lisbon today?")
     assert calls == [] and said == "Sorry, I didn't catch the location. Could you say it again?"
-    assert pipeline.counts["tool_calls_ungrounded"] == 1 and pipeline.counts["answers_asking_back"] == 1
+    assert pipeline.counts.tool_calls_ungrounded == 1 and pipeline.counts.answers_asking_back == 1
     assert len(thinker.prompts) == 1  # no second request
 
 
@@ -362,7 +362,7 @@ async def test_spoken_the_question_after_a_preamble_keeps_the_space_between_them
     chunks = [c async for c in production.output]
     said = "".join(c.text for c in chunks if isinstance(c, TextDelta))
     assert said == "Let me check. Sorry, I didn't catch the location. Could you say it again?"
-    assert any(isinstance(c, AudioChunk) for c in chunks) and pipeline.counts["answers_asking_back"] == 1
+    assert any(isinstance(c, AudioChunk) for c in chunks) and pipeline.counts.answers_asking_back == 1
 
 
 async def test_words_cut_off_by_a_dropped_call_are_followed_by_an_answer_in_words():
@@ -372,21 +372,21 @@ async def test_words_cut_off_by_a_dropped_call_are_followed_by_an_answer_in_word
     thinker = ScriptedThinker('You can call the{"name": "forecast", "arguments": {"location": "New York", "day": "today"}}', "Boil water and add a tea bag.")
     said, calls, pipeline = await _produce(thinker, "How do I make a cup of tea?")
     assert calls == [] and said == "You can call the Boil water and add a tea bag."
-    assert pipeline.counts["answers_said_instead_of_calls"] == 1 and len(thinker.prompts) == 2
+    assert pipeline.counts.answers_said_instead_of_calls == 1 and len(thinker.prompts) == 2
 
 
 async def test_a_finished_sentence_before_a_dropped_call_is_the_answer():
     thinker = ScriptedThinker('It is sunny today. {"name": "forecast", "arguments": {"location": "New York", "day": "today"}}', "unused")
     said, calls, pipeline = await _produce(thinker, "I'm feeling great today.")
     assert calls == [] and said == "It is sunny today. " and len(thinker.prompts) == 1
-    assert pipeline.counts["answers_said_instead_of_calls"] == 0
+    assert pipeline.counts.answers_said_instead_of_calls == 0
 
 
 async def test_chit_chat_answered_with_a_call_is_answered_in_words_without_the_tools():
     thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "New York", "day": "today"}}', "Glad to hear it!")
     said, calls, pipeline = await _produce(thinker, "I'm feeling great today.")
     assert calls == [] and said == "Glad to hear it!"
-    assert pipeline.counts["answers_said_instead_of_calls"] == 1
+    assert pipeline.counts.answers_said_instead_of_calls == 1
     assert thinker.prompts == [[10, 11], [10]]  # the second without the tools (``plain``) ...
     assert thinker.banned == [frozenset(), frozenset({1, 2})]  # ... and no call can begin it
 
@@ -395,7 +395,7 @@ async def test_a_call_with_the_users_values_goes_out_and_nothing_is_said_again()
     thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "Denver", "day": "tomorrow"}}')
     said, calls, pipeline = await _produce(thinker, "Will it snow in Denver tomorrow?")
     assert said == "" and [(c.name, json.loads(c.arguments)) for c in calls] == [("forecast", {"location": "Denver", "day": "tomorrow"})]
-    assert pipeline.counts["tool_calls_ungrounded"] == 0 and len(thinker.prompts) == 1
+    assert pipeline.counts.tool_calls_ungrounded == 0 and len(thinker.prompts) == 1
 
 
 # ------------------------------------------------------------------ the model's second choice of tool
@@ -416,15 +416,15 @@ async def test_a_dropped_call_gives_way_to_the_models_next_choice_of_tool_when_i
     assert thinker.schemas == [None, CALCULATE.parameters] and thinker.texts == ["That is twenty five."]  # (never asked for)
     assert thinker.prompts[1] == [10, 11, *thinker.tokenizer.encode(OPEN + "\n" + call_head("calculate"), add_special_tokens=False)]
     assert thinker.budgets[1] == ThinkerOptions().second_choice_tokens  # (a value rambling on is not waited for)
-    assert pipeline.counts["calls_second_choice"] == 1 and pipeline.counts["tool_calls_ungrounded"] == 1
-    assert pipeline.counts["answers_said_instead_of_calls"] == 0
+    assert pipeline.counts.calls_second_choice == 1 and pipeline.counts.tool_calls_ungrounded == 1
+    assert pipeline.counts.answers_said_instead_of_calls == 0
 
 
 async def test_a_call_of_a_tool_not_offered_gives_way_to_the_models_next_choice():
     thinker = ScriptedThinker('{"name": "add", "arguments": {"a": 65, "b": 35}}', "One hundred.", names={"calculate": 0.08}, held=['{"expression": "65 + 35"}'])
     _, calls, pipeline = await _produce(thinker, "Add 65 and 35.", tools=(FORECAST_TOOL, CALCULATE))
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("calculate", {"expression": "65 + 35"})]
-    assert pipeline.counts["tool_calls_unknown"] == 1 and pipeline.counts["calls_second_choice"] == 1
+    assert pipeline.counts.tool_calls_unknown == 1 and pipeline.counts.calls_second_choice == 1
 
 
 @pytest.mark.parametrize(
@@ -438,7 +438,7 @@ async def test_chit_chat_gets_no_second_choice_of_call(names, second, words):
     thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "New York", "day": "today"}}', words, names=names, held=[second] if second else [])
     said, calls, pipeline = await _produce(thinker, "I'm feeling great today.", tools=(FORECAST_TOOL, CALCULATE))
     assert calls == [] and said == words
-    assert pipeline.counts["calls_second_choice"] == 0 and pipeline.counts["answers_said_instead_of_calls"] == 1
+    assert pipeline.counts.calls_second_choice == 0 and pipeline.counts.answers_said_instead_of_calls == 1
     assert len(thinker.prompts) == 2 + bool(second) and [10] in thinker.prompts  # the answer in words, without the tools
     assert thinker.held == []  # (the second choice written when over the floor) ...
     assert thinker.closed == bool(second)  # ... and given up once its expression was whole: nobody said 7 or 24
@@ -532,7 +532,7 @@ async def test_once_the_model_names_a_tool_its_arguments_are_written_held_to_the
     assert thinker.schemas == [None, FORECAST_TOOL.parameters] and thinker.closed == 1
     head = 'Let me check. <tool_call>\n{"name": "forecast", "arguments": '
     assert thinker.prompts[1] == [10, 11, *thinker.tokenizer.encode(head, add_special_tokens=False)]
-    assert pipeline.counts["tool_calls"] == 1 and pipeline.counts["tool_calls_off_schema"] == 0
+    assert pipeline.counts.tool_calls == 1 and pipeline.counts.tool_calls_off_schema == 0
 
 
 @pytest.mark.parametrize("mode", ["forced", "always"])
@@ -543,7 +543,7 @@ async def test_a_call_of_a_tool_not_offered_is_dropped_at_its_name_and_answered_
     thinker = ScriptedThinker('{"name": "divide", "arguments": {"dividend": 100, "divisor": 4}}', "That is twenty five.", constrain=mode)
     said, calls, pipeline = await _produce(thinker, "What's one hundred divided by four?")
     assert calls == [] and said == "That is twenty five." and thinker.schemas == [None, None]
-    assert pipeline.counts["tool_calls_unknown"] == 1 and thinker.closed == 1
+    assert pipeline.counts.tool_calls_unknown == 1 and thinker.closed == 1
 
 
 @pytest.mark.parametrize("mode", ["forced", "always"])
@@ -572,7 +572,7 @@ async def test_a_schema_the_engine_refuses_leaves_the_call_as_the_model_writes_i
     thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "Denver", "day": "tomorrow"}} and on', '{"location": "Denver", "day": "tomorrow"}', constrain="always", refuse=True)
     said, calls, pipeline = await _produce(thinker, "Will it snow in Denver tomorrow?")
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("forecast", {"location": "Denver", "day": "tomorrow"})]
-    assert thinker.schemas == [None, FORECAST_TOOL.parameters, None] and pipeline.counts["tool_schemas_refused"] == 1
+    assert thinker.schemas == [None, FORECAST_TOOL.parameters, None] and pipeline.counts.tool_schemas_refused == 1
 
 
 def test_a_request_asks_for_a_tool_when_it_names_what_the_tool_does():

@@ -18,6 +18,7 @@ from pipelines.base import Message, Part, ResponseRequest, Tool
 from pipelines.cascade.listener import Words
 from pipelines.cascade.overhearing import Overhearing
 from pipelines.cascade.prompts import Prompts
+from pipelines.cascade.shared import Counts
 from pipelines.cascade.thinker import Thinker as RealThinker, ThinkerOptions
 from pipelines.cascade.words_ahead import HOLD, WordsAhead, count_answer, rewrites, stable_words
 from pipelines.turn_end import judgement
@@ -167,13 +168,10 @@ class Session:
         self.tasks.append(asyncio.ensure_future(coro))
 
 
-COUNTS = ("words_ahead_parts", "words_ahead_tokens", "words_ahead_rewritten")
-
-
-def giving(thinker: RealThinker, prefix: list[int] | None = None) -> tuple[WordsAhead, Session, Thinker, dict[str, int]]:
+def giving(thinker: RealThinker, prefix: list[int] | None = None) -> tuple[WordsAhead, Session, Thinker, Counts]:
     engine = Thinker(thinker.tokenizer)
     session = Session(engine, prefix if prefix is not None else [1, 2, 3])
-    counts = dict.fromkeys(COUNTS, 0)
+    counts = Counts()
     ahead = WordsAhead(engine, counts, session, session.background, lambda: not session.paused)
     return ahead, session, engine, counts
 
@@ -205,7 +203,7 @@ async def test_settled_words_are_given_once_the_prefix_is_in_one_part_at_a_time_
     assert request.words == tuple("What is the weather like in".split()), "the newest settled words, in one part"
     assert request.parts[1] == tokens(thinker, " weather like in")
     assert request.sent == [1, 2, 3] + tokens(thinker, "What is the weather like in")
-    assert counts == {"words_ahead_parts": 2, "words_ahead_tokens": request.ahead, "words_ahead_rewritten": 0}
+    assert (counts.words_ahead_parts, counts.words_ahead_tokens, counts.words_ahead_rewritten) == (2, request.ahead, 0)
     request.prefill()
     await asyncio.sleep(0)
     assert len(request.parts) == 2  # nothing new settled: nothing given
@@ -218,9 +216,9 @@ async def test_words_heard_again_as_others_get_a_fresh_request_with_the_same_pre
     heard(ahead, "Book a table", "Book a table for")
     assert old.words == ("Book", "a", "table")
     heard(ahead, "Book a table for", "Book a table for two")
-    assert counts["words_ahead_rewritten"] == 0
+    assert counts.words_ahead_rewritten == 0
     heard(ahead, "Book a table for two", "Look at the table for two")
-    assert counts["words_ahead_rewritten"] == 1
+    assert counts.words_ahead_rewritten == 1
     fresh = session.streamed
     assert fresh is not old and fresh is engine.opened[-1] and fresh.prefix == old.prefix and fresh.salt == old.salt
     assert fresh.logprobs == old.logprobs  # (it can be judged in as the old one could)
@@ -269,7 +267,7 @@ async def test_a_turns_words_reach_no_other_request(thinker):
     session.streamed = None  # handed on at a pause (the judgement or the answer took it)
     step.set_result(None)
     await asyncio.sleep(0)
-    assert other.parts == [tokens(thinker, "Thanks")] and counts["words_ahead_parts"] == 2
+    assert other.parts == [tokens(thinker, "Thanks")] and counts.words_ahead_parts == 2
 
 
 async def test_the_option_off_gives_nothing(thinker):
@@ -278,7 +276,7 @@ async def test_the_option_off_gives_nothing(thinker):
     session.streamed.prefill()
     heard(ahead, "What is the", "What is the weather")
     await asyncio.sleep(0)
-    assert session.streamed.parts == [] and counts["words_ahead_parts"] == 0
+    assert session.streamed.parts == [] and counts.words_ahead_parts == 0
 
 
 # ------------------------------------------------------------------------------ the real ears
@@ -328,10 +326,10 @@ async def test_a_spoken_turn_leaves_only_its_last_words_to_the_pause(thinker, ea
     pool.shutdown()
     prompt = prompts.prompt(request(), pending=words.text)
     request_ = session.streamed
-    assert request_.ahead > 0 and counts["words_ahead_parts"] >= 1, "words were given while the turn was spoken"
+    assert request_.ahead > 0 and counts.words_ahead_parts >= 1, "words were given while the turn was spoken"
     assert request_.fits(prompt), "the pause's prompt goes on from every word given ahead"
-    counted = dict.fromkeys(("answers_streamed", "answer_turn_tokens", "answer_turn_tokens_ahead"), 0)
+    counted = Counts()
     count_answer(counted, request_, prompt)
-    turn = counted["answer_turn_tokens"]
-    assert counted["answer_turn_tokens_ahead"] == request_.ahead < turn
+    turn = counted.answer_turn_tokens
+    assert counted.answers_streamed == 1 and counted.answer_turn_tokens_ahead == request_.ahead < turn
     print(f"\nturn tokens {turn}: given ahead {request_.ahead}, at the pause {turn - request_.ahead} (without: {turn}); {words.text!r}")
