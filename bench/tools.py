@@ -674,14 +674,14 @@ def config(name: str) -> dict[str, Any]:
 # a name -> (config file, thinker options over it, cascade options over it)
 VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "qwen2.5-coder-0.5b-w8": ("cpu", {}, {}),  # the default
-    "qwen2.5-coder-0.5b-w8-rp1.2": ("cpu", {"tool_repetition_penalty": 1.2}, {}),  # the answers' penalty on tool answers too
+    "qwen2.5-coder-0.5b-w8-rp1.2": ("cpu", {"calls": {"repetition_penalty": 1.2}}, {}),  # the answers' penalty on tool answers too
     "qwen2.5-coder-0.5b-w8-tools-after-output": ("cpu", {}, {"tools_after_output": "offered"}),  # the tools offered when answering an output
     "qwen2.5-coder-0.5b-w8-tools-shown-after-output": ("cpu", {}, {"tools_after_output": "shown"}),  # the answer to an output with them in its prompt, calls banned
-    "qwen2.5-coder-0.5b-w8-ungrounded": ("cpu", {"ground_calls": False}, {}),  # calls with values nobody said go out (before 2026-11-26)
-    "qwen2.5-coder-0.5b-w8-free-calls": ("cpu", {"constrain_calls": "never"}, {}),  # every call as the model writes it (before 2026-11-27)
-    "qwen2.5-coder-0.5b-w8-held-calls": ("cpu", {"constrain_calls": "always"}, {}),  # a call the model makes on its own held to its schema too
-    "qwen2.5-coder-0.5b-w8-first-choice": ("cpu", {"second_choices": 0}, {}),  # no second choice of tool after a dropped call (before 2026-11-28)
-    "qwen2.5-coder-0.5b-w8-unsteered": ("cpu", {"steer_calls": False}, {}),  # every call written by the model token by token (before steering)
+    "qwen2.5-coder-0.5b-w8-ungrounded": ("cpu", {"calls": {"ground": False}}, {}),  # calls with values nobody said go out (before 2026-11-26)
+    "qwen2.5-coder-0.5b-w8-free-calls": ("cpu", {"calls": {"constrain": "never"}}, {}),  # every call as the model writes it (before 2026-11-27)
+    "qwen2.5-coder-0.5b-w8-held-calls": ("cpu", {"calls": {"constrain": "always"}}, {}),  # a call the model makes on its own held to its schema too
+    "qwen2.5-coder-0.5b-w8-first-choice": ("cpu", {"calls": {"second_choices": 0}}, {}),  # no second choice of tool after a dropped call (before 2026-11-28)
+    "qwen2.5-coder-0.5b-w8-unsteered": ("cpu", {"calls": {"steer": False}}, {}),  # every call written by the model token by token (before steering)
     "qwen2.5-coder-0.5b": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct"}, {}),  # fp32 weights
     "qwen2.5-coder-1.5b-w8": ("cpu-1.5b", {}, {}),  # the larger thinker (./scripts/install larger-thinker)
     "qwen2.5-coder-0.5b-w8-whisper-base": ("cpu", {}, {"asr_model": "whisper-base"}),  # the agent hears better

@@ -47,10 +47,25 @@ class ConfigError(ValueError):
         if field is not None:
             key += "." + field["name"]
             problem = "unknown field" if field["what"] == "contains unknown" else "required, not given"
+            moved = MOVED.get(key.lstrip("."))
+            if moved is not None:
+                problem += f" (moved to {moved})"
         else:
             problem = problem.replace("`", "")
             problem = problem[:1].lower() + problem[1:]
         return cls(source, problem, key.lstrip("."))
+
+
+# keys that moved, where they went: a config written before says so when it is read
+_THINKER = "pipeline.options.thinker"
+MOVED = {
+    **{f"{_THINKER}.{old}": f"{_THINKER}.calls.{new}" for old, new in [
+        ("tool_max_tokens", "max_tokens"), ("tool_repetition_penalty", "repetition_penalty"), ("ground_calls", "ground"),
+        ("second_choices", "second_choices"), ("second_choice_floor", "second_choice_floor"),
+        ("second_choice_tokens", "second_choice_tokens"), ("constrain_calls", "constrain"), ("steer_calls", "steer"),
+    ]},
+    "pipeline.options.judge": "turn_end.judge",
+}
 
 
 class Limits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -40,7 +40,7 @@ def held_call(tool: Any, thinking: Any) -> tuple[str, dict[str, Any]]:
     """A call of ``tool`` written with its name given: the head the prompt ends with, and the
     ``Ask`` fields that hold its arguments to the tool's schema."""
     head = OPEN + "\n" + call_head(tool.name)
-    return head, {"schema": parameters(tool), "limit": SpokenLimit(thinking.max_sentences, False, head), "repetition_penalty": thinking.tool_repetition_penalty}
+    return head, {"schema": parameters(tool), "limit": SpokenLimit(thinking.max_sentences, False, head), "repetition_penalty": thinking.calls.repetition_penalty}
 
 
 @dataclass(frozen=True)
@@ -94,8 +94,8 @@ class CallPolicy:
         """(The chunks of) a call of another tool, and what its requests spent (prompt, cached and
         output tokens, made or not), when the model called none it could (its calls were of a tool not
         offered, or dropped for values nobody said) and said nothing: the tools it gave at least
-        ``second_choice_floor`` at the call's name (``name_probabilities``), the likeliest
-        ``second_choices`` of them, each written at once from the same prompt with its name given
+        ``calls.second_choice_floor`` at the call's name (``name_probabilities``), the likeliest
+        ``calls.second_choices`` of them, each written at once from the same prompt with its name given
         and its arguments held to its schema; the likeliest whose values were said is made. A small
         thinker reaches for the first tool it was shown ("What's 100 divided by 4?" ->
         ``get_weather`` for Paris, dropped) where the right one was its second or third choice.
@@ -104,7 +104,7 @@ class CallPolicy:
         of its remaining tokens."""
         thinker, thinking = self.pipeline.thinker, self.pipeline.thinker.options
         none: tuple[list[ToolCallDelta | ToolCall], tuple[int, int, int]] = ([], (0, 0, 0))
-        if self.context is None or thinking.second_choices <= 0 or self.request.tool_choice != "auto":
+        if self.context is None or thinking.calls.second_choices <= 0 or self.request.tool_choice != "auto":
             return none
         words = self.context.words
         dropped = {name for name, _ in calls.ungrounded}
@@ -113,7 +113,7 @@ class CallPolicy:
             return none
         encode = lambda text: list(thinker.tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
         chance = await name_probabilities(lambda ids: thinker.top_next(ids, self.salt), encode, self.prompt, [t.name for t in others])
-        likely = sorted((t for t in others if chance[t.name] >= thinking.second_choice_floor), key=lambda t: -chance[t.name])[: thinking.second_choices]
+        likely = sorted((t for t in others if chance[t.name] >= thinking.calls.second_choice_floor), key=lambda t: -chance[t.name])[: thinking.calls.second_choices]
         if not likely:
             return none
 
@@ -124,7 +124,7 @@ class CallPolicy:
             g = Report()
             spent.append(g)
             text = ""
-            stream = thinker.stream(self.prompt + encode(head), self.salt, max_tokens=thinking.second_choice_tokens, ask=Ask(**held), report=g)
+            stream = thinker.stream(self.prompt + encode(head), self.salt, max_tokens=thinking.calls.second_choice_tokens, ask=Ask(**held), report=g)
             try:
                 async with contextlib.aclosing(stream):
                     async for delta in stream:

@@ -59,7 +59,7 @@ class CascadeProduction(Production):
         self.streamed = streamed
         # the answer to a tool's output says its facts in the output's words: the answers' repetition
         # penalty (against loops) would push it off them ("heavy hail" said "heavy rain", docs/tools.md)
-        penalty = pipeline.thinker.options.tool_repetition_penalty if answering else None
+        penalty = pipeline.thinker.options.calls.repetition_penalty if answering else None
         self.ask = Ask(banned=pipeline.thinker.call_start_ids if words_only else frozenset(), repetition_penalty=penalty)
         self.report = Report()  # (the answer's request's; ``_spent``: those before it)
         self._spent = (0, 0)  # prompt and cached tokens of an answer replaced by one in words
@@ -108,7 +108,7 @@ class CascadeProduction(Production):
     async def _think(self, ids: list[int], budget: int) -> AsyncGenerator[str, None]:
         """The thinker's answer to ``ids`` (as ``self.ask`` asks); held to its ``schema`` if it has
         one, unless the engine refuses the schema (a tool's that its grammar cannot take): then the
-        call is written as the model writes it, as with ``constrain_calls: never``."""
+        call is written as the model writes it, as with ``calls.constrain: never``."""
         thinker, a = self.pipeline.thinker, self.ask
         stream = thinker.stream(ids, self.salt, max_tokens=budget, ask=a, report=self.report)
         first = ""
@@ -148,23 +148,23 @@ class CascadeProduction(Production):
         offered = [] if words_only else self.offered
         o = pipeline.options
         thinking = pipeline.thinker.options
-        budget = thinking.tool_max_tokens if offered else thinking.max_tokens
+        budget = thinking.calls.max_tokens if offered else thinking.max_tokens
         # the server's own budget lets a sentence under way end past it; a client's max_output_tokens is kept to the token
         self.ask.finish = request.max_output_tokens is None or request.max_output_tokens > budget
         if request.max_output_tokens is not None:
             budget = min(budget, request.max_output_tokens)
-        constrained = bool(offered) and thinking.holds_calls  # a forced call held to its schema
+        constrained = bool(offered) and thinking.calls.held  # a forced call held to its schema
         forced = forced_start(request.tool_choice, offered, constrained)
         if offered:  # the sentences cut counts what is said, not the calls
             self.ask.limit = SpokenLimit(thinking.max_sentences, request.parallel_tool_calls, forced)
-            self.ask.repetition_penalty = thinking.tool_repetition_penalty
+            self.ask.repetition_penalty = thinking.calls.repetition_penalty
             if constrained and forced:  # the answer is a call from its first token
                 self.ask.schema = forced_schema(request.tool_choice, offered)
         # a call the model makes on its own, written by steering the engine (calls/steering.py): decided
         # here once (the thinker steers an answer whose ``steer`` is set)
-        steered = self.steered = bool(offered) and not forced and pipeline.thinker.vocab is not None  # (a vocabulary only with steer_calls, in process)
+        steered = self.steered = bool(offered) and not forced and pipeline.thinker.vocab is not None  # (a vocabulary only with calls.steer, in process)
         if steered:  # (values that name something copied from what was said, where calls are grounded)
-            grounded = request.tool_choice == "auto" and thinking.ground_calls and self.context is not None
+            grounded = request.tool_choice == "auto" and thinking.calls.ground and self.context is not None
             self.ask.steer = steering.Calls(offered, request.parallel_tool_calls, self.context.words if grounded and self.context else "")
         prompt = self.prompt
         if words_only and say is None:  # a second request: the usage is both's
@@ -206,9 +206,9 @@ class CascadeProduction(Production):
 
         said: AsyncIterator[str] = think()
         if offered:  # the text before a call is said; the calls follow it (``_produce``)
-            ground = request.tool_choice == "auto" and thinking.ground_calls  # (a call the client demands is never dropped)
+            ground = request.tool_choice == "auto" and thinking.calls.ground  # (a call the client demands is never dropped)
             words = self.context.words if ground and self.context is not None else None
-            again = constrain if thinking.constrain_calls == "always" and not forced and not steered else None
+            again = constrain if thinking.calls.constrain == "always" and not forced and not steered else None
             self.calls = ToolStream(said, offered, forced, request.parallel_tool_calls, words, again)
             said = self.calls.speech()
 

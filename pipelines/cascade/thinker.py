@@ -42,6 +42,38 @@ log = logging.getLogger(__name__)
 FINISH_TOKENS = 24  # past the server's own budget, a sentence under way may take this many more tokens to end
 
 
+class CallOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """How the thinker's tool calls are written and what follows them (calls/, call_policy.py,
+    docs/tools.md)."""
+
+    max_tokens: int = 160  # the answer budget when tools are offered: a call's JSON is longer than a spoken answer
+    # when tools are offered, and in the answer to a tool's output: the answers' penalty would push
+    # the answer off the JSON its prompt shows, and off the output's own words (bench/tools.py)
+    repetition_penalty: float = 1.0
+    ground: bool = True  # tool_choice auto: a call whose required values nobody said is dropped, and the answer said in words (calls/grounding.py)
+    # with ground, when every call the model wrote was dropped: up to this many other tools, each
+    # one it gave at least second_choice_floor at the call's name, written from the same prompt
+    # (their arguments held to their schemas) and the likeliest whose values were said made (a
+    # small thinker reaches for the first tool it was shown: docs/tools.md); 0: none
+    second_choices: int = 2
+    second_choice_floor: float = 0.03  # the least probability a second choice of tool needs at the call's name
+    second_choice_tokens: int = 40  # a second choice's arguments longer than this are not made (a chit-chat value rambling on)
+    # a tool call held to its tool's JSON schema as it is written (vLLM's structured outputs).
+    # forced: a call tool_choice forces, from its first token (one request, no cost); always: also a
+    # call the model makes on its own, its arguments from a second request once it has named a tool
+    # offered (+0.2 s to the call on two cores: docs/tools.md); never: every call as the model writes it
+    constrain: Literal["forced", "always", "never"] = "forced"
+    # a call the model makes on its own written by steering the engine (in process only:
+    # calls/steering.py): the model chooses the tool and each value, the server writes the JSON
+    # around them (a third of the engine steps: the call sooner, docs/tools.md)
+    steer: bool = True
+
+    @property
+    def held(self) -> bool:
+        """Whether any call is held to its schema (``constrain`` is not "never"): a forced one at least."""
+        return self.constrain != "never"
+
+
 class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     model: str = "qwen2.5-coder-0.5b-instruct"  # a model name from `realtime-omni models`, or a path / HF id
     # in_process: vLLM in this server; remote: a `vllm serve` of the same model that many frontends
@@ -61,36 +93,11 @@ class ThinkerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kv_cache_gib: float = 1.0  # vLLM-CPU only (VLLM_CPU_KVCACHE_SPACE)
     engine_args: dict[str, Any] = {}  # anything else AsyncEngineArgs takes (GPU: gpu_memory_utilization, ...)
     max_tokens: int = 64  # answer budget in tokens (a response's max_output_tokens can lower it)
-    tool_max_tokens: int = 160  # the budget when tools are offered: a call's JSON is longer than a spoken answer
-    # when tools are offered, and in the answer to a tool's output: the penalty would push the answer off
-    # the JSON its prompt shows, and off the output's own words (bench/tools.py, docs/tools.md)
-    tool_repetition_penalty: float = 1.0
-    ground_calls: bool = True  # tool_choice auto: a call whose required values nobody said is dropped, and the answer said in words (calls/grounding.py)
-    # with ground_calls, when every call the model wrote was dropped: up to this many other tools,
-    # each one it gave at least second_choice_floor at the call's name, written from the same
-    # prompt (their arguments held to their schemas) and the likeliest whose values were said made
-    # (a small thinker reaches for the first tool it was shown: docs/tools.md); 0: none
-    second_choices: int = 2
-    second_choice_floor: float = 0.03  # the least probability a second choice of tool needs at the call's name
-    second_choice_tokens: int = 40  # a second choice's arguments longer than this are not made (a chit-chat value rambling on)
-    # a tool call held to its tool's JSON schema as it is written (vLLM's structured outputs).
-    # forced: a call tool_choice forces, from its first token (one request, no cost); always: also a
-    # call the model makes on its own, its arguments from a second request once it has named a tool
-    # offered (+0.2 s to the call on two cores: docs/tools.md); never: every call as the model writes it
-    constrain_calls: Literal["forced", "always", "never"] = "forced"
-    # a call the model makes on its own written by steering the engine (in process, calls/steering.py):
-    # the model chooses the tool and each value, the server writes the JSON around them (a third
-    # of the engine steps: the call sooner, docs/tools.md)
-    steer_calls: bool = True
+    calls: CallOptions = msgspec.field(default_factory=CallOptions)  # tool calls
     max_sentences: int = 2  # stop after this many sentences: spoken answers stay short
     temperature: float = 0.3  # small models ramble when hot; responses' temperature is not used
     repetition_penalty: float = 1.2
     seed: int | None = 0
-
-    @property
-    def holds_calls(self) -> bool:
-        """Whether any call is held to its schema (``constrain_calls`` is not "never"): a forced one at least."""
-        return self.constrain_calls != "never"
 
 
 @dataclass
@@ -166,7 +173,7 @@ class Thinker:
         # one tiny request compiles/warms what the first real one would otherwise pay for
         async for _ in self.stream(self.render("You are a helpful assistant.", [Turn("user", "Hello.")]), "warmup", max_tokens=2):
             pass
-        if self.options.holds_calls:  # the first request held to a schema builds the grammar's view of the vocabulary
+        if self.options.calls.held:  # the first request held to a schema builds the grammar's view of the vocabulary
             # (0.74 s on a 2-core EPYC; a new schema after it, 0.08 s): paid here, not by a session's first call
             async for _ in self.stream(self.render("", [Turn("user", "{}")]), "warmup", max_tokens=1, ask=Ask(schema={"type": "object"})):
                 pass
@@ -203,8 +210,10 @@ class Thinker:
         self.end_ids = await asyncio.to_thread(judgement.end_token_ids, self.tokenizer, texts)
         if template_takes_tools(self.tokenizer):  # an answer in words may have to be held to words
             self.call_start_ids = await asyncio.to_thread(call_start_ids, self.tokenizer, texts)
-            if o.steer_calls and self.engine.in_process and not self.stop_strings:
+            if o.calls.steer and self.engine.in_process and not self.stop_strings:
                 self.vocab = await asyncio.to_thread(steering.vocab, self.tokenizer, texts)
+            elif o.calls.steer:
+                log.info("calls.steer: calls are written as the model writes them here (steering needs the engine in process, a chat prompt)")
 
     async def stop(self) -> None:
         await self.engine.stop()
@@ -295,9 +304,9 @@ class Thinker:
 
     def _limit(self, max_tokens: int | None) -> int:
         """The answer budget: the config's, or the one asked (the caller lowers it to a response's
-        ``max_output_tokens``), up to ``tool_max_tokens`` for an answer that may call a tool."""
+        ``max_output_tokens``), up to ``calls.max_tokens`` for an answer that may call a tool."""
         o = self.options
-        return o.max_tokens if max_tokens is None else max(1, min(max_tokens, max(o.max_tokens, o.tool_max_tokens)))
+        return o.max_tokens if max_tokens is None else max(1, min(max_tokens, max(o.max_tokens, o.calls.max_tokens)))
 
     def _cap(self, max_tokens: int | None, a: Ask) -> int:
         """What the engine may write: the budget, and ``FINISH_TOKENS`` more where it is the server's

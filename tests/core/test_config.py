@@ -85,6 +85,9 @@ def _cpu(**changes: Any) -> dict[str, Any]:
         (_cpu(sip={"portt": 5060}), "sip.portt", "unknown field"),
         (_cpu(session={"tools": [{"type": "function", "nam": "x"}]}), "session.tools[0].nam", "unknown field"),
         (_cpu(ssl_certfile="cert.pem"), "", "ssl_certfile and ssl_keyfile go together: give both, or neither"),
+        # a key that moved says where to (config.MOVED)
+        (_cpu(pipeline={"options": {"thinker": {"steer_calls": False}}}), "pipeline.options.thinker.steer_calls", "unknown field (moved to pipeline.options.thinker.calls.steer)"),
+        (_cpu(pipeline={"options": {"thinker": {"tool_max_tokens": 99}}}), "pipeline.options.thinker.tool_max_tokens", "unknown field (moved to pipeline.options.thinker.calls.max_tokens)"),
     ],
 )
 def test_every_problem_is_one_error_naming_the_file_and_the_key(data: dict[str, Any], key: str, problem: str):

@@ -361,7 +361,7 @@ async def test_a_request_for_the_second_tool_shown_gets_its_call(cpu_server, que
     assert after["calls_second_choice"] - before["calls_second_choice"] == after["tool_calls_ungrounded"] - before["tool_calls_ungrounded"] + after["tool_calls_unknown"] - before["tool_calls_unknown"]
 
 
-# (tool, request, what the call must hold); written free (constrain_calls: never), each of these forced
+# (tool, request, what the call must hold); written free (calls.constrain: never), each of these forced
 # calls came out as its first value alone ("21", "4"), not an object (docs/tools.md)
 HELD = [
     (THERMOSTAT, "Set the bedroom to twenty one degrees.", {"celsius": 21, "room": "bedroom"}),
@@ -394,7 +394,7 @@ async def held_call(ws_base: str, tool: dict, request: str, tool_choice: object)
 @pytest.mark.parametrize("tool, request_text, held", HELD, ids=[r for _, r, _ in HELD])
 async def test_a_forced_calls_arguments_are_held_to_its_tools_schema(cpu_server, tool, request_text, held):
     """A call the client forces is written under vLLM's structured outputs from its first token, held
-    to the tool's JSON schema (``thinker.constrain_calls``, "forced" by default): an object with every
+    to the tool's JSON schema (``thinker.calls.constrain``, "forced" by default): an object with every
     required value, each of its type and inside its enum and bounds. The thinker chooses the tool
     under ``required``, the client under a named ``tool_choice``."""
     before = cpu_server.stats()

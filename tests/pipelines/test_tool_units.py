@@ -16,7 +16,7 @@ from pipelines.base import AudioChunk, Capabilities, ResponseRequest, TextDelta,
 from pipelines.cascade.calls.grounding import ask_back, asked_for, instructions, numbers_of, ungrounded
 from pipelines.cascade.production import CascadeProduction, ToolContext
 from pipelines.cascade.shared import CascadeOptions, Counts
-from pipelines.cascade.thinker import Ask, Report, Thinker, ThinkerOptions, Turn
+from pipelines.cascade.thinker import Ask, CallOptions, Report, Thinker, ThinkerOptions, Turn
 from pipelines.cascade.calls.format import (
     OPEN,
     ArgumentsDelta,
@@ -244,13 +244,13 @@ def test_an_answer_held_to_words_cannot_begin_a_call():
 
 class ScriptedThinker:
     """The thinker's side of a production: each request streams the next scripted text (in pieces).
-    ``constrain``: ``ThinkerOptions.constrain_calls``; a request held to a schema is scripted like any
+    ``constrain``: ``CallOptions.constrain``; a request held to a schema is scripted like any
     other, its schema recorded."""
 
     def __init__(
         self, *texts: str, constrain: str = "never", refuse: bool = False, names: dict[str, float] | None = None, held: list[str] | None = None
     ) -> None:
-        self.options = ThinkerOptions(constrain_calls=constrain)  # type: ignore[arg-type]
+        self.options = ThinkerOptions(calls=CallOptions(constrain=constrain))  # type: ignore[arg-type]
         self.names = names or {}  # the probability of each tool's name once a call has begun (``top_next``)
         self.held = held  # if given, the texts of the requests held to a schema, scripted apart from the others
         self.steps = 0  # ``top_next`` requests
@@ -415,7 +415,7 @@ async def test_a_dropped_call_gives_way_to_the_models_next_choice_of_tool_when_i
     assert said == "" and [(c.name, json.loads(c.arguments)) for c in calls] == [("calculate", {"expression": "100 / 4"})]
     assert thinker.schemas == [None, CALCULATE.parameters] and thinker.texts == ["That is twenty five."]  # (never asked for)
     assert thinker.prompts[1] == [10, 11, *thinker.tokenizer.encode(OPEN + "\n" + call_head("calculate"), add_special_tokens=False)]
-    assert thinker.budgets[1] == ThinkerOptions().second_choice_tokens  # (a value rambling on is not waited for)
+    assert thinker.budgets[1] == CallOptions().second_choice_tokens  # (a value rambling on is not waited for)
     assert pipeline.counts.calls_second_choice == 1 and pipeline.counts.tool_calls_ungrounded == 1
     assert pipeline.counts.answers_said_instead_of_calls == 0
 
@@ -455,7 +455,7 @@ def test_a_value_is_checked_once_it_is_written_whole():
 
 async def test_no_second_choice_with_second_choices_zero():
     thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "Paris", "day": "today"}}', "Twenty five.", names={"calculate": 0.5})
-    thinker.options = ThinkerOptions(second_choices=0)
+    thinker.options = ThinkerOptions(calls=CallOptions(second_choices=0))
     said, calls, _ = await _produce(thinker, "What's 100 divided by 4?", tools=(FORECAST_TOOL, CALCULATE))
     assert calls == [] and said == "Twenty five." and thinker.steps == 0
 

@@ -26,7 +26,7 @@ role), so vLLM's server-side tool parser never sees it.
   engine can hold a call to its schema, the call's arguments are written by a request that does
   (``constrain``), from the moment the model has named a tool offered.
 
-Where the engine does not hold a call to its schema (``ThinkerOptions.constrain_calls``), arguments
+Where the engine does not hold a call to its schema (``CallOptions.constrain``), arguments
 that break it (or are not JSON at all) are still emitted, as OpenAI does for a tool without
 ``strict``: the client sees what the model wrote and answers with an error output if it must.
 ``schema_errors`` says what is wrong, for logs, counts and the tool bench.
