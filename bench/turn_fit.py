@@ -38,7 +38,8 @@ from bench.common import save
 from bench.metrics import dist
 from bench.turn_fixtures import RATE
 from bench.turns import fusion_for, judge_of
-from pipelines.turn_end.fusion import Fusion, Weights, logit
+from pipelines.turn_end.fusion import FLOOR, Fusion, Weights
+from pipelines.turn_end.odds import logit
 from pipelines.turn_end.policy import TurnEndConfig
 
 CHECK_S = TurnEndConfig().check_ms / 1000  # the silence at which the policy decides
@@ -63,9 +64,9 @@ class Decisions:
                 else:
                     nxt = ds[i + 1]["at"] if i + 1 < len(ds) else row["end"]
                     k, space = ("split" if row["kind"] == "complete" else "cut"), max(0.0, (nxt - at) / RATE - MIN_RESUME_S)
-                la.append(logit(d["audio_p"]))
-                lw.append(np.nan if d.get("words_p") is None else logit(d["words_p"]))
-                ll.append(0.0 if d.get("listener_p") is None else logit(d["listener_p"]))  # (beside the thinker's)
+                la.append(logit(d["audio_p"], FLOOR))
+                lw.append(np.nan if d.get("words_p") is None else logit(d["words_p"], FLOOR))
+                ll.append(0.0 if d.get("listener_p") is None else logit(d["listener_p"], FLOOR))  # (beside the thinker's)
                 shift.append(Fusion.words_shift(d.get("text")))  # the text rule, for a decision without a judgement
                 room.append(space)
                 kind.append(k)
@@ -87,7 +88,7 @@ class Decisions:
         z = judged.score(self.la, np.where(unjudged, 0.0, self.lw), self.ll) + (shift if self.judge == "listener" else 0.0)
         z_audio = fusion.audio_only.score(self.la) + shift
         z = np.where(unjudged, z_audio, z)
-        gap = logit(threshold) - z
+        gap = logit(threshold, FLOOR) - z
         k = np.where(unjudged, fusion.audio_only.silence_per_s, judged.silence_per_s)
         out = np.where(gap <= 0, 0.0, np.where(k > 0, gap / np.maximum(k, 1e-9), np.inf))
         return np.minimum(out, self.longest - CHECK_S)

@@ -24,7 +24,6 @@ response is the transcript of the audio that follows it, up to the next ``TextDe
 from __future__ import annotations
 
 import abc
-import math
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
@@ -282,23 +281,8 @@ class TurnVerdict:
     audio_probability: float | None = None  # the audio's alone, when more was weighed
     transcript: str | None = None  # the words weighed
     words_probability: float | None = None  # the words' judgement weighed (Heard.ends)
-    logit_per_s: float = 0.0  # how much each further second of silence adds to the logit of ``probability``
+    logit_per_s: float = 0.0  # how much each further second of silence adds to the logit of ``probability`` (the policy's wait: pipelines/turn_end/fusion.py wait_s)
     listener_probability: float | None = None  # beside the thinker's: the listener's weighed (Heard.listener)
-
-    def wait_s(self, threshold: float) -> float | None:
-        """More silence after which the turn counts as finished at ``threshold``: 0 now, None
-        never (the eagerness's longest wait decides)."""
-        if self.probability >= threshold:
-            return 0.0
-        if self.logit_per_s <= 0:
-            return None
-        return (logit(threshold) - logit(self.probability)) / self.logit_per_s
-
-
-def logit(p: float, floor: float = 1e-12) -> float:
-    """log(p / (1 - p)), ``p`` kept ``floor`` away from 0 and 1."""
-    p = min(max(p, floor), 1 - floor)
-    return math.log(p / (1 - p))
 
 
 class TurnModel(abc.ABC):

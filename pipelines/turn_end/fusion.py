@@ -26,8 +26,10 @@ from typing import TypeVar
 import msgspec
 
 from pipelines.base import Heard, TurnVerdict
-from pipelines.base import logit as _logit
+from pipelines.turn_end.odds import logit, sigmoid
 from pipelines.turn_end.text_rule import odds_factor
+
+FLOOR = 1e-4  # the probabilities weighed are kept this far from 0 and 1: one read from 20 candidates is no finer
 
 Z = TypeVar("Z")  # a float, or a numpy array of them (bench/turn_fit.py scores a whole grid at once)
 
@@ -65,15 +67,15 @@ class Fusion(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
         shift = self.words_shift(text) if self.text_rule else 0.0
         if heard is None or heard.ends is None:
             w = self.audio_only
-            z = w.score(logit(audio)) + shift
-            return TurnVerdict(_sigmoid(z), cpu_ms, audio, text, None, w.silence_per_s)
+            z = w.score(logit(audio, FLOOR)) + shift
+            return TurnVerdict(sigmoid(z), cpu_ms, audio, text, None, w.silence_per_s)
         if heard.judge == "listener":
             w = self.with_listener
-            z = w.score(logit(audio), logit(heard.ends)) + shift
+            z = w.score(logit(audio, FLOOR), logit(heard.ends, FLOOR)) + shift
         else:
             w = self.with_words
-            z = w.score(logit(audio), logit(heard.ends), 0.0 if heard.listener is None else logit(heard.listener))
-        return TurnVerdict(_sigmoid(z), cpu_ms, audio, text, heard.ends, w.silence_per_s, heard.listener)
+            z = w.score(logit(audio, FLOOR), logit(heard.ends, FLOOR), 0.0 if heard.listener is None else logit(heard.listener, FLOOR))
+        return TurnVerdict(sigmoid(z), cpu_ms, audio, text, heard.ends, w.silence_per_s, heard.listener)
 
     @staticmethod
     def words_shift(text: str | None) -> float:
@@ -81,9 +83,13 @@ class Fusion(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
         return math.log(odds_factor(text))
 
 
-def logit(p: float) -> float:
-    return _logit(p, 1e-4)  # a probability read from 20 candidates is no finer than this
 
-
-def _sigmoid(z: float) -> float:
-    return 1 / (1 + math.exp(-max(-50.0, min(50.0, z))))
+def wait_s(verdict: TurnVerdict, threshold: float) -> float | None:
+    """More silence after which ``verdict``'s turn counts as finished at ``threshold``: 0 now, None
+    never (the eagerness's longest wait decides). Each second of silence adds ``logit_per_s`` to
+    the verdict's logit (the weights' ``silence_per_s``)."""
+    if verdict.probability >= threshold:
+        return 0.0
+    if verdict.logit_per_s <= 0:
+        return None
+    return (logit(threshold) - logit(verdict.probability)) / verdict.logit_per_s

@@ -13,7 +13,8 @@ import pytest
 from pipelines import models
 from pipelines.base import Heard, TurnVerdict
 from pipelines.turn_end import judgement
-from pipelines.turn_end.fusion import Fusion, Weights, logit
+from pipelines.turn_end.fusion import Fusion, Weights, wait_s
+from pipelines.turn_end.odds import logit
 from pipelines.turn_end.text_rule import combine, odds_factor
 from tests.support.audio import speak
 
@@ -97,11 +98,11 @@ def test_the_judgement_sums_the_candidates_that_end_the_sentence():
 
 def test_a_verdict_says_how_much_more_silence_finishes_the_turn():
     at_once = TurnVerdict(0.7, 1.0, logit_per_s=2.0)
-    assert at_once.wait_s(0.5) == 0.0
+    assert wait_s(at_once, 0.5) == 0.0
     later = TurnVerdict(0.1, 1.0, logit_per_s=2.0)  # logit -2.197: 1.1 s of silence brings it to 0.5
-    assert later.wait_s(0.5) == pytest.approx(2.1972 / 2, abs=1e-3)
-    assert later.wait_s(0.8) > later.wait_s(0.5) > later.wait_s(0.2) > 0
-    assert TurnVerdict(0.1, 1.0).wait_s(0.5) is None  # silence adds nothing: the longest wait decides
+    assert wait_s(later, 0.5) == pytest.approx(2.1972 / 2, abs=1e-3)
+    assert wait_s(later, 0.8) > wait_s(later, 0.5) > wait_s(later, 0.2) > 0
+    assert wait_s(TurnVerdict(0.1, 1.0), 0.5) is None  # silence adds nothing: the longest wait decides
 
 
 def test_the_fusion_weighs_the_thinkers_judgement_when_there_is_one():
@@ -110,9 +111,9 @@ def test_the_fusion_weighs_the_thinkers_judgement_when_there_is_one():
     z = 0.5 + 0.5 * logit(0.9) + logit(0.002)
     assert judged.probability == pytest.approx(1 / (1 + np.exp(-z)))
     assert (judged.audio_probability, judged.words_probability, judged.transcript, judged.logit_per_s) == (0.9, 0.002, "How far away is the", 3.0)
-    assert judged.wait_s(0.5) == pytest.approx(-z / 3.0)
+    assert wait_s(judged, 0.5) == pytest.approx(-z / 3.0)
     # the words end a sentence and the audio agrees: finished at once
-    assert fusion.verdict(0.9, 30.0, Heard("How far away is the moon?", ends=0.7)).wait_s(0.5) == 0.0
+    assert wait_s(fusion.verdict(0.9, 30.0, Heard("How far away is the moon?", ends=0.7)), 0.5) == 0.0
     # no judgement: the audio alone, shifted by the transcript's last words as before, no silence term
     assert fusion.verdict(0.9, 30.0, Heard("How far away is the")).probability == pytest.approx(combine(0.9, "How far away is the"))
     assert fusion.verdict(0.9, 30.0, None).probability == pytest.approx(0.9) and fusion.verdict(0.9, 30.0, None).logit_per_s == 0.0
