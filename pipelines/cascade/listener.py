@@ -26,6 +26,8 @@ from typing import Literal, NamedTuple, Protocol
 
 import numpy as np
 
+from pipelines.sentences import QUOTES, piece_ends_sentence
+
 FRAMES_PER_SECOND = 100  # log-mel frames (10 ms hop)
 FULL_FRAMES = 3000
 
@@ -139,10 +141,10 @@ def is_mark(piece: str) -> bool:
 
 
 def ends_sentence(piece: str) -> bool:
-    """An end mark, maybe with quotes or brackets around it ('.', '?"'); not an ellipsis ('...':
-    a voice trailing off)."""
-    mark = piece.strip()
-    return any(c in ".?!" for c in mark) and all(c in ".?!\"')" for c in mark) and mark.count(".") < 2
+    """An end mark, maybe with quotes or brackets around it ('.', '?"', '.)'); not an ellipsis
+    ('...': a voice trailing off). The one rule (pipelines/sentences.py), with ``)``: a listener
+    writes brackets of its own ("(laughs)."), which the user's words given the thinker never open."""
+    return piece_ends_sentence(piece, QUOTES + ")")
 
 
 def unloop(text: str) -> str:

@@ -12,6 +12,8 @@ import pytest
 
 from pipelines import models
 from pipelines.base import Heard, TurnVerdict
+from pipelines.cascade.listener import ends_sentence as listener_ends_sentence
+from pipelines.sentences import piece_ends_sentence
 from pipelines.turn_end import judgement
 from pipelines.turn_end.fusion import Fusion, Weights, wait_s
 from pipelines.turn_end.odds import logit
@@ -84,7 +86,9 @@ def test_the_words_are_judged_without_their_final_punctuation(text, words):
 @pytest.mark.parametrize("piece, ends", [(".", True), ("?", True), (" !", True), ('."', True), ("?\n\n", True), ("!!", True),
                                          ("...", False), ("..", False), (",", False), (" the", False), ("", False), (").", False)])
 def test_which_tokens_end_a_sentence(piece, ends):
-    assert judgement.ends_sentence(piece) is ends
+    assert piece_ends_sentence(piece) is ends
+    # the listener's own brackets close its asides ("(laughs)."): the same rule, with ")"
+    assert listener_ends_sentence(piece) is (ends or piece == ").")
 
 
 def test_the_judgement_sums_the_candidates_that_end_the_sentence():
