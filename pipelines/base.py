@@ -236,9 +236,10 @@ class PipelineSession(abc.ABC):
     def clear(self) -> None:
         """The audio fed since the last commit/clear is discarded."""
 
-    def judge_words(self, on: bool) -> None:
-        """semantic_vad asks (``on``) for a judgement of whether the words end the turn at each
-        ``pause`` (``Heard.ends``); a pipeline that cannot give one ignores it."""
+    def judge_words(self, judge: "Judge | None") -> None:
+        """semantic_vad asks for a judgement of whether the words end the turn at each ``pause``
+        (``Heard.ends``), by ``judge`` (the turn-end policy's ``turn_end.judge``); None: no
+        judgement. A pipeline that cannot give one ignores it."""
 
     async def heard(self, within_s: float) -> "Heard | None":
         """What this pipeline heard of the open turn up to the last ``pause`` (the cascade's
@@ -264,13 +265,16 @@ class PipelineSession(abc.ABC):
         """The client session ended: release everything held for it."""
 
 
+Judge = Literal["listener", "thinker"]  # who judges whether the words end the turn (turn_end.judge)
+
+
 @dataclass(frozen=True, slots=True)
 class Heard:
     """The open turn's words at its last pause, as a pipeline heard them."""
 
     text: str
     ends: float | None = None  # the probability that the user's message ends there (None: not judged) ...
-    judge: Literal["listener", "thinker"] | None = None  # ... by whom: the listener's own, or the thinker's
+    judge: Judge | None = None  # ... by whom: the listener's own, or the thinker's
     listener: float | None = None  # beside the thinker's: the listener's own (free with the words)
 
 

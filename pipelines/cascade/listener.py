@@ -14,7 +14,7 @@ the last word it wrote, times that of an end mark (".", "?", "!") or the end of 
 read from the decoder's own distributions (CTranslate2's ``return_logits_vocab``) in the same pass.
 Given a sentence cut at a pause, tiny.en often writes an ending nobody said ("a table for it."),
 but it is unsure of it: after "for", " it" 0.43 and the end 0.22. semantic_vad weighs it beside the
-thinker's judgement, or alone (``judge: listener``); docs/turn-taking.md measures both.
+thinker's judgement, or alone (``turn_end.judge: listener``); docs/turn-taking.md measures both.
 """
 
 from __future__ import annotations

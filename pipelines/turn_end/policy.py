@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
-from pipelines.base import Heard, TurnModel, TurnVerdict
+from pipelines.base import Heard, Judge, TurnModel, TurnVerdict
 from pipelines.turn_end.fusion import Fusion, wait_s
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,12 @@ class TurnEndConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     pause_ms: int = 200  # silence after which pipelines may start hearing and answering ahead
     check_ms: int = 200  # semantic_vad: the silence at which the turn is judged (a finished one ends there)
     hearing_wait_ms: int = 1500  # the longest a decision waits for the pipeline's words and judgement
+    # who judges whether the words at a pause end the turn, where the pipeline can (the cascade): the
+    # thinker (one engine step over the words, in the conversation, before the answer) or the listener
+    # (Whisper's own probability of its last word and of an end after it, in the same pass: nothing
+    # added at the pause, the thinker left to the answer); the fusion has weights for each; the two
+    # measured: docs/turn-taking.md
+    judge: Judge = "thinker"
     eagerness: dict[str, Eagerness] = msgspec.field(default_factory=lambda: dict(EAGERNESS))  # "auto" is "medium"
     fusion: Fusion = msgspec.field(default_factory=Fusion)  # the defaults were fitted by `python -m bench turn_fit`
 
@@ -101,6 +107,11 @@ class TurnEndPolicy:
     def judges(self, eagerness: str | None) -> bool:
         """Whether a session with this turn detection checks its pauses here (semantic_vad with a model)."""
         return eagerness is not None and self.model is not None
+
+    def judge(self, eagerness: str | None) -> Judge | None:
+        """Who the pipeline is asked to judge the words of a session with this turn detection
+        (``PipelineSession.judge_words``): ``turn_end.judge`` where its pauses are checked here."""
+        return self.config.judge if self.judges(eagerness) else None
 
     def silence_ms(self, eagerness: str) -> int:
         """semantic_vad's turn-ending silence when no check ends the turn first."""

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pipelines.base import ResponseRequest
+from pipelines.base import Judge, ResponseRequest
 from pipelines.turn_end.policy import LONGEST_WAIT, Decision, TurnEndPolicy
 
 from ..config import InterruptionGuard
@@ -112,7 +112,7 @@ class TurnTaking:
         self.guard = guard  # telephony: see ``guard_holds``
         self.turn_end = turn_end
         self.detector: TurnDetector | None = None
-        self._judging = False  # what the pipeline was told (judge_words): nothing, until semantic_vad
+        self._told: Judge | None = None  # what the pipeline was told (judge_words): nothing, until semantic_vad
         self._input = InputConverter(ctx.config.input_format, ctx.caps.input_rate)
         self.reset_detector()
 
@@ -153,11 +153,11 @@ class TurnTaking:
             self.detector = TurnDetector(settings, ctx.caps.input_rate, pause_ms, check_ms=check, origin=origin)
         else:
             self.detector = TurnDetector(vad, ctx.caps.input_rate, pause_ms, origin=origin)
-        # semantic_vad's decision weighs the thinker's judgement of the words: ask for it at each pause
-        judging = self.detector is not None and self.detector.checks
-        if judging != self._judging:
-            self._judging = judging
-            ctx.pipe.judge_words(judging)
+        # semantic_vad's decision weighs a judgement of the words: ask for the policy's at each pause
+        judge = policy.judge(vad.eagerness) if vad is not None else None  # (None: no checks)
+        if judge != self._told:
+            self._told = judge
+            ctx.pipe.judge_words(judge)
 
     # ------------------------------------------------------------------ audio in
 
