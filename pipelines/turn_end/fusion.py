@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from pipelines.base import Heard, TurnVerdict
+from pipelines.base import Heard, Judge, TurnVerdict
 from pipelines.turn_end.odds import logit, sigmoid
 from pipelines.turn_end.text_rule import odds_factor
 
@@ -60,7 +60,7 @@ class Evidence(NamedTuple):
 
     audio: float
     words: float | None
-    judge: str | None
+    judge: Judge | None
     listener: float
     shift: float
 
