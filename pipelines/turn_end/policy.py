@@ -9,7 +9,8 @@ policy what they mean, once per check:
   its worker thread) with what the pipeline heard of the turn (its words and the thinker's
   judgement of them, awaited at most ``hearing_wait_ms``), fused by ``fusion``: a turn judged
   finished at the eagerness's ``threshold`` ends at once, one judged unfinished after the further
-  silence the fusion gives it (``Decision.ends_after_ms``: ``fusion.wait_s`` after the check), or at the eagerness's ``max_wait_ms``.
+  silence the fusion gives it (``Decision.ends_after_ms``: ``fusion.wait_s`` after the check), or
+  at the eagerness's ``max_wait_ms``. The session applies the decision; it computes none of it.
 
 ``pause_ms`` is the shorter silence at which pipelines start hearing (and answering) ahead of the
 end. Every setting is in the config's ``turn_end`` section (``TurnEndConfig``).
