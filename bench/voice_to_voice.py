@@ -21,7 +21,7 @@ without ``--variants`` all seven run, ``remote_thinker`` with a ``vllm serve`` o
                        pause Smart Turn's score of the sound, the thinker's judgement of the
                        cascade's transcript and the silence, weighed together) instead of
                        server_vad's fixed silence
-    semantic_vad_listener  the same, the words judged by the listener itself (``judge: listener``:
+    semantic_vad_listener  the same, the words judged by the listener itself (``turn_end.judge: listener``:
                        the listener's own probability of an end, from the same pass)
     whisper            the ears before Moonshine: Whisper tiny.en, the turn heard at its pauses only
                        (``hear_every_ms: 0``)
@@ -77,11 +77,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no_async_chunk": {"async_chunk": False},
     "remote_thinker": {"thinker": {"engine": "remote", "served_model": "smollm2"}},
     "semantic_vad": {},
-    "semantic_vad_listener": {"judge": "listener"},
+    "semantic_vad_listener": {},
     "whisper": {"asr_model": "whisper-tiny.en", "hear_every_ms": 0},
     "whisper_semantic_vad": {"asr_model": "whisper-tiny.en", "hear_every_ms": 0},
     "larger_thinker": {"thinker": {"model": "qwen2.5-coder-1.5b-instruct-w8"}},
 }
+TURN_END: dict[str, dict[str, Any]] = {"semantic_vad_listener": {"judge": "listener"}}  # the config's turn_end, per variant
 TURN_DETECTION = {v: {"type": "semantic_vad", "eagerness": "auto"} for v in ("semantic_vad", "semantic_vad_listener", "whisper_semantic_vad")}
 STAGES = ("asr", "thinker_first_token", "first_clause", "first_audio")
 
@@ -94,6 +95,8 @@ def config(variant: str, silence_ms: int, base: str = "cpu") -> dict[str, Any]:
             opts[key].update(value)
         else:
             opts[key] = value
+    if variant in TURN_END:
+        cfg.setdefault("turn_end", {}).update(TURN_END[variant])
     td = TURN_DETECTION.get(variant, {"type": "server_vad", "silence_duration_ms": silence_ms})
     cfg["session"].setdefault("audio", {}).setdefault("input", {})["turn_detection"] = td
     return cfg

@@ -24,7 +24,6 @@ response is the transcript of the audio that follows it, up to the next ``TextDe
 from __future__ import annotations
 
 import abc
-import math
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
@@ -237,9 +236,10 @@ class PipelineSession(abc.ABC):
     def clear(self) -> None:
         """The audio fed since the last commit/clear is discarded."""
 
-    def judge_words(self, on: bool) -> None:
-        """semantic_vad asks (``on``) for a judgement of whether the words end the turn at each
-        ``pause`` (``Heard.ends``); a pipeline that cannot give one ignores it."""
+    def judge_words(self, judge: "Judge | None") -> None:
+        """semantic_vad asks for a judgement of whether the words end the turn at each ``pause``
+        (``Heard.ends``), by ``judge`` (the turn-end policy's ``turn_end.judge``); None: no
+        judgement. A pipeline that cannot give one ignores it."""
 
     async def heard(self, within_s: float) -> "Heard | None":
         """What this pipeline heard of the open turn up to the last ``pause`` (the cascade's
@@ -265,13 +265,16 @@ class PipelineSession(abc.ABC):
         """The client session ended: release everything held for it."""
 
 
+Judge = Literal["listener", "thinker"]  # who judges whether the words end the turn (turn_end.judge)
+
+
 @dataclass(frozen=True, slots=True)
 class Heard:
     """The open turn's words at its last pause, as a pipeline heard them."""
 
     text: str
     ends: float | None = None  # the probability that the user's message ends there (None: not judged) ...
-    judge: Literal["listener", "thinker"] | None = None  # ... by whom: the listener's own, or the thinker's
+    judge: Judge | None = None  # ... by whom: the listener's own, or the thinker's
     listener: float | None = None  # beside the thinker's: the listener's own (free with the words)
 
 
@@ -282,23 +285,8 @@ class TurnVerdict:
     audio_probability: float | None = None  # the audio's alone, when more was weighed
     transcript: str | None = None  # the words weighed
     words_probability: float | None = None  # the words' judgement weighed (Heard.ends)
-    logit_per_s: float = 0.0  # how much each further second of silence adds to the logit of ``probability``
+    logit_per_s: float = 0.0  # how much each further second of silence adds to the logit of ``probability`` (the policy's wait: pipelines/turn_end/fusion.py wait_s)
     listener_probability: float | None = None  # beside the thinker's: the listener's weighed (Heard.listener)
-
-    def wait_s(self, threshold: float) -> float | None:
-        """More silence after which the turn counts as finished at ``threshold``: 0 now, None
-        never (the eagerness's longest wait decides)."""
-        if self.probability >= threshold:
-            return 0.0
-        if self.logit_per_s <= 0:
-            return None
-        return (logit(threshold) - logit(self.probability)) / self.logit_per_s
-
-
-def logit(p: float, floor: float = 1e-12) -> float:
-    """log(p / (1 - p)), ``p`` kept ``floor`` away from 0 and 1."""
-    p = min(max(p, floor), 1 - floor)
-    return math.log(p / (1 - p))
 
 
 class TurnModel(abc.ABC):

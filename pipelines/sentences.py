@@ -1,5 +1,11 @@
-"""Where a spoken answer's sentences end: the Thinker cuts its answers after ``max_sentences``,
-and the tool stream cuts the words around a call the same way."""
+"""Where a sentence ends: the one rule, for a text and for a token's piece of one.
+
+The Thinker cuts its answers after ``max_sentences`` and the tool stream cuts the words around a
+call the same way (``ends_sentence``, ``SentenceLimit``: a text); a turn's end is read from the
+tokens that may come after the user's last word (``piece_ends_sentence``: the thinker's next token,
+pipelines/turn_end/judgement.py; the listener's, pipelines/cascade/listener.py). A piece is the
+text rule applied to a token alone, less what a token cannot tell: it is only the sentence's end
+(marks and closing quotes), and an ellipsis in it ("...", a voice trailing off) ends nothing."""
 
 from __future__ import annotations
 
@@ -7,6 +13,8 @@ import re
 
 # A sentence ends at . ! ? followed by a space or the end of the text (not "3.5"), and a dot after
 # an initial ("F. Scott") or a title ("Dr. Smith") ends none.
+END_MARKS = ".!?"
+QUOTES = "\"'"
 _NOT_AFTER = "".join(rf"(?<!\b{a})" for a in ("Mr", "Mrs", "Ms", "Dr", "St", "Jr", "Prof", "vs"))
 SENTENCE_END = re.compile(rf"(?:(?<!\b[A-Z]){_NOT_AFTER}\.|[!?])(?=[\s\"')\]]|$)")
 _ENDED = re.compile(SENTENCE_END.pattern + r"[\"')\]]*\s*\Z")
@@ -15,6 +23,15 @@ _ENDED = re.compile(SENTENCE_END.pattern + r"[\"')\]]*\s*\Z")
 def ends_sentence(text: str) -> bool:
     """Whether ``text`` ends with a sentence's end (its mark maybe inside quotes or brackets)."""
     return _ENDED.search(text) is not None
+
+
+def piece_ends_sentence(piece: str, closers: str = QUOTES) -> bool:
+    """Whether a token's text, alone, ends a sentence: end marks (``.``, ``?``, ``!``, doubled or
+    with ``closers`` after or around them, white space around it), but not an ellipsis (two dots in
+    a row). ``closers``: the quotes by default; the listener adds ``)`` (it writes its own
+    brackets, "(laughs)."), the thinker's judgement does not (the user's words open none)."""
+    s = piece.strip()
+    return bool(s) and ".." not in s and all(c in END_MARKS + closers for c in s) and ends_sentence(s)
 
 
 class SentenceLimit:

@@ -14,7 +14,7 @@ the last word it wrote, times that of an end mark (".", "?", "!") or the end of 
 read from the decoder's own distributions (CTranslate2's ``return_logits_vocab``) in the same pass.
 Given a sentence cut at a pause, tiny.en often writes an ending nobody said ("a table for it."),
 but it is unsure of it: after "for", " it" 0.43 and the end 0.22. semantic_vad weighs it beside the
-thinker's judgement, or alone (``judge: listener``); docs/turn-taking.md measures both.
+thinker's judgement, or alone (``turn_end.judge: listener``); docs/turn-taking.md measures both.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from typing import Literal, NamedTuple, Protocol
 
 import numpy as np
+
+from pipelines.sentences import QUOTES, piece_ends_sentence
 
 FRAMES_PER_SECOND = 100  # log-mel frames (10 ms hop)
 FULL_FRAMES = 3000
@@ -139,10 +141,10 @@ def is_mark(piece: str) -> bool:
 
 
 def ends_sentence(piece: str) -> bool:
-    """An end mark, maybe with quotes or brackets around it ('.', '?"'); not an ellipsis ('...':
-    a voice trailing off)."""
-    mark = piece.strip()
-    return any(c in ".?!" for c in mark) and all(c in ".?!\"')" for c in mark) and mark.count(".") < 2
+    """An end mark, maybe with quotes or brackets around it ('.', '?"', '.)'); not an ellipsis
+    ('...': a voice trailing off). The one rule (pipelines/sentences.py), with ``)``: a listener
+    writes brackets of its own ("(laughs)."), which the user's words given the thinker never open."""
+    return piece_ends_sentence(piece, QUOTES + ")")
 
 
 def unloop(text: str) -> str:

@@ -28,6 +28,7 @@ import numpy as np
 
 from pipelines.base import (
     Heard,
+    Judge,
     Message,
     OutputChunk,
     PipelineSession,
@@ -66,7 +67,7 @@ class CascadeSession(PipelineSession):
         self.transcribed = False  # the session wants its input transcribed (live captions)
         self.prompts = Prompts(pipeline.thinker, lambda: pipeline.capabilities.tools, self.options.tools_after_output)
         beside = self.options.asr_model.startswith("whisper")  # (the fusion's listener weight is Whisper's)
-        self.hearing = Hearing(self._hear_turn, pipeline.thinker, self.salt, pipeline.counts, self._background, session_id, self.options.judge, beside)
+        self.hearing = Hearing(self._hear_turn, pipeline.thinker, self.salt, pipeline.counts, self._background, session_id, None, beside)
         self.ahead: Ahead[CascadeSpeculation] = Ahead(pipeline.counts.speculations)  # the answer started at the last pause
         self.warmed: list[int] = []  # the prompt prefix last prefilled while the user spoke (listen)
         self.responses = 0  # responses begun
@@ -100,8 +101,9 @@ class CascadeSession(PipelineSession):
         judgement (``listening``), or live captions."""
         self.overhearing.on = self.listening is not None or self.transcribed
 
-    def judge_words(self, on: bool) -> None:
-        self.hearing.judging = on
+    def judge_words(self, judge: Judge | None) -> None:
+        self.hearing.judge = judge  # the turn-end policy's (turn_end.judge)
+        self.hearing.judging = judge is not None
 
     def listen(self, request: ResponseRequest | None, answer: bool) -> None:
         """The user began to speak: while they do, prefill the conversation up to where their words

@@ -30,11 +30,6 @@ class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # (words_ahead.py); needs hear_every_ms and an in-process thinker. Off by default: measured slower
     # (bench voice_to_voice, 2026-11-29: v2v p50 658 ms with it, 576 without, docs/cpu-agent.md)
     words_ahead: bool = False
-    # semantic_vad: who judges whether the words at a pause end the turn: the thinker (one engine step
-    # over the words, in the conversation, before the answer) or the listener (Whisper's own
-    # probability of its last word and of an end after it, in the same pass: nothing added at the
-    # pause, the thinker left to the answer); the two measured: docs/turn-taking.md
-    judge: Literal["thinker", "listener"] = "thinker"
     thinker: ThinkerOptions = msgspec.field(default_factory=ThinkerOptions)
     voice: str = "piper-joe"
     tts_threads: int = 1

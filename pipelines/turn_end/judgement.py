@@ -24,9 +24,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pipelines.sentences import piece_ends_sentence
+
 TOP_LOGPROBS = 20  # the next token's top candidates asked of the engine
-_ENDS = ".?!"
-_CLOSERS = "\"'"
 _TRAILING = " \t\n.,;:!?\u2026-\u2013\u2014\"'"
 
 
@@ -36,18 +36,11 @@ def bare(text: str | None) -> str:
     return " ".join((text or "").split()).rstrip(_TRAILING)
 
 
-def ends_sentence(piece: str) -> bool:
-    """Whether a token's text, alone, ends a sentence: ``.``, ``?``, ``!`` (doubled, or with a
-    closing quote, white space around it) but not an ellipsis, which trails off."""
-    s = piece.strip()
-    return bool(s) and ".." not in s and all(c in _ENDS + _CLOSERS for c in s) and any(c in _ENDS for c in s)
-
-
 def end_token_ids(tokenizer: Any, texts: Sequence[str]) -> frozenset[int]:
     """Every token of ``tokenizer`` that ends a sentence, and the tokens that end a message (its
     end-of-sequence token and, for chat templates that have one, ``<|im_end|>``/``<|eot_id|>``).
     ``texts``: every token's text by id (the thinker decodes them once for all its sets)."""
-    ids = {i for i, text in enumerate(texts) if ends_sentence(text)}
+    ids = {i for i, text in enumerate(texts) if piece_ends_sentence(text)}
     specials = {tokenizer.eos_token_id}
     for name in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|endoftext|>"):
         found = tokenizer.convert_tokens_to_ids(name)

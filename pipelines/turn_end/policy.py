@@ -9,7 +9,8 @@ policy what they mean, once per check:
   its worker thread) with what the pipeline heard of the turn (its words and the thinker's
   judgement of them, awaited at most ``hearing_wait_ms``), fused by ``fusion``: a turn judged
   finished at the eagerness's ``threshold`` ends at once, one judged unfinished after the further
-  silence the fusion gives it (``Decision.wait_s``), or at the eagerness's ``max_wait_ms``.
+  silence the fusion gives it (``Decision.ends_after_ms``: ``fusion.wait_s`` after the check), or
+  at the eagerness's ``max_wait_ms``. The session applies the decision; it computes none of it.
 
 ``pause_ms`` is the shorter silence at which pipelines start hearing (and answering) ahead of the
 end. Every setting is in the config's ``turn_end`` section (``TurnEndConfig``).
@@ -25,8 +26,8 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
-from pipelines.base import Heard, TurnModel, TurnVerdict
-from pipelines.turn_end.fusion import Fusion
+from pipelines.base import Heard, Judge, TurnModel, TurnVerdict
+from pipelines.turn_end.fusion import Fusion, wait_s
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,12 @@ class TurnEndConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     pause_ms: int = 200  # silence after which pipelines may start hearing and answering ahead
     check_ms: int = 200  # semantic_vad: the silence at which the turn is judged (a finished one ends there)
     hearing_wait_ms: int = 1500  # the longest a decision waits for the pipeline's words and judgement
+    # who judges whether the words at a pause end the turn, where the pipeline can (the cascade): the
+    # thinker (one engine step over the words, in the conversation, before the answer) or the listener
+    # (Whisper's own probability of its last word and of an end after it, in the same pass: nothing
+    # added at the pause, the thinker left to the answer); the fusion has weights for each; the two
+    # measured: docs/turn-taking.md
+    judge: Judge = "thinker"
     eagerness: dict[str, Eagerness] = msgspec.field(default_factory=lambda: dict(EAGERNESS))  # "auto" is "medium"
     fusion: Fusion = msgspec.field(default_factory=Fusion)  # the defaults were fitted by `python -m bench turn_fit`
 
@@ -68,6 +75,21 @@ class TurnEndConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class Decision:
     wait_s: float | None  # further silence after which the turn is over: 0 now, None the eagerness's longest wait
     verdict: TurnVerdict | None  # what was weighed (None: nothing was, e.g. no model)
+    check_ms: int = 0  # the silence the decision was asked at
+
+    @property
+    def finished(self) -> bool:
+        """The turn is over now, at the check."""
+        return self.wait_s == 0.0
+
+    @property
+    def ends_after_ms(self) -> float | None:
+        """The silence (from the speech's end) after which the turn is over, unless speech comes
+        first; None: the eagerness's longest wait."""
+        return None if self.wait_s is None else self.check_ms + self.wait_s * 1000
+
+
+LONGEST_WAIT = Decision(None, None)  # nothing weighed: the eagerness's longest wait ends the turn
 
 
 Hear = Callable[[float], Awaitable[Heard | None]]  # what the pipeline heard, within so many seconds
@@ -87,6 +109,11 @@ class TurnEndPolicy:
         """Whether a session with this turn detection checks its pauses here (semantic_vad with a model)."""
         return eagerness is not None and self.model is not None
 
+    def judge(self, eagerness: str | None) -> Judge | None:
+        """Who the pipeline is asked to judge the words of a session with this turn detection
+        (``PipelineSession.judge_words``): ``turn_end.judge`` where its pauses are checked here."""
+        return self.config.judge if self.judges(eagerness) else None
+
     def silence_ms(self, eagerness: str) -> int:
         """semantic_vad's turn-ending silence when no check ends the turn first."""
         e = self.eagerness(eagerness)
@@ -98,7 +125,7 @@ class TurnEndPolicy:
         ``name``: the session's, for the log."""
         model = self.model
         if model is None:
-            return Decision(None, None)
+            return LONGEST_WAIT
         # the sound first, at the check, while the pause's hearing finishes; then the words: the
         # verdict comes with the thinker's judgement, and the answer begun there runs alone on two
         # cores (after the words, the sound ran beside the answer's first step: 28 ms later to
@@ -106,7 +133,7 @@ class TurnEndPolicy:
         audio = await model.judge(pcm, rate)
         heard = None if hear is None else await _within(hear, self.config.hearing_wait_ms / 1000)
         verdict = self.config.fusion.verdict(audio.probability, audio.cpu_ms, heard)
-        wait = verdict.wait_s(self.eagerness(eagerness).threshold)
+        wait = wait_s(verdict, self.eagerness(eagerness).threshold)
         log.debug(
             "session %s: end of turn? sound %s, words %r judged %s -> %.3f: %s",
             name,
@@ -116,7 +143,13 @@ class TurnEndPolicy:
             verdict.probability,
             "finished" if wait == 0.0 else "the longest wait" if wait is None else f"after {wait:.2f} s more silence",
         )
-        return Decision(wait, verdict)
+        return Decision(wait, verdict, self.config.check_ms)
+
+    def window(self, start: int, end: int, rate: int) -> int:
+        """Where the audio a decision at ``end`` hears begins, for a turn from ``start`` (input
+        positions at ``rate``): at most the model's ``max_seconds`` back."""
+        seconds = self.model.max_seconds if self.model is not None else 0.0
+        return max(start, end - int(seconds * rate))
 
     def close(self) -> None:
         if self.model is not None:

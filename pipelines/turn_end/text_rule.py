@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 import re
 
+from pipelines.turn_end.odds import logit, sigmoid
+
 NEVER_LAST = frozenset(
     "the a an and or but nor because if unless whether my your our their its i um uh er erm uhm".split()
 )
@@ -56,6 +58,4 @@ def combine(probability: float, text: str | None) -> float:
     factor = odds_factor(text)
     if factor == 1.0:
         return probability
-    p = min(max(probability, 1e-6), 1 - 1e-6)
-    logit = math.log(p / (1 - p)) + math.log(factor)
-    return 1 / (1 + math.exp(-logit))
+    return sigmoid(logit(probability, 1e-6) + math.log(factor))

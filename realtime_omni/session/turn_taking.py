@@ -28,8 +28,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pipelines.base import ResponseRequest
-from pipelines.turn_end.policy import TurnEndPolicy
+from pipelines.base import Judge, ResponseRequest
+from pipelines.turn_end.policy import LONGEST_WAIT, Decision, TurnEndPolicy
 
 from ..config import InterruptionGuard
 from ..errors import RealtimeError
@@ -57,6 +57,7 @@ from .user_input import UserInput, UserTurn
 log = logging.getLogger(__name__)
 
 MIN_COMMIT_MS = 100
+ECHO = Decision(0.0, None)  # the interruption guard's short sound over the agent: over at once, nothing weighed
 
 
 class Answering(Protocol):
@@ -111,7 +112,7 @@ class TurnTaking:
         self.guard = guard  # telephony: see ``guard_holds``
         self.turn_end = turn_end
         self.detector: TurnDetector | None = None
-        self._judging = False  # what the pipeline was told (judge_words): nothing, until semantic_vad
+        self._told: Judge | None = None  # what the pipeline was told (judge_words): nothing, until semantic_vad
         self._input = InputConverter(ctx.config.input_format, ctx.caps.input_rate)
         self.reset_detector()
 
@@ -152,11 +153,11 @@ class TurnTaking:
             self.detector = TurnDetector(settings, ctx.caps.input_rate, pause_ms, check_ms=check, origin=origin)
         else:
             self.detector = TurnDetector(vad, ctx.caps.input_rate, pause_ms, origin=origin)
-        # semantic_vad's decision weighs the thinker's judgement of the words: ask for it at each pause
-        judging = self.detector is not None and self.detector.checks
-        if judging != self._judging:
-            self._judging = judging
-            ctx.pipe.judge_words(judging)
+        # semantic_vad's decision weighs a judgement of the words: ask for the policy's at each pause
+        judge = policy.judge(vad.eagerness) if vad is not None else None  # (None: no checks)
+        if judge != self._told:
+            self._told = judge
+            ctx.pipe.judge_words(judge)
 
     # ------------------------------------------------------------------ audio in
 
@@ -293,41 +294,40 @@ class TurnTaking:
 
     async def _end_check(self, detector: TurnDetector, e: EndCheck) -> None:
         """semantic_vad: a pause long enough to ask the turn-end policy. A turn it judges finished
-        ends here; one it gives more time (``Decision.wait_s``) ends after that much more silence,
-        unless speech comes first; otherwise the eagerness's longest wait ends it."""
+        ends here; one it gives more time (``Decision.ends_after_ms``) ends after that much
+        silence, unless speech comes first; otherwise the eagerness's longest wait ends it."""
         turn = self.user.turn
         if turn is None:
             return
         self.user.feed_to(e.at)
         turn.hold = e.at
         if turn.held_until:  # a short sound over the agent's voice (interruption guard), not a turn
-            wait: float | None = 0.0
+            decision = ECHO
         else:
-            wait = await self._judge(turn, e.at)
+            decision = await self._judge(turn, e.at)
         if self.user.turn is not turn or self.detector is not detector:
             return
-        if wait == 0.0:
+        if decision.finished:
             detector.end_turn()
             await self._speech_stopped(e.at)
-        elif wait is not None:
-            detector.end_after(self.turn_end.config.check_ms + wait * 1000)
+        elif decision.ends_after_ms is not None:
+            detector.end_after(decision.ends_after_ms)
 
-    async def _judge(self, turn: UserTurn, end: int) -> float | None:
-        """Seconds of further silence after which the turn is finished (0: now; None: the longest wait)."""
+    async def _judge(self, turn: UserTurn, end: int) -> Decision:
+        """The policy's decision at a check ending at ``end``."""
         ctx, policy, vad = self.ctx, self.turn_end, self.ctx.config.vad
-        if vad is None or not policy.judges(vad.eagerness) or policy.model is None:
-            return None
-        assert vad.eagerness is not None
+        if vad is None or vad.eagerness is None or not policy.judges(vad.eagerness):
+            return LONGEST_WAIT
         rate, buffer = ctx.caps.input_rate, self.user.buffer
-        pcm = buffer.slice(max(turn.start, buffer.start, end - int(policy.model.max_seconds * rate)), end)
+        pcm = buffer.slice(policy.window(max(turn.start, buffer.start), end, rate), end)
         try:
             decision = await policy.decide(pcm, rate, vad.eagerness, ctx.pipe.heard, name=ctx.id)
         except Exception:  # a broken model must not end the session: the turn waits for the longest wait
             log.exception("session %s: the end-of-turn decision failed", ctx.id)
-            return None
+            return LONGEST_WAIT
         if decision.verdict is not None:
-            ctx.metrics.end_of_turn(decision.wait_s == 0.0, decision.verdict.cpu_ms)
-        return decision.wait_s
+            ctx.metrics.end_of_turn(decision.finished, decision.verdict.cpu_ms)
+        return decision
 
     def _turn_context(self) -> tuple[ResponseRequest | None, bool]:
         """The request a response would get if the open turn ended now (its items: the conversation

@@ -12,8 +12,11 @@ import pytest
 
 from pipelines import models
 from pipelines.base import Heard, TurnVerdict
+from pipelines.cascade.listener import ends_sentence as listener_ends_sentence
+from pipelines.sentences import piece_ends_sentence
 from pipelines.turn_end import judgement
-from pipelines.turn_end.fusion import Fusion, Weights, logit
+from pipelines.turn_end.fusion import Fusion, Weights, wait_s
+from pipelines.turn_end.odds import logit
 from pipelines.turn_end.text_rule import combine, odds_factor
 from tests.support.audio import speak
 
@@ -83,7 +86,9 @@ def test_the_words_are_judged_without_their_final_punctuation(text, words):
 @pytest.mark.parametrize("piece, ends", [(".", True), ("?", True), (" !", True), ('."', True), ("?\n\n", True), ("!!", True),
                                          ("...", False), ("..", False), (",", False), (" the", False), ("", False), (").", False)])
 def test_which_tokens_end_a_sentence(piece, ends):
-    assert judgement.ends_sentence(piece) is ends
+    assert piece_ends_sentence(piece) is ends
+    # the listener's own brackets close its asides ("(laughs)."): the same rule, with ")"
+    assert listener_ends_sentence(piece) is (ends or piece == ").")
 
 
 def test_the_judgement_sums_the_candidates_that_end_the_sentence():
@@ -97,11 +102,11 @@ def test_the_judgement_sums_the_candidates_that_end_the_sentence():
 
 def test_a_verdict_says_how_much_more_silence_finishes_the_turn():
     at_once = TurnVerdict(0.7, 1.0, logit_per_s=2.0)
-    assert at_once.wait_s(0.5) == 0.0
+    assert wait_s(at_once, 0.5) == 0.0
     later = TurnVerdict(0.1, 1.0, logit_per_s=2.0)  # logit -2.197: 1.1 s of silence brings it to 0.5
-    assert later.wait_s(0.5) == pytest.approx(2.1972 / 2, abs=1e-3)
-    assert later.wait_s(0.8) > later.wait_s(0.5) > later.wait_s(0.2) > 0
-    assert TurnVerdict(0.1, 1.0).wait_s(0.5) is None  # silence adds nothing: the longest wait decides
+    assert wait_s(later, 0.5) == pytest.approx(2.1972 / 2, abs=1e-3)
+    assert wait_s(later, 0.8) > wait_s(later, 0.5) > wait_s(later, 0.2) > 0
+    assert wait_s(TurnVerdict(0.1, 1.0), 0.5) is None  # silence adds nothing: the longest wait decides
 
 
 def test_the_fusion_weighs_the_thinkers_judgement_when_there_is_one():
@@ -110,9 +115,9 @@ def test_the_fusion_weighs_the_thinkers_judgement_when_there_is_one():
     z = 0.5 + 0.5 * logit(0.9) + logit(0.002)
     assert judged.probability == pytest.approx(1 / (1 + np.exp(-z)))
     assert (judged.audio_probability, judged.words_probability, judged.transcript, judged.logit_per_s) == (0.9, 0.002, "How far away is the", 3.0)
-    assert judged.wait_s(0.5) == pytest.approx(-z / 3.0)
+    assert wait_s(judged, 0.5) == pytest.approx(-z / 3.0)
     # the words end a sentence and the audio agrees: finished at once
-    assert fusion.verdict(0.9, 30.0, Heard("How far away is the moon?", ends=0.7)).wait_s(0.5) == 0.0
+    assert wait_s(fusion.verdict(0.9, 30.0, Heard("How far away is the moon?", ends=0.7)), 0.5) == 0.0
     # no judgement: the audio alone, shifted by the transcript's last words as before, no silence term
     assert fusion.verdict(0.9, 30.0, Heard("How far away is the")).probability == pytest.approx(combine(0.9, "How far away is the"))
     assert fusion.verdict(0.9, 30.0, None).probability == pytest.approx(0.9) and fusion.verdict(0.9, 30.0, None).logit_per_s == 0.0

@@ -328,7 +328,7 @@ async def test_semantic_vad_asks_the_pipeline_to_judge_the_words_and_server_vad_
     r = await run(turn_model, SERVER)
     await r.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": SEMANTIC}}}})
     await r.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": SERVER}}}})
-    assert [c for c in r.o.pipe.calls if c[0] == "judge_words"] == [("judge_words", True), ("judge_words", False)]
+    assert [c for c in r.o.pipe.calls if c[0] == "judge_words"] == [("judge_words", "thinker"), ("judge_words", None)]
     await close(r)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from pipelines.base import (
     AudioChunk,
     Capabilities,
+    Judge,
     OutputChunk,
     Pipeline,
     PipelineSession,
@@ -49,8 +50,8 @@ class FakeSession(PipelineSession):
     def pause(self, request: ResponseRequest | None, answer: bool) -> None:
         self.calls.append(("pause", request if answer else None))
 
-    def judge_words(self, on: bool) -> None:
-        self.calls.append(("judge_words", on))
+    def judge_words(self, judge: Judge | None) -> None:
+        self.calls.append(("judge_words", judge))
 
     def resume(self) -> None:
         self.calls.append(("resume",))
