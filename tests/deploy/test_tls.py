@@ -10,6 +10,7 @@ import re
 import shutil
 import ssl
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,8 +40,9 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-def site(upstream: int, http_port: int, https_port: int, cert: Path, key: Path) -> str:
-    """deploy/nginx-tls.conf on these ports, in front of the server on ``upstream``, with this certificate."""
+def site(upstream: int, http_port: int, https_port: int, cert: Path, key: Path, webroot: Path) -> str:
+    """deploy/nginx-tls.conf on these ports, in front of the server on ``upstream``, with this certificate
+    and this folder as certbot's webroot."""
     text = SITE.read_text()
     for pattern, new in [
         (r"server 127\.0\.0\.1:8000;", f"server 127.0.0.1:{upstream};"),
@@ -48,6 +50,7 @@ def site(upstream: int, http_port: int, https_port: int, cert: Path, key: Path) 
         (r"listen 443 ssl;", f"listen 127.0.0.1:{https_port} ssl;"),
         (r"ssl_certificate +\S+;", f"ssl_certificate {cert};"),
         (r"ssl_certificate_key +\S+;", f"ssl_certificate_key {key};"),
+        (r"root /var/www/html;", f"root {webroot};"),
     ]:
         text, n = re.subn(pattern, new, text)
         assert n == 1, f"deploy/nginx-tls.conf: {pattern!r} found {n} times, not once"
@@ -60,12 +63,23 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int
     # scripts/test installs both: missing, the setup is broken (a failure, not a skip)
     assert NGINX is not None and shutil.which("openssl") is not None, "needs nginx and openssl (scripts/test installs them)"
     cert, key = self_signed(tmp_path_factory.mktemp("tls"))
+    # nginx's workers (not root) read the webroot: a folder of its own under /tmp, readable by all
+    # (pytest's tmp_path is its owner's only)
+    webroot = Path(tempfile.mkdtemp(prefix="acme-webroot-"))
+    (webroot / ".well-known" / "acme-challenge").mkdir(parents=True)
+    (webroot / ".well-known" / "acme-challenge" / "tok3n").write_text("tok3n.thumbprint")
+    for folder in (webroot, webroot / ".well-known", webroot / ".well-known" / "acme-challenge"):
+        folder.chmod(0o755)
+    (webroot / ".well-known" / "acme-challenge" / "tok3n").chmod(0o644)
     config = synthetic_config(server={"api_key": API_KEY, "webrtc": {"host_addresses": ["127.0.0.1"]}})
-    with server_process(config, startup_s=120) as url:
-        upstream = int(url.split(":")[2].split("/")[0])
-        http_port, https_port = free_port(), free_port()
-        with nginx_site(site(upstream, http_port, https_port, cert, key), [http_port, https_port]):
-            yield http_port, https_port, cert
+    try:
+        with server_process(config, startup_s=120) as url:
+            upstream = int(url.split(":")[2].split("/")[0])
+            http_port, https_port = free_port(), free_port()
+            with nginx_site(site(upstream, http_port, https_port, cert, key, webroot), [http_port, https_port]):
+                yield http_port, https_port, cert
+    finally:
+        shutil.rmtree(webroot, ignore_errors=True)
 
 
 async def test_a_realtime_session_through_nginx_over_wss(proxied):
@@ -96,6 +110,9 @@ async def test_plain_http_is_sent_on_to_https_and_an_untrusted_certificate_refus
     async with httpx.AsyncClient() as http:
         moved = await http.get(f"http://127.0.0.1:{http_port}/healthz?x=1")
         assert moved.status_code == 301 and moved.headers["location"] == "https://127.0.0.1/healthz?x=1"
+        # certbot --webroot's challenge is served on port 80, not redirected (docs/production.md)
+        challenge = await http.get(f"http://127.0.0.1:{http_port}/.well-known/acme-challenge/tok3n")
+        assert challenge.status_code == 200 and challenge.text == "tok3n.thumbprint"
         with pytest.raises(httpx.ConnectError):  # the system's trust does not include a self-signed certificate
             await http.get(f"https://127.0.0.1:{https_port}/healthz")
     async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=str(cert))) as https:

@@ -436,3 +436,45 @@ def test_text_ends_a_sentence_by_the_same_rule_as_the_limit():
     assert ends_sentence("It is sunny. ") and ends_sentence('He said "hi."') and ends_sentence("Really?!")
     assert not ends_sentence("You can call the") and not ends_sentence("") and not ends_sentence("Sure:")
     assert not ends_sentence("Ask Dr.") and not ends_sentence("Version 3.5")  # a title, a number
+
+
+async def _loop_ticks_while(awaitable, error: str) -> int:
+    """How often a 10 ms timer fired while ``awaitable`` ran (it must fail with ``error``)."""
+    import asyncio
+
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    try:
+        with pytest.raises(RuntimeError, match=error):
+            await awaitable
+    finally:
+        task.cancel()
+    return ticks
+
+
+@pytest.mark.parametrize("what", ["thinker", "listener"])
+async def test_a_first_start_prepares_the_models_off_the_event_loop(monkeypatch, what):
+    """Preparing a model takes minutes at a first start (the thinker's conversion 2 min on a 2-core
+    Zen 3): done on the loop, the server answered nothing meanwhile, /healthz included."""
+    import time
+
+    from pipelines.cascade.pipeline import CascadePipeline
+    from pipelines.cascade.shared import CascadeOptions
+
+    def slow_ensure(name, progress=print, verify=False):
+        time.sleep(0.5)  # a preparation, blocking its thread
+        raise RuntimeError(f"stopped after preparing {name}")
+
+    monkeypatch.setattr(models, "ensure", slow_ensure)
+    if what == "thinker":
+        started = VllmThinker(ThinkerOptions())._load_tokenizer(lambda _: None)
+    else:
+        started = CascadePipeline(CascadeOptions()).start()
+    assert await _loop_ticks_while(started, "stopped after preparing") >= 20  # 50 in 0.5 s, less on a busy machine

@@ -106,7 +106,7 @@ async def test_sha256_digest_admits_once_and_a_replayed_answer_is_challenged_aga
     uac = RawUac(tuple(server.app.state.sip.address))
     try:
         first = challenge(uac, "auth-1", 1)
-        assert first is not None and first.status == 401
+        assert first is not None and first.status == 401 and first.reason == "Unauthorized"
         offered = [digest_params(h) for h in first.get_all("WWW-Authenticate")]
         assert [p["algorithm"] for p in offered if p] == ["SHA-256", "MD5"]
         params = offered[0]

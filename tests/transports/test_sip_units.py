@@ -61,6 +61,19 @@ def test_sip_parse_compact_folded_and_multi_via() -> None:
     assert reply.status == 200 and reply.get_all("Via") == msg.get_all("Via") and reply.cseq == (7, "BYE")
 
 
+# RFC 3261 section 21's statuses: each answer carries its own phrase (a 401 challenge once read "401 Unknown")
+@pytest.mark.parametrize(
+    ("status", "phrase"),
+    [(401, "Unauthorized"), (407, "Proxy Authentication Required"), (404, "Not Found"), (410, "Gone"), (484, "Address Incomplete"), (504, "Server Time-out")],
+)
+def test_every_answer_carries_its_reason_phrase(status: int, phrase: str) -> None:
+    invite = sipmsg.parse(b"INVITE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP 1.2.3.4;branch=z9hG4bK1\r\nFrom: <sip:x@y>;tag=1\r\nTo: <sip:a@b>\r\nCall-ID: c\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n")
+    reply = sipmsg.parse(sipmsg.response(invite, status, to_tag="t").encode())
+    assert (reply.status, reply.reason) == (status, phrase)
+    rfc3261 = [100, 180, 181, 182, 183, 200, 300, 301, 302, 305, 380, 400, 401, 402, 403, 404, 405, 406, 407, 408, 410, 413, 414, 415, 416, 420, 421, 423, 480, 481, 482, 483, 484, 485, 486, 487, 488, 491, 493, 500, 501, 502, 503, 504, 505, 513, 600, 603, 604, 606]
+    assert [code for code in rfc3261 if code not in sipmsg.REASONS] == []
+
+
 def test_jitter_buffer_reorders_conceals_and_adapts() -> None:
     jb = rtp.JitterBuffer(0, depth=2)
     def frame(v: int) -> bytes:
