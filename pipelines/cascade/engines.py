@@ -159,6 +159,18 @@ def _cpu_environment(options: Settings) -> None:
         Path(os.environ[key]).mkdir(parents=True, exist_ok=True)
 
 
+def _import_vllm() -> tuple[Any, Any]:
+    """vLLM's engine classes, with the int8 checkpoints' method registered (realtime_omni_w8; the
+    entry point does it in vLLM's own processes)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from pipelines.int8.vllm_method import register
+
+    register()
+    return AsyncEngineArgs, AsyncLLM
+
+
 def _params(s: Sampling) -> Any:
     """``s`` in vLLM's terms."""
     from vllm import SamplingParams
@@ -266,12 +278,10 @@ class VllmEngine:
     async def start(self, model_path: str, progress: Callable[[str], Any]) -> None:
         o = self.options
         _cpu_environment(o)
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.v1.engine.async_llm import AsyncLLM
-
-        from pipelines.int8.vllm_method import register
-
-        register()  # int8 checkpoints (realtime_omni_w8); the entry point does it in vLLM's own processes
+        # vLLM imported off the loop too (seconds: torch, its kernels), and the engine built there
+        # (tens of seconds: its process, the weights, the KV cache), so that the server answers
+        # meanwhile (/healthz 503); the engine's output handler starts with its first request
+        AsyncEngineArgs, AsyncLLM = await asyncio.to_thread(_import_vllm)
         args: dict[str, Any] = dict(
             model=model_path,
             dtype=o.dtype,
@@ -286,7 +296,7 @@ class VllmEngine:
             args["block_size"] = o.block_size
         args.update(o.engine_args)
         progress(f"starting vLLM on {model_path} ...")
-        self.llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+        self.llm = await asyncio.to_thread(AsyncLLM.from_engine_args, AsyncEngineArgs(**args))
 
     async def stop(self) -> None:
         if self.llm is not None:

@@ -142,6 +142,13 @@ class Report:
     hit_max_tokens: bool = False
 
 
+def _tokenizer(path: str) -> Any:
+    """The model's tokenizer (transformers imported here: seconds, off the loop with the rest)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
 def one_token(logprobs: int | None) -> Sampling:
     """Sampling for one engine step whose token is not kept (a prefill, a judgement): greedy, with
     the top ``logprobs`` candidates when asked."""
@@ -196,8 +203,6 @@ class Thinker:
 
     async def _load_tokenizer(self, progress: Callable[[str], Any]) -> None:
         """The model's files (prepared from its package) and its tokenizer: prompts are rendered here."""
-        from transformers import AutoTokenizer
-
         from pipelines import models
         from pipelines.cascade.calls.format import call_start_ids, template_takes_tools, token_texts
 
@@ -205,7 +210,7 @@ class Thinker:
         # preparing the model (minutes at a first start) and reading its tokenizer: off the loop, so
         # that the server answers meanwhile (/healthz 503 "starting")
         self.model_path = str(await asyncio.to_thread(models.ensure, o.model, progress)) if o.model in models.MODELS else o.model
-        self.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self.model_path)
+        self.tokenizer = await asyncio.to_thread(_tokenizer, self.model_path)
         self.stop_strings = ["\n"] if o.prompt_format == "transcript" else []  # one line is one turn
         # every token's text, decoded once (about a second) for the three sets below; all off the loop
         texts = await asyncio.to_thread(token_texts, self.tokenizer)

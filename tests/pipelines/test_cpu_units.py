@@ -459,12 +459,14 @@ async def _loop_ticks_while(awaitable, error: str) -> int:
     return ticks
 
 
-@pytest.mark.parametrize("what", ["thinker", "listener"])
+@pytest.mark.parametrize("what", ["thinker", "listener", "engine"])
 async def test_a_first_start_prepares_the_models_off_the_event_loop(monkeypatch, what):
     """Preparing a model takes minutes at a first start (the thinker's conversion 2 min on a 2-core
-    Zen 3): done on the loop, the server answered nothing meanwhile, /healthz included."""
+    Zen 3), building vLLM's engine tens of seconds at every start: done on the loop, the server
+    answered nothing meanwhile, /healthz included."""
     import time
 
+    from pipelines.cascade.engines import VllmEngine
     from pipelines.cascade.pipeline import CascadePipeline
     from pipelines.cascade.shared import CascadeOptions
 
@@ -472,9 +474,18 @@ async def test_a_first_start_prepares_the_models_off_the_event_loop(monkeypatch,
         time.sleep(0.5)  # a preparation, blocking its thread
         raise RuntimeError(f"stopped after preparing {name}")
 
+    def slow_engine(args):  # (AsyncLLM.from_engine_args: its process started, the weights loaded)
+        time.sleep(0.5)
+        raise RuntimeError(f"stopped after preparing {args.model}")
+
     monkeypatch.setattr(models, "ensure", slow_ensure)
     if what == "thinker":
-        started = VllmThinker(ThinkerOptions())._load_tokenizer(lambda _: None)
+        started = Thinker(ThinkerOptions())._load_tokenizer(lambda _: None)
+    elif what == "engine":
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        monkeypatch.setattr(AsyncLLM, "from_engine_args", slow_engine)
+        started = VllmEngine(ThinkerOptions()).start("the-model", lambda _: None)
     else:
         started = CascadePipeline(CascadeOptions()).start()
     assert await _loop_ticks_while(started, "stopped after preparing") >= 20  # 50 in 0.5 s, less on a busy machine
