@@ -484,7 +484,10 @@ async def test_a_first_start_prepares_the_models_off_the_event_loop(monkeypatch,
     elif what == "engine":
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        from pipelines.cascade import engines
+
         monkeypatch.setattr(AsyncLLM, "from_engine_args", slow_engine)
+        monkeypatch.setattr(engines, "_cpu_environment", lambda _options: None)  # (vLLM's settings, HF_HUB_OFFLINE among them: not for later tests)
         started = VllmEngine(ThinkerOptions()).start("the-model", lambda _: None)
     else:
         started = CascadePipeline(CascadeOptions()).start()

@@ -15,6 +15,7 @@ import pytest
 from pipelines.base import Heard
 from pipelines.cascade.hearing import Hearing
 from pipelines.cascade.listener import Words
+from pipelines.cascade.shared import Counts
 
 AUDIO = np.zeros(16000, np.int16)
 PREFIX = [1, 2, 3]
@@ -58,7 +59,7 @@ def hearing(
         await asyncio.sleep(asr_s)
         return Words(words, ends if judged else None)
 
-    counts = {"words_judged": 0, "words_judged_streamed": 0}
+    counts = Counts()
     tasks: list[Any] = []
     h = Hearing(hear, judge, "salt", counts, lambda coro: tasks.append(asyncio.ensure_future(coro)), "s1", by)  # type: ignore[arg-type]
     h.judging = judge is not None or by == "listener"
@@ -72,7 +73,7 @@ async def test_the_words_and_their_judgement_in_the_streamed_request():
     h.pause(AUDIO, PREFIX, request)  # type: ignore[arg-type]
     assert await h.heard(1.0) == Heard("What time is it?", 0.7, "thinker", listener=0.4)  # the listener's beside it: free
     assert judge.asked == [(PREFIX, "What time is it?", request)] and h.asked == [True]  # type: ignore[attr-defined]
-    assert counts == {"words_judged": 1, "words_judged_streamed": 1}
+    assert (counts.words_judged, counts.words_judged_streamed) == (1, 1)
     assert await h.current.claim() is request and request.closed == 0  # type: ignore[union-attr]  # the answer's now
 
 
@@ -82,7 +83,7 @@ async def test_the_listener_judges_its_own_words_and_the_thinker_is_not_asked():
     h.pause(AUDIO, PREFIX, request)  # type: ignore[arg-type]
     assert await h.heard(1.0) == Heard("What time is it?", 0.4, "listener")
     assert judge.asked == [] and h.asked == [True]  # type: ignore[attr-defined]
-    assert counts == {"words_judged": 1, "words_judged_streamed": 0}
+    assert (counts.words_judged, counts.words_judged_streamed) == (1, 0)
     await asyncio.gather(*tasks)
     assert request.closed == 1  # not a judgement's: the answer takes the open turn's request itself
 
@@ -92,7 +93,7 @@ async def test_without_judging_the_listener_is_not_asked_for_its_judgement():
     h.judging = False
     h.pause(AUDIO, None, None)
     assert await h.heard(1.0) == Heard("What time is it?") and h.asked == [False]  # type: ignore[attr-defined]
-    assert counts["words_judged"] == 0
+    assert counts.words_judged == 0
 
 
 async def test_a_thinkers_judgement_later_than_the_bound_leaves_the_listeners():
@@ -118,7 +119,7 @@ async def test_without_judging_only_the_words_are_heard_and_a_given_request_is_c
     h.pause(AUDIO, PREFIX, request)  # type: ignore[arg-type]
     assert await h.heard(1.0) == Heard("What time is it?") and h.asked == [False]  # type: ignore[attr-defined]
     await asyncio.gather(*tasks)
-    assert request.closed == 1 and counts["words_judged"] == 0
+    assert request.closed == 1 and counts.words_judged == 0
 
 
 async def test_speech_going_on_voids_the_pause_and_closes_its_request_even_before_the_judgement_ran():
@@ -150,7 +151,7 @@ async def test_a_failed_judgement_gives_the_words_and_drops_the_request_it_was_m
     h, counts, _ = hearing(Judge(None, fails=True))
     h.pause(AUDIO, PREFIX, request)  # type: ignore[arg-type]
     assert await h.heard(1.0) == Heard("What time is it?", 0.4, "listener")  # the listener's judgement, in its place
-    assert request.closed == 1 and counts["words_judged"] == 0
+    assert request.closed == 1 and counts.words_judged == 0
     assert await h.current.claim() is None  # type: ignore[union-attr]  # not for the answer
 
 
