@@ -49,6 +49,16 @@ MIN_SAMPLES = 1600  # 0.1 s: less is no word (and too short for the encoder's co
 # word (bench.ears, 240 espeak requests: WER 0.174 as cut, 0.154 with 0.5 s before, 0.156 with
 # 0.25 s either side; 0.5 s after alone made it worse)
 LEAD_S = 0.5
+# silence put after every clip: none. Digital silence after the words helps the synthetic voices
+# and hurts people's speech (2026-11-29, Zen 3): bench.ears offline (its clips keep 300 ms after
+# the speech) with 0 / 0.1 / 0.2 / 0.3 s more: Piper's 120 requests WER 0.079 / 0.064 / 0.051 /
+# 0.041, espeak en-us 0.163 / 0.159 / 0.156 / 0.158, the human set (11 clips) 0.064 / 0.082 /
+# 0.091 / 0.127 (its telephone conversation 0.175 -> 0.300). A clip cut right at its last word
+# (the pass when the user goes quiet) is heard worst: Piper's clips so cut 0.228 with none, 0.091
+# with 0.3 s (a probe over 70 tool requests), some with a list number written first ("1. What is
+# 12 times 7?"). Where people's speech stops losing by it (a pad of the clip's own noise floor?), it
+# is worth having; until measured so, 0.
+TRAIL_S = 0.0
 # Moonshine was trained on clips up to ~30 s, and on 30 s of one speaker it wrote nothing at all: a
 # longer clip is heard in parts of at most this long, each cut at its quietest 100 ms past 2/3 of it
 PART_S = 20.0
@@ -116,8 +126,9 @@ class MoonshineListener:
             cut = _quietest(pcm, int(PART_S * self.rate * 2 / 3), int(PART_S * self.rate), self.rate // 10)
             head, tail = self.hear(pcm[:cut], False, hint), self.hear(pcm[cut:], ends)
             return Words(f"{head.text} {tail.text}".strip(), tail.ends if tail.text else None, head.tokens + tail.tokens)
-        audio = np.zeros((1, int(LEAD_S * self.rate) + len(pcm)), np.float32)
-        audio[0, -len(pcm) :] = pcm.astype(np.float32) / 32768.0
+        lead, trail = int(LEAD_S * self.rate), int(TRAIL_S * self.rate)
+        audio = np.zeros((1, lead + len(pcm) + trail), np.float32)
+        audio[0, lead : lead + len(pcm)] = pcm.astype(np.float32) / 32768.0
         states = self.encoder.run(None, {"input_values": audio})[0]
         limit = int(math.ceil(len(pcm) / self.rate * TOKENS_PER_S)) + EXTRA_TOKENS
         hint = tuple(t for t in hint if END < t < self.vocabulary)[: limit - 1]
