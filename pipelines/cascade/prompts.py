@@ -5,7 +5,6 @@ so the engine's prefix cache reuses it (pipelines/cascade/thinker.py renders the
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from pipelines.base import FunctionCall, FunctionResult, Message, ResponseRequest, Tool, ToolCall
 from pipelines.cascade.call_policy import ToolContext
