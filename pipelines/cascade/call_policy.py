@@ -111,8 +111,7 @@ class CallPolicy:
         others = [t for t in self.offered if t.name not in dropped]
         if not others:
             return none
-        encode = lambda text: list(thinker.tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
-        chance = await name_probabilities(lambda ids: thinker.top_next(ids, self.salt), encode, self.prompt, [t.name for t in others])
+        chance = await name_probabilities(lambda ids: thinker.top_next(ids, self.salt), thinker.encode, self.prompt, [t.name for t in others])
         likely = sorted((t for t in others if chance[t.name] >= thinking.calls.second_choice_floor), key=lambda t: -chance[t.name])[: thinking.calls.second_choices]
         if not likely:
             return none
@@ -124,7 +123,7 @@ class CallPolicy:
             g = Report()
             spent.append(g)
             text = ""
-            stream = thinker.stream(self.prompt + encode(head), self.salt, max_tokens=thinking.calls.second_choice_tokens, ask=Ask(**held), report=g)
+            stream = thinker.stream(self.prompt + thinker.encode(head), self.salt, max_tokens=thinking.calls.second_choice_tokens, ask=Ask(**held), report=g)
             try:
                 async with contextlib.aclosing(stream):
                     async for delta in stream:

@@ -102,7 +102,7 @@ class CascadePipeline(Pipeline):
         pcm = await self.speak(SPEED_SENTENCE)
         synthesis = time.perf_counter() - t0
         audio_s = max(len(pcm) / self.capabilities.output_rate, 1e-3)
-        tokens = len(self.thinker.tokenizer.encode(SPEED_SENTENCE, add_special_tokens=False))
+        tokens = len(self.thinker.encode(SPEED_SENTENCE))
         rate = await self.thinker.decode_rate()
         if self.options.thinker.model == "smollm2-135m-instruct":
             faster = "the thinker on a faster machine (thinker.engine: remote, docs/cpu-agent.md)"

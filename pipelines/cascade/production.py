@@ -201,7 +201,7 @@ class CascadeProduction(Production):
             the prompt found in the prefix cache)."""
             head, held = held_call(next(t for t in offered if t.name == name), thinking)
             self._next_request(**held)
-            ids = prompt + list(pipeline.thinker.tokenizer.encode(before + head, add_special_tokens=False))
+            ids = prompt + pipeline.thinker.encode(before + head)
             return self._think(ids, budget)
 
         said: AsyncIterator[str] = think()

@@ -109,4 +109,4 @@ class Prompts:
         thinker, shown = self.thinker, self.shown(request) if tools else []
         ids = list(thinker.render(request.instructions, turns, tools=tool_specs(shown)))
         forced = forced_start(request.tool_choice, self.offered(request) if tools else [], thinker.options.calls.held)
-        return ids + list(thinker.tokenizer.encode(forced, add_special_tokens=False)) if forced else ids
+        return ids + thinker.encode(forced) if forced else ids

@@ -133,7 +133,7 @@ class WordsAhead:
         if not streamed.step.done():  # one part at a time: the newest words once this one is in
             self._wait(streamed.step)
             return
-        ids = list(self.thinker.tokenizer.encode(" ".join(wanted), add_special_tokens=False))
+        ids = self.thinker.encode(" ".join(wanted))
         had = streamed.sent[len(streamed.prefix) :]
         if ids[: len(had)] != had:
             return  # (a tokenizer that joins words across the space: nothing given but whole words)

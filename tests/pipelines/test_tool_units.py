@@ -270,6 +270,9 @@ class ScriptedThinker:
 
         return AutoTokenizer.from_pretrained(str(models.path("qwen2.5-coder-0.5b-instruct-w8")))
 
+    def encode(self, text: str) -> list[int]:  # (as Thinker.encode)
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
     async def top_next(self, prompt: list[int], salt: str) -> dict[int, float]:
         """After the production's prompt ([10, 11]), a call's head and part of a name: the next
         token's logprobs as ``names`` make them (the mass of the names that go on with it over the

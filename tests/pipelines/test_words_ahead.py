@@ -150,6 +150,9 @@ class Thinker:
         self.tokenizer = tokenizer
         self.opened: list[Request] = []
 
+    def encode(self, text: str) -> list[int]:  # (as the thinker's)
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
     def open_prompt(self, prefix: list[int], salt: str, judging: bool = False) -> Request:
         self.opened.append(Request(prefix, salt, judging))
         return self.opened[-1]
