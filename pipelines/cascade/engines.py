@@ -176,12 +176,10 @@ def _params(s: Sampling) -> Any:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
-    what: dict[str, Any] = {}
-    if s.repetition_penalty is not None:
-        what["repetition_penalty"] = s.repetition_penalty
     return SamplingParams(
         max_tokens=s.max_tokens,
         temperature=s.temperature,
+        repetition_penalty=1.0 if s.repetition_penalty is None else s.repetition_penalty,  # (1.0: vLLM's own default)
         seed=s.seed,
         logprobs=s.logprobs,
         stop=list(s.stop) or None,
@@ -191,7 +189,6 @@ def _params(s: Sampling) -> Any:
         structured_outputs=StructuredOutputsParams(json=s.schema) if s.schema else None,
         ignore_eos=s.ignore_eos,
         output_kind=RequestOutputKind.DELTA,
-        **what,
     )
 
 
@@ -217,16 +214,16 @@ class _VllmRequest:
         # (the engine extends a resumable request's token list in place: it is given copies)
         if resumable:
             self._input = asyncio.Queue(maxsize=2)
-            self._input.put_nowait(self._part(prompt, sampling))
+            self._input.put_nowait(self._part(prompt, params))
             self._outputs = engine.generate(_parts(self._input), params, request_id=request_id)
         else:
             self._outputs = engine.generate(tokens_input(list(prompt), cache_salt=salt), params, request_id=request_id)
 
-    def _part(self, ids: list[int], sampling: Sampling) -> Any:
+    def _part(self, ids: list[int], params: Any) -> Any:
         from vllm.engine.protocol import StreamingInput
         from vllm.inputs import tokens_input
 
-        return StreamingInput(tokens_input(list(ids), cache_salt=self.salt), _params(sampling))
+        return StreamingInput(tokens_input(list(ids), cache_salt=self.salt), params)
 
     def __aiter__(self) -> _VllmRequest:
         return self
@@ -241,12 +238,12 @@ class _VllmRequest:
 
     async def give(self, ids: list[int], sampling: Sampling) -> None:
         assert self._input is not None, "a request that is not resumable takes no more parts"
-        await self._input.put(self._part(ids, sampling))
+        await self._input.put(self._part(ids, _params(sampling)))
 
     def offer(self, ids: list[int], sampling: Sampling) -> bool:
         assert self._input is not None, "a request that is not resumable takes no more parts"
         try:
-            self._input.put_nowait(self._part(ids, sampling))
+            self._input.put_nowait(self._part(ids, _params(sampling)))
         except asyncio.QueueFull:
             return False
         return True
