@@ -474,7 +474,6 @@ class StreamedPrompt:
         self.ahead = 0  # and their tokens
         self._closing: asyncio.Future[None] | None = None
         self.request = thinker.engine.request(prefix, salt, one_token(logprobs), uuid.uuid4().hex, resumable=True)
-        self.request_id = self.request.request_id
         # the newest part's one dropped token (first the prefix's): it is prefilled once this is done
         self.step: asyncio.Future[Any] = asyncio.ensure_future(anext(self.request))
 
@@ -520,7 +519,7 @@ class StreamedPrompt:
         assert self.fits(prompt), "the prompt does not go on from the streamed prefix"
         self.used = True
         a, r = ask or Ask(), report or Report()
-        r.request_id, r.prompt_tokens = self.request_id, len(prompt)
+        r.request_id, r.prompt_tokens = self.request.request_id, len(prompt)
         steered = self.thinker.steers(a)  # (the parts after this one given as the answer goes)
         await self.request.give(prompt[len(self.sent) :], self.thinker._answer_sampling(max_tokens, a, self.logprobs, steered))
         if not steered:
