@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 
 from bench.audio import espeak, speech_bounds_ms
-from bench.common import free_port, machine, save, server_process
+from bench.common import free_port, machine, save, server_process, vllm_serve
 from bench.metrics import audible_at, dist
 from bench.said import NUMBERS, normalise
 from dsp.resample import resample
@@ -685,6 +685,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "qwen2.5-coder-0.5b": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct"}, {}),  # fp32 weights
     "qwen2.5-coder-1.5b-w8": ("cpu-1.5b", {}, {}),  # the larger thinker (./scripts/install larger-thinker)
     "qwen2.5-coder-0.5b-w8-whisper-base": ("cpu", {}, {"asr_model": "whisper-base"}),  # the agent hears better
+    # the thinker on a ``vllm serve`` of the same model, started for the run on the same machine
+    # (thinker.engine: remote): its calls steered as in process, a completions request a step
+    "qwen2.5-coder-0.5b-w8-remote": ("cpu", {"engine": "remote", "served_model": "qwen"}, {}),
+    "qwen2.5-coder-0.5b-w8-remote-unsteered": ("cpu", {"engine": "remote", "served_model": "qwen", "calls": {"steer": False}}, {}),  # (before 2026-11-29)
 }
 
 
@@ -859,6 +863,9 @@ def main() -> None:
             mcp = stack.enter_context(McpTools(TOOL_SETS[args.tool_set].tools, args.tool_ms / 1000)) if args.mcp else None
             if mcp is not None:
                 cfg["mcp"] = {"allowed_servers": [mcp.url]}
+            thinker = cfg["pipeline"]["options"]["thinker"]
+            if thinker.get("engine") == "remote":  # (its own deployment, as tests/pipelines/test_cpu_remote_tools.py starts it)
+                thinker["remote"] = {"url": stack.enter_context(vllm_serve(thinker["model"], thinker["served_model"]))}
             url = stack.enter_context(server_process(cfg, startup_s=900))
             result["configs"][name] = asyncio.run(run(url, args.limit, ears, args.tool_set, args.keys, mcp, speak))
     print(f"\ntool set {args.tool_set}, voice: {args.voice}, keys: {args.keys}, tools: {'MCP' if args.mcp else 'function'}{f', answered after {args.tool_ms} ms' if args.mcp and args.tool_ms else ''}")

@@ -3,14 +3,17 @@
 The ``Thinker`` (thinker.py) renders prompts, decides what an answer is sampled with and reads its
 output; an ``Engine`` only runs requests. A request is given token ids, a cache salt and a
 ``Sampling`` in the engine's neutral terms, and yields ``Output`` pieces: one loop in the thinker
-reads both engines' answers. An in-process engine's requests are *resumable* (vLLM's
-``StreamingInput``): more parts of the prompt can be given while it runs (the turn's streamed
-prompt, a steered call's parts); a remote one's prompt is whole (the completions API).
+reads both engines' answers. A request may be *resumable* (vLLM's ``StreamingInput``): more parts
+of the prompt given while it runs (the turn's streamed prompt, a steered call's parts). In
+process that is vLLM's own; on a remote engine each part is a completions request of its own,
+its prompt all the request was given and wrote before it (the deployment's prefix cache holds
+that but for its newest tokens).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -106,8 +109,9 @@ class Settings(Protocol):
 
 
 class Engine(Protocol):
-    """What the thinker asks of an engine. ``in_process``: the model runs here (warmed at start,
-    its requests resumable)."""
+    """What the thinker asks of an engine. ``in_process``: the model runs here (warmed at start; a
+    resumable request's parts prefilled as they come, so a prompt can be streamed while the user
+    speaks, where a remote engine's parts are each a request)."""
 
     in_process: bool
 
@@ -364,9 +368,122 @@ class _CompletionsRequest:
             await self._chunks.aclose()  # type: ignore[attr-defined]
 
 
+class _CompletionsParts:
+    """A resumable request on a deployment: vLLM's streaming input played over its completions,
+    one request a part. As in vLLM, a part's last sampled token is dropped (never computed) and
+    the next part goes on from the tokens before it: each part's prompt is the first part, what
+    every part before it wrote but its last token, and the parts given since (the deployment
+    finds all but the newest in its prefix cache: the same salt). Its outputs are the in-process
+    request's: a part's end one output with its finish reason, its stop token, its tokens, and
+    the engine's counts (the first part's cached and prompt tokens; what all parts wrote); the
+    request's end ``finished``. One part may wait beside the one running (``offer``)."""
+
+    def __init__(self, engine: CompletionsEngine, prompt: list[int], salt: str, sampling: Sampling, request_id: str) -> None:
+        self.engine = engine
+        self.salt = salt
+        self.request_id = request_id
+        self.context: list[int] = []  # what the deployment was given and kept so far
+        self._waiting: collections.deque[tuple[list[int], Sampling]] = collections.deque([(list(prompt), sampling)])
+        self._given = asyncio.Event()  # a part given, or the end
+        self._taken = asyncio.Event()  # the part waiting was taken
+        self._ending = False  # no more parts after those given
+        self._done = False
+        self._chunks: AsyncIterator[dict[str, Any]] | None = None
+        self._pending: list[Output] = []
+        self._part: list[int] = []  # the running part's tokens
+        self._end: Output | None = None  # the running part's last output, held until its usage comes
+        self._usage = Output()
+        self._written = 0
+        self._parts = 0
+
+    def __aiter__(self) -> _CompletionsParts:
+        return self
+
+    async def __anext__(self) -> Output:
+        while not self._pending:
+            if self._done:
+                raise StopAsyncIteration
+            if self._chunks is None:
+                await self._start()
+                continue
+            try:
+                chunk = await anext(self._chunks)
+            except StopAsyncIteration:
+                self._pending.append(self._ended())
+                continue
+            for out in _outputs(chunk):
+                if out.cached is not None or out.prompt is not None or out.total is not None:
+                    self._usage = out  # (the part's usage: it comes after its last token)
+                    continue
+                self._part += list(out.tokens)
+                self._written += out.count
+                if out.finish_reason is not None:
+                    self._end = out
+                else:
+                    self._pending.append(out)
+        return self._pending.pop(0)
+
+    async def _start(self) -> None:
+        """The next part's request, once it is given (or the request's end)."""
+        while not self._waiting and not self._ending:
+            self._given.clear()
+            await self._given.wait()
+        if not self._waiting:
+            self._done = True
+            self._pending.append(Output(finished=True))
+            return
+        ids, sampling = self._waiting.popleft()
+        self._taken.set()
+        self.context += ids
+        self._part, self._end, self._usage = [], None, Output()
+        self._chunks = self.engine.stream(list(self.context), self.salt, sampling, token_ids=True)
+
+    def _ended(self) -> Output:
+        """The running part's end: the output that ended it, with the part's counts."""
+        end, first = self._end or Output(finish_reason="stop"), self._parts == 0
+        self._parts += 1
+        self.context += self._part[:-1]  # (its last sampled token dropped, as vLLM's streaming input does)
+        self._chunks = None
+        finished = self._ending and not self._waiting
+        self._done = finished
+        u = self._usage
+        return Output(
+            end.text, end.tokens, end.count, end.finish_reason, finished, end.stop,
+            cached=u.cached if first else None, total=self._written, prompt=u.prompt if first else None, top=end.top,
+        )
+
+    async def give(self, ids: list[int], sampling: Sampling) -> None:
+        while not self.offer(ids, sampling):
+            if self._ending or self._done:
+                raise RuntimeError("the request takes no more parts")
+            self._taken.clear()
+            await self._taken.wait()
+
+    def offer(self, ids: list[int], sampling: Sampling) -> bool:
+        if self._waiting or self._ending or self._done:
+            return False
+        self._waiting.append((list(ids), sampling))
+        self._given.set()
+        return True
+
+    async def end(self) -> None:
+        self._ending = True
+        self._given.set()
+
+    async def close(self) -> None:
+        self._done, self._ending = True, True
+        self._given.set()
+        self._taken.set()
+        if self._chunks is not None:
+            with contextlib.suppress(Exception):
+                await self._chunks.aclose()  # type: ignore[attr-defined]
+            self._chunks = None
+
+
 def _outputs(chunk: dict[str, Any]) -> list[Output]:
     """One streamed chunk as outputs: its usage (the engine's own counts), then each text piece
-    (one token each: vLLM streams a completion token by token)."""
+    (its token ids where asked, ``return_token_ids``; else one token each: vLLM streams a
+    completion token by token), with the stop token that ended it."""
     out: list[Output] = []
     usage = chunk.get("usage")
     if usage:
@@ -378,8 +495,13 @@ def _outputs(chunk: dict[str, Any]) -> list[Output]:
             top = {int(name.removeprefix("token_id:")): float(lp) for name, lp in (entry or {}).items()}
         text = choice.get("text") or ""
         reason = choice.get("finish_reason")
-        if text or reason or top:
-            out.append(Output(text, count=1 if text else 0, finish_reason=reason, finished=reason is not None, top=top))
+        ids = choice.get("token_ids")
+        tokens: Sequence[int] = [int(t) for t in ids] if isinstance(ids, list) else ()
+        stop = choice.get("stop_reason")
+        stop = stop if reason == "stop" and isinstance(stop, int) and not isinstance(stop, bool) else None
+        if text or reason or top or tokens:
+            count = len(tokens) if ids is not None else (1 if text else 0)
+            out.append(Output(text, tokens, count, finish_reason=reason, finished=reason is not None, stop=stop, top=top))
     return out
 
 
@@ -408,13 +530,19 @@ class CompletionsEngine:
     def failed(self) -> str | None:
         return None  # a remote deployment comes back on its own: unhealthy until it does
 
-    def request(self, prompt: list[int], salt: str, sampling: Sampling, request_id: str, resumable: bool = False) -> _CompletionsRequest:
-        assert not resumable, "a remote request's prompt is whole"
-        return _CompletionsRequest(self.remote.stream(self.body(prompt, salt, sampling), path="/completions"), request_id)
+    def request(self, prompt: list[int], salt: str, sampling: Sampling, request_id: str, resumable: bool = False) -> Request:
+        if resumable:
+            return _CompletionsParts(self, prompt, salt, sampling, request_id)
+        return _CompletionsRequest(self.stream(prompt, salt, sampling), request_id)
 
-    def body(self, prompt: list[int], salt: str, s: Sampling) -> dict[str, Any]:
+    def stream(self, prompt: list[int], salt: str, sampling: Sampling, token_ids: bool = False) -> AsyncIterator[dict[str, Any]]:
+        """The deployment's streamed chunks of a completion of ``prompt``."""
+        return self.remote.stream(self.body(prompt, salt, sampling, token_ids), path="/completions")
+
+    def body(self, prompt: list[int], salt: str, s: Sampling, token_ids: bool = False) -> dict[str, Any]:
         """The completions request for ``prompt``, sampled with ``s`` (vLLM's own parameters beside
-        OpenAI's: ``repetition_penalty``, ``structured_outputs``, ``ignore_eos``, token ids named)."""
+        OpenAI's: ``repetition_penalty``, ``structured_outputs``, ``ignore_eos``, token ids named;
+        ``token_ids``: the ids of the tokens written returned with their text)."""
         body: dict[str, Any] = {"prompt": prompt, "stream": True, "stream_options": {"include_usage": True}, "max_tokens": s.max_tokens, "temperature": s.temperature, "cache_salt": salt}
         optional = {
             "model": self.served_model,
@@ -428,6 +556,7 @@ class CompletionsEngine:
             "ignore_eos": s.ignore_eos or None,
             "logprobs": s.logprobs,
             "return_tokens_as_token_ids": True if s.logprobs is not None else None,
+            "return_token_ids": token_ids or None,
         }
         body.update({key: value for key, value in optional.items() if value is not None})
         return body

