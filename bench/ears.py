@@ -3,7 +3,7 @@ then, through a real server, how soon a transcription session's transcript follo
 
 ``offline``: every request of the bench's own sets (``bench.answers``' prompts, ``bench.tools``'
 requests, no-tool requests and held-out requests), said by two espeak voices (en-us 160 wpm, en-gb
-150 wpm; ``--voices``), and the people's speech of the human end-of-turn set whose words are known
+150 wpm; ``--voices``; each clip from 200 ms before the speech to 300 ms after it, ``--tail-ms``), and the people's speech of the human end-of-turn set whose words are known
 from their sources, not from a recogniser (LibriVox readings with pocketsphinx's transcripts, the
 pyannote telephone conversation's turns with its STM transcript: ``--human``), each heard whole by
 each listener in process (``pipelines.cascade.listener.open_listener``, 2 threads, one clip at a
@@ -85,9 +85,9 @@ def requests() -> list[str]:
     return list(seen)
 
 
-def spoken_clips(voices: list[str], limit: int | None) -> list[dict[str, Any]]:
+def spoken_clips(voices: list[str], limit: int | None, tail_ms: int = 300) -> list[dict[str, Any]]:
     """The requests said by each voice: espeak's, or Piper's "joe" (``piper``: a voice nearer a
-    person's, and the agent's own)."""
+    person's, and the agent's own), from 200 ms before the speech to ``tail_ms`` after it."""
     clips = []
     for voice in voices:
         say = _piper() if voice == "piper" else None
@@ -98,7 +98,7 @@ def spoken_clips(voices: list[str], limit: int | None) -> list[dict[str, Any]]:
                 name, wpm = VOICES[voice]
                 pcm = espeak(text, RATE, voice=name, wpm=wpm)
             first, last = speech_bounds_ms(pcm, RATE)
-            clips.append({"set": f"{'piper' if say else 'espeak'} {voice}", "text": text, "pcm": pcm[max(0, first - 200) * RATE // 1000 : (last + 300) * RATE // 1000]})
+            clips.append({"set": f"{'piper' if say else 'espeak'} {voice}", "text": text, "pcm": pcm[max(0, first - 200) * RATE // 1000 : (last + tail_ms) * RATE // 1000]})
     return clips
 
 
@@ -213,12 +213,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--human", action=argparse.BooleanOptionalAction, default=True, help="people's speech too (bench/human_turns_setup first)")
     ap.add_argument("--limit", type=int, default=None, help="at most this many requests a voice (and human clips)")
     ap.add_argument("--session-limit", type=int, default=24, help="requests streamed through the server, per listener")
+    ap.add_argument(
+        "--tail-ms", type=int, default=300, help="offline: the spoken clips end this long after the speech (40: as the pass taken when the user goes quiet hears them)"
+    )
     ap.add_argument("--config", default="cpu")
     ap.add_argument("--isa", default=None, help="avx2: as on a CPU without AVX-512 (bench/isa.py)")
     args = ap.parse_args(argv)
     os.environ.update(environment(args.isa))
     result: dict[str, Any] = {"machine": machine(), "args": vars(args)}
-    clips = spoken_clips(args.voices, args.limit)
+    clips = spoken_clips(args.voices, args.limit, args.tail_ms)
     if "offline" in args.part:
         every = clips + (human_clips(args.limit) if args.human else [])
         result["offline"] = offline(args.listeners, every)

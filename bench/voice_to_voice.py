@@ -28,6 +28,8 @@ without ``--variants`` all seven run, ``remote_thinker`` with a ``vllm serve`` o
     whisper_semantic_vad  the same, with semantic_vad
     larger_thinker     the thinker of configs/cpu-1.5b.yaml (Qwen2.5-Coder-1.5B-Instruct, int8), the
                        rest as the default (``./scripts/install larger-thinker`` first)
+    larger_thinker_words_ahead  the same, the words heard as the user speaks given to it before
+                       the pause (its prefill is three times the 0.5B's: the words ahead may pay there)
 
     python -m bench.voice_to_voice --turns 20 [--variants default no_speculation ...] [--isa avx2] [--config cpu-smollm2]
     python -m bench.voice_to_voice --dataset builtin --variants default semantic_vad
@@ -81,6 +83,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "whisper": {"asr_model": "whisper-tiny.en", "hear_every_ms": 0},
     "whisper_semantic_vad": {"asr_model": "whisper-tiny.en", "hear_every_ms": 0},
     "larger_thinker": {"thinker": {"model": "qwen2.5-coder-1.5b-instruct-w8"}},
+    "larger_thinker_words_ahead": {"thinker": {"model": "qwen2.5-coder-1.5b-instruct-w8"}, "words_ahead": True},
 }
 TURN_END: dict[str, dict[str, Any]] = {"semantic_vad_listener": {"judge": "listener"}}  # the config's turn_end, per variant
 TURN_DETECTION = {v: {"type": "semantic_vad", "eagerness": "auto"} for v in ("semantic_vad", "semantic_vad_listener", "whisper_semantic_vad")}

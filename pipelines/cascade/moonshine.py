@@ -23,6 +23,12 @@ was trained on short clips: 30 s of one speaker came back as no words at all).
 **Not empty unless sure.** At the first step the end of the text must beat the likeliest word by
 ``EMPTY_MARGIN``: Moonshine sometimes ends a clip of clear speech before its first word.
 
+**No list's number.** Before some clips cut right at their last word (the pass taken when the user
+goes quiet) Moonshine writes a list's number ("1. What is 12 times 7?", once "8." alone): where the
+likeliest first token is a number the decoder would follow with a full stop, the likeliest word
+that is no number is taken instead (nobody says a list's number; a number said alone is then written
+as its word).
+
 **Bounded.** At most ``TOKENS_PER_S`` tokens per second of audio (plus a few): v1 models can repeat
 themselves on short or noisy clips, and a pass over 30 s of one speaker or over noise must not run
 away; ``unloop`` cuts a sentence said twice.
@@ -105,6 +111,9 @@ class MoonshineListener:
         self.pieces = read_pieces(folder / "tokenizer.bin")
         self.vocabulary = len(self.pieces)  # the logits are wider (32768): the rest are never words
         self._marks = frozenset(i for i, p in enumerate(self.pieces) if i > END and is_mark(self._piece(i)))
+        self._digits = frozenset(i for i in range(END + 1, self.vocabulary) if self._piece(i).strip().isascii() and self._piece(i).strip().isdigit())
+        self._spaces = frozenset(i for i in range(END + 1, self.vocabulary) if self._piece(i) == " ")
+        self._stops = frozenset(i for i in range(END + 1, self.vocabulary) if self._piece(i).strip() == ".")
         self._ends = np.array(sorted(i for i in self._marks if ends_sentence(self._piece(i))) + [END])
 
     def _piece(self, token: int) -> str:
@@ -136,12 +145,33 @@ class MoonshineListener:
         text = unloop(self.decode(tokens))
         return Words(text, ending(tokens, logits, self._marks, self._ends) if ends and text else None, tuple(tokens))
 
+    def _opening(self, first: np.ndarray, states: np.ndarray) -> int:
+        """The first token, from its logits ``first``: the likeliest, unless it begins a list's
+        number (a space, digits, then a full stop, as the decoder goes on greedily): then the
+        likeliest that begins none (no space alone, no digit, not the end)."""
+        token = int(first.argmax())
+        if token not in self._spaces and token not in self._digits:
+            return token
+        ids, after = [START, token], token
+        for _ in range(5):  # (a space, then a number of up to four digit tokens)
+            out = self.first.run(None, {"input_ids": np.array([ids], np.int64), "encoder_hidden_states": states})
+            after = int(out[0][0, -1, : self.vocabulary].argmax())
+            if after not in self._digits:
+                break
+            ids.append(after)
+        if len(ids) < 2 + (token in self._spaces) or after not in self._stops:
+            return token
+        words = first.copy()
+        words[[*self._digits, *self._spaces, END]] = -np.inf
+        return int(words.argmax())
+
     def _decode(self, states: np.ndarray, hint: tuple[int, ...], limit: int) -> tuple[list[int], list[np.ndarray]]:
         """Greedy decoding, the hint read in one pass: the tokens and each one's logits (the
         logits after the last token too, for the end)."""
         out = self.first.run(None, {"input_ids": np.array([[START, *hint]], np.int64), "encoder_hidden_states": states})
         scores = out[0][0, :, : self.vocabulary]
         guesses = scores.argmax(-1)
+        guesses[0] = self._opening(scores[0], states)
         kept = 0
         while kept < len(hint) and guesses[kept] == hint[kept]:
             kept += 1

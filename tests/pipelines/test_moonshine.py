@@ -16,7 +16,8 @@ from pipelines.cascade.ears import open_listener
 from pipelines.cascade.listener import Words
 from pipelines.cascade.moonshine import EXTRA_TOKENS, PART_S, TOKENS_PER_S, MoonshineListener, read_pieces
 from pipelines.cascade.overhearing import Overhearing
-from tests.support.audio import espeak, silence
+from dsp.resample import resample
+from tests.support.audio import espeak, silence, speech_bounds_ms
 
 RATE = 16000
 
@@ -96,6 +97,34 @@ def test_it_judges_whether_its_words_end_a_sentence(ears: MoonshineListener):
     assert done.ends > 0.7 and cut.ends < done.ends, (done, cut)
     assert ears.hear(pause[:800]) == Words("", None)  # too short to be speech
     assert ears.hear(np.concatenate([espeak("Thank you very much.", RATE), pause]), ends=False).ends is None  # not asked
+
+
+def test_no_lists_number_before_a_clip_cut_at_its_last_word(ears: MoonshineListener, monkeypatch: pytest.MonkeyPatch):
+    """Before some clips cut right at their last word (as the pass taken when the user goes quiet
+    hears them) the decoder's likeliest opening is a list's number: Piper's "What is forty two
+    divided by six?" (its noise off: the same audio every time) ends 40 ms after the speech and is
+    written "1. What is 42 divided by 6?". The opening taken is the likeliest word instead; a number
+    the user says first stays a number."""
+    from piper import SynthesisConfig
+
+    from pipelines.cascade.talker import PiperTalker
+
+    onnx = next(models.ensure("piper-joe", progress=lambda _: None).glob("*.onnx"))
+    piper = PiperTalker(str(onnx), str(onnx) + ".json", 1)
+    piper.settings = SynthesisConfig(normalize_audio=False, noise_scale=0.0, noise_w_scale=0.0)
+    speech = resample(piper.speak("What is forty two divided by six?"), piper.rate, RATE)
+    first, last = speech_bounds_ms(speech, RATE)
+    clip = speech[max(0, first - 200) * RATE // 1000 : (last + 40) * RATE // 1000]
+    heard = ears.hear(clip)
+    assert heard.text == "What is 42 divided by 6?", heard
+    assert ears.hear(clip, hint=heard.tokens).tokens == heard.tokens  # (a pass going on from it, the same)
+    numbers = [espeak(said, RATE) for said in ("Forty two people came to the party.", "Ten. That is my answer.")]
+    taken = [ears.transcribe(pcm) for pcm in numbers]
+    with monkeypatch.context() as m:  # the decoder's own opening: the list's number; the numbers said as they were
+        m.setattr(ears, "_opening", lambda logits, states: int(logits.argmax()))
+        assert ears.hear(clip).text.startswith("1. What is 42"), "the clip no longer brings the list's number: find another"
+        assert [ears.transcribe(pcm) for pcm in numbers] == taken
+    assert words(taken[0])[:2] in (["42", "people"], ["forty-two", "people"]), taken
 
 
 @pytest.mark.parametrize(
