@@ -23,11 +23,12 @@ was trained on short clips: 30 s of one speaker came back as no words at all).
 **Not empty unless sure.** At the first step the end of the text must beat the likeliest word by
 ``EMPTY_MARGIN``: Moonshine sometimes ends a clip of clear speech before its first word.
 
-**No list's number.** Before some clips cut right at their last word (the pass taken when the user
-goes quiet) Moonshine writes a list's number ("1. What is 12 times 7?", once "8." alone): where the
-likeliest first token is a number the decoder would follow with a full stop, the likeliest word
-that is no number is taken instead (nobody says a list's number; a number said alone is then written
-as its word).
+**Words first.** Before some clips cut right at their last word (the pass taken when the user goes
+quiet) Moonshine writes a list's number ("1. What is 12 times 7?", once "8." alone), and some clips
+it quotes whole ("\"'How many days are there in a week?'"): where the likeliest first token is a
+quote mark, or a number the decoder would follow with a full stop, the likeliest first token that
+begins a word is taken instead (nobody says a list's number or a quote mark; a number said first
+stays a number).
 
 **Bounded.** At most ``TOKENS_PER_S`` tokens per second of audio (plus a few): v1 models can repeat
 themselves on short or noisy clips, and a pass over 30 s of one speaker or over noise must not run
@@ -112,6 +113,8 @@ class MoonshineListener:
         self.vocabulary = len(self.pieces)  # the logits are wider (32768): the rest are never words
         self._marks = frozenset(i for i, p in enumerate(self.pieces) if i > END and is_mark(self._piece(i)))
         self._digits = frozenset(i for i in range(END + 1, self.vocabulary) if self._piece(i).strip().isascii() and self._piece(i).strip().isdigit())
+        self._quotes = frozenset(i for i in range(END + 1, self.vocabulary) if self._piece(i).strip() and not self._piece(i).strip().strip("\"'\u201c\u201d\u2018\u2019"))
+        self._words = np.array([i for i in range(END + 1, self.vocabulary) if self._piece(i)[:1] == " " and self._piece(i)[1:2].isascii() and self._piece(i)[1:2].isalpha()])
         self._spaces = frozenset(i for i in range(END + 1, self.vocabulary) if self._piece(i) == " ")
         self._stops = frozenset(i for i in range(END + 1, self.vocabulary) if self._piece(i).strip() == ".")
         self._ends = np.array(sorted(i for i in self._marks if ends_sentence(self._piece(i))) + [END])
@@ -146,10 +149,12 @@ class MoonshineListener:
         return Words(text, ending(tokens, logits, self._marks, self._ends) if ends and text else None, tuple(tokens))
 
     def _opening(self, first: np.ndarray, states: np.ndarray) -> int:
-        """The first token, from its logits ``first``: the likeliest, unless it begins a list's
-        number (a space, digits, then a full stop, as the decoder goes on greedily): then the
-        likeliest that begins none (no space alone, no digit, not the end)."""
+        """The first token, from its logits ``first``: the likeliest, unless it opens no words: a
+        quote mark, or a list's number (a space or a digit the decoder goes on from, greedily,
+        with digits and then a full stop). Then the likeliest that begins a word."""
         token = int(first.argmax())
+        if token in self._quotes:
+            return self._word(first)
         if token not in self._spaces and token not in self._digits:
             return token
         ids, after = [START, token], token
@@ -161,9 +166,11 @@ class MoonshineListener:
             ids.append(after)
         if len(ids) < 2 + (token in self._spaces) or after not in self._stops:
             return token
-        words = first.copy()
-        words[[*self._digits, *self._spaces, END]] = -np.inf
-        return int(words.argmax())
+        return self._word(first)
+
+    def _word(self, first: np.ndarray) -> int:
+        """The likeliest first token that begins a word (a space, then a letter)."""
+        return int(self._words[first[self._words].argmax()])
 
     def _decode(self, states: np.ndarray, hint: tuple[int, ...], limit: int) -> tuple[list[int], list[np.ndarray]]:
         """Greedy decoding, the hint read in one pass: the tokens and each one's logits (the

@@ -5,6 +5,7 @@ it grows (``Overhearing``) with the real listener behind it."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -99,12 +100,10 @@ def test_it_judges_whether_its_words_end_a_sentence(ears: MoonshineListener):
     assert ears.hear(np.concatenate([espeak("Thank you very much.", RATE), pause]), ends=False).ends is None  # not asked
 
 
-def test_no_lists_number_before_a_clip_cut_at_its_last_word(ears: MoonshineListener, monkeypatch: pytest.MonkeyPatch):
-    """Before some clips cut right at their last word (as the pass taken when the user goes quiet
-    hears them) the decoder's likeliest opening is a list's number: Piper's "What is forty two
-    divided by six?" (its noise off: the same audio every time) ends 40 ms after the speech and is
-    written "1. What is 42 divided by 6?". The opening taken is the likeliest word instead; a number
-    the user says first stays a number."""
+@pytest.fixture(scope="module")
+def piper_cut() -> Callable[[str], np.ndarray]:
+    """Piper's voice with its noise off (the same audio every time), the clip cut 40 ms after the
+    speech, as the pass taken when the user goes quiet hears it."""
     from piper import SynthesisConfig
 
     from pipelines.cascade.talker import PiperTalker
@@ -112,17 +111,33 @@ def test_no_lists_number_before_a_clip_cut_at_its_last_word(ears: MoonshineListe
     onnx = next(models.ensure("piper-joe", progress=lambda _: None).glob("*.onnx"))
     piper = PiperTalker(str(onnx), str(onnx) + ".json", 1)
     piper.settings = SynthesisConfig(normalize_audio=False, noise_scale=0.0, noise_w_scale=0.0)
-    speech = resample(piper.speak("What is forty two divided by six?"), piper.rate, RATE)
-    first, last = speech_bounds_ms(speech, RATE)
-    clip = speech[max(0, first - 200) * RATE // 1000 : (last + 40) * RATE // 1000]
+
+    def cut(text: str) -> np.ndarray:
+        speech = resample(piper.speak(text), piper.rate, RATE)
+        first, last = speech_bounds_ms(speech, RATE)
+        return speech[max(0, first - 200) * RATE // 1000 : (last + 40) * RATE // 1000]
+
+    return cut
+
+
+@pytest.mark.parametrize(
+    "said, opened",
+    [("What is forty two divided by six?", "1. What is 42"), ("What is the capital of France?", "\"'What is the capital")],
+)
+def test_words_first_before_a_clip_cut_at_its_last_word(ears: MoonshineListener, piper_cut, said: str, opened: str, monkeypatch: pytest.MonkeyPatch):
+    """Before some clips cut right at their last word the decoder's likeliest opening is a list's
+    number or a quote mark ("1. What is 42 divided by 6?", "\"'What is the capital of France?'"):
+    the opening taken is the likeliest word instead, and a pass going on from it keeps it. A
+    number the user says first stays a number."""
+    clip = piper_cut(said)
     heard = ears.hear(clip)
-    assert heard.text == "What is 42 divided by 6?", heard
-    assert ears.hear(clip, hint=heard.tokens).tokens == heard.tokens  # (a pass going on from it, the same)
-    numbers = [espeak(said, RATE) for said in ("Forty two people came to the party.", "Ten. That is my answer.")]
+    assert words(heard.text) == words(said.replace("forty two", "42").replace("six", "6")), heard
+    assert heard.text[:1].isalpha() and ears.hear(clip, hint=heard.tokens).tokens == heard.tokens
+    numbers = [espeak(text, RATE) for text in ("Forty two people came to the party.", "Ten. That is my answer.")]
     taken = [ears.transcribe(pcm) for pcm in numbers]
-    with monkeypatch.context() as m:  # the decoder's own opening: the list's number; the numbers said as they were
+    with monkeypatch.context() as m:  # the decoder's own opening: the list's number, the quote; the numbers said as they were
         m.setattr(ears, "_opening", lambda logits, states: int(logits.argmax()))
-        assert ears.hear(clip).text.startswith("1. What is 42"), "the clip no longer brings the list's number: find another"
+        assert ears.hear(clip).text.startswith(opened), "the clip no longer opens so: find another"
         assert [ears.transcribe(pcm) for pcm in numbers] == taken
     assert words(taken[0])[:2] in (["42", "people"], ["forty-two", "people"]), taken
 
