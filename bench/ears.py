@@ -21,8 +21,8 @@ transcripts.
     python -m bench ears --part offline --listeners moonshine-base moonshine-base+argmax-opening --tail-ms 40
 
 ``moonshine-base+argmax-opening``: Moonshine with the decoder's own first token, where the listener
-takes a word instead of a list's number ("1. What is ..."; pipelines/cascade/moonshine.py), on the
-same clips (Piper's voice differs from one synthesis to the next: compare within one run).
+takes a word instead of a list's number or a quote mark ("1. What is ...", "\"'What is ...";
+pipelines/cascade/moonshine.py), on the same clips (Piper's voice differs from one synthesis to the next: compare within one run).
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def offline(listeners: list[str], clips: list[dict[str, Any]]) -> dict[str, Any]
     for name in listeners:
         model = name.removesuffix(ARGMAX_OPENING)
         ears = open_listener(model, str(models.ensure(model, print)), threads=2)
-        if name.endswith(ARGMAX_OPENING):  # (Moonshine's list's-number rule off: the decoder's own first token)
+        if name.endswith(ARGMAX_OPENING):  # (Moonshine's words-first rule off: the decoder's own first token)
             ears._opening = lambda first, states: int(first.argmax())  # type: ignore[attr-defined]
         ears.transcribe(np.zeros(RATE, np.int16))  # its one-time costs
         for clip in clips:

@@ -472,6 +472,7 @@ class _CompletionsParts:
 
     async def close(self) -> None:
         self._done, self._ending = True, True
+        self._pending.clear()
         self._given.set()
         self._taken.set()
         if self._chunks is not None:
