@@ -9,10 +9,12 @@ Voice-to-voice is measured from the end of the user's speech *in the input audio
 Per turn it also reads the server's own stage timings from ``response.done`` (ms from the response
 trigger, negative when done speculatively before the turn ended): ASR done, thinker first token,
 first clause, first audio. Variants (ablations) run one after another, each on a fresh server;
-without ``--variants`` all seven run, ``remote_thinker`` with a ``vllm serve`` of its own:
+without ``--variants`` all of them run, ``remote_thinker`` with a ``vllm serve`` of its own:
 
     default            everything on
     no_speculation     incremental prefill off (ASR and thinker start only after the turn ends)
+    words_ahead        the words the ears settle on while the user speaks given to the thinker's
+                       streamed request before the pause (off by default: measured slower)
     no_prefix_cache    vLLM prefix caching off (every turn prefills the whole history)
     no_async_chunk     the whole answer is written, then synthesised, then sent
     remote_thinker     the thinker on a shared ``vllm serve`` of the same model (thinker.engine:
