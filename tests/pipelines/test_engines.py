@@ -130,8 +130,8 @@ def deployment() -> tuple[CompletionsEngine, Deployment]:
 
 async def test_a_resumable_remote_request_plays_vllms_streaming_input_a_part_a_request():
     """A part ends at its stop token (reported, its tokens given); the next part's prompt is all
-    before it but the last token sampled (dropped, as vLLM's streaming input drops it), so the
-    deployment finds the first part in its cache; the counts are the request's: the first part's
+    before it but the last token sampled (dropped, as vLLM's streaming input drops it), with the
+    same salt, so it begins with what the deployment has cached; the counts are the request's: the first part's
     cached and prompt tokens, what every part wrote; ``end`` finishes it with its last part."""
     e, d = deployment()
     prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9]
