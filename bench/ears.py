@@ -134,7 +134,7 @@ def offline(listeners: list[str], clips: list[dict[str, Any]]) -> dict[str, Any]
         model = name.removesuffix(ARGMAX_OPENING)
         ears = open_listener(model, str(models.ensure(model, print)), threads=2)
         if name.endswith(ARGMAX_OPENING):  # (Moonshine's words-first rule off: the decoder's own first token)
-            ears._opening = lambda first, states: int(first.argmax())  # type: ignore[attr-defined]
+            ears.words_first = False  # type: ignore[attr-defined]
         ears.transcribe(np.zeros(RATE, np.int16))  # its one-time costs
         for clip in clips:
             t0 = time.perf_counter()

@@ -111,13 +111,17 @@ class MoonshineListener:
         self.cache_names = [o.name for o in self.first.get_outputs()][1:]  # present.N.{decoder,encoder}.{key,value}
         self.pieces = read_pieces(folder / "tokenizer.bin")
         self.vocabulary = len(self.pieces)  # the logits are wider (32768): the rest are never words
-        self._marks = frozenset(i for i, p in enumerate(self.pieces) if i > END and is_mark(self._piece(i)))
-        self._digits = frozenset(i for i in range(END + 1, self.vocabulary) if self._piece(i).strip().isascii() and self._piece(i).strip().isdigit())
-        self._quotes = frozenset(i for i in range(END + 1, self.vocabulary) if self._piece(i).strip() and not self._piece(i).strip().strip("\"'\u201c\u201d\u2018\u2019"))
-        self._words = np.array([i for i in range(END + 1, self.vocabulary) if self._piece(i)[:1] == " " and self._piece(i)[1:2].isascii() and self._piece(i)[1:2].isalpha()])
-        self._spaces = frozenset(i for i in range(END + 1, self.vocabulary) if self._piece(i) == " ")
-        self._stops = frozenset(i for i in range(END + 1, self.vocabulary) if self._piece(i).strip() == ".")
-        self._ends = np.array(sorted(i for i in self._marks if ends_sentence(self._piece(i))) + [END])
+        texts = [self._piece(i) for i in range(self.vocabulary)]  # (each token's text, read once for the sets below)
+        words = range(END + 1, self.vocabulary)
+        self._marks = frozenset(i for i in words if is_mark(texts[i]))
+        self._ends = np.array(sorted(i for i in self._marks if ends_sentence(texts[i])) + [END])
+        # the first token's sets (``_opening``)
+        self._digits = frozenset(i for i in words if texts[i].strip().isascii() and texts[i].strip().isdigit())
+        self._quotes = frozenset(i for i in words if texts[i].strip() and not texts[i].strip().strip("\"'\u201c\u201d\u2018\u2019"))
+        self._spaces = frozenset(i for i in words if texts[i] == " ")
+        self._stops = frozenset(i for i in words if texts[i].strip() == ".")
+        self._words = np.array([i for i in words if texts[i][:1] == " " and texts[i][1:2].isascii() and texts[i][1:2].isalpha()])
+        self.words_first = True  # the first token a word where the likeliest opens no words (False: the decoder's own)
 
     def _piece(self, token: int) -> str:
         return self.pieces[token].replace("\u2581".encode(), b" ").decode("utf-8", "replace")
@@ -153,6 +157,8 @@ class MoonshineListener:
         quote mark, or a list's number (a space or a digit the decoder goes on from, greedily,
         with digits and then a full stop). Then the likeliest that begins a word."""
         token = int(first.argmax())
+        if not self.words_first:
+            return token
         if token in self._quotes:
             return self._word(first)
         if token not in self._spaces and token not in self._digits:

@@ -124,7 +124,7 @@ def piper_cut() -> Callable[[str], np.ndarray]:
     "said, opened",
     [("What is forty two divided by six?", "1. What is 42"), ("What is the capital of France?", "\"'What is the capital")],
 )
-def test_words_first_before_a_clip_cut_at_its_last_word(ears: MoonshineListener, piper_cut, said: str, opened: str, monkeypatch: pytest.MonkeyPatch):
+def test_words_first_before_a_clip_cut_at_its_last_word(ears: MoonshineListener, piper_cut, said: str, opened: str):
     """Before some clips cut right at their last word the decoder's likeliest opening is a list's
     number or a quote mark ("1. What is 42 divided by 6?", "\"'What is the capital of France?'"):
     the opening taken is the likeliest word instead, and a pass going on from it keeps it. A
@@ -135,10 +135,12 @@ def test_words_first_before_a_clip_cut_at_its_last_word(ears: MoonshineListener,
     assert heard.text[:1].isalpha() and ears.hear(clip, hint=heard.tokens).tokens == heard.tokens
     numbers = [espeak(text, RATE) for text in ("Forty two people came to the party.", "Ten. That is my answer.")]
     taken = [ears.transcribe(pcm) for pcm in numbers]
-    with monkeypatch.context() as m:  # the decoder's own opening: the list's number, the quote; the numbers said as they were
-        m.setattr(ears, "_opening", lambda logits, states: int(logits.argmax()))
+    ears.words_first = False  # the decoder's own opening: the list's number, the quote; the numbers said as they were
+    try:
         assert ears.hear(clip).text.startswith(opened), "the clip no longer opens so: find another"
         assert [ears.transcribe(pcm) for pcm in numbers] == taken
+    finally:
+        ears.words_first = True
     assert words(taken[0])[:2] in (["42", "people"], ["forty-two", "people"]), taken
 
 
