@@ -338,39 +338,10 @@ class VllmEngine:
 
 
 class _CompletionsRequest:
-    """A request on a deployment's OpenAI completions: the prompt as token ids, streamed back;
-    closing it closes the stream, which aborts the request upstream."""
-
-    def __init__(self, chunks: AsyncIterator[dict[str, Any]], request_id: str) -> None:
-        self.request_id = request_id
-        self._chunks = chunks
-        self._pending: list[Output] = []
-
-    def __aiter__(self) -> _CompletionsRequest:
-        return self
-
-    async def __anext__(self) -> Output:
-        while not self._pending:
-            self._pending = _outputs(await anext(self._chunks))
-        return self._pending.pop(0)
-
-    async def give(self, ids: list[int], sampling: Sampling) -> None:
-        raise NotImplementedError("a remote request's prompt is whole")
-
-    def offer(self, ids: list[int], sampling: Sampling) -> bool:
-        return False
-
-    async def end(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            await self._chunks.aclose()  # type: ignore[attr-defined]
-
-
-class _CompletionsParts:
-    """A resumable request on a deployment: vLLM's streaming input played over its completions,
-    one request a part. As in vLLM, a part's last sampled token is dropped (never computed) and
+    """A request on a deployment's completions: the prompt as token ids, streamed back; closing
+    it closes the stream, which aborts the request upstream. A resumable one plays vLLM's
+    streaming input, one completions request a part (a request that is not is one part, ended
+    from the start). As in vLLM, a part's last sampled token is dropped (never computed) and
     the next part goes on from the tokens before it: each part's prompt is the first part, what
     every part before it wrote but its last token, and the parts given since (the deployment
     finds all but the newest in its prefix cache: the same salt). Its outputs are the in-process
@@ -378,7 +349,7 @@ class _CompletionsParts:
     the engine's counts (the first part's cached and prompt tokens; what all parts wrote); the
     request's end ``finished``. One part may wait beside the one running (``offer``)."""
 
-    def __init__(self, engine: CompletionsEngine, prompt: list[int], salt: str, sampling: Sampling, request_id: str) -> None:
+    def __init__(self, engine: CompletionsEngine, prompt: list[int], salt: str, sampling: Sampling, request_id: str, resumable: bool) -> None:
         self.engine = engine
         self.salt = salt
         self.request_id = request_id
@@ -386,7 +357,7 @@ class _CompletionsParts:
         self._waiting: collections.deque[tuple[list[int], Sampling]] = collections.deque([(list(prompt), sampling)])
         self._given = asyncio.Event()  # a part given, or the end
         self._taken = asyncio.Event()  # the part waiting was taken
-        self._ending = False  # no more parts after those given
+        self._ending = not resumable  # no more parts after those given
         self._done = False
         self._chunks: AsyncIterator[dict[str, Any]] | None = None
         self._pending: list[Output] = []
@@ -396,7 +367,7 @@ class _CompletionsParts:
         self._written = 0
         self._parts = 0
 
-    def __aiter__(self) -> _CompletionsParts:
+    def __aiter__(self) -> _CompletionsRequest:
         return self
 
     async def __anext__(self) -> Output:
@@ -436,7 +407,7 @@ class _CompletionsParts:
         self._taken.set()
         self.context += ids
         self._part, self._end, self._usage = [], None, Output()
-        self._chunks = self.engine.stream(list(self.context), self.salt, sampling, token_ids=True)
+        self._chunks = self.engine.stream(list(self.context), self.salt, sampling)
 
     def _ended(self) -> Output:
         """The running part's end: the output that ended it, with the part's counts."""
@@ -531,14 +502,12 @@ class CompletionsEngine:
     def failed(self) -> str | None:
         return None  # a remote deployment comes back on its own: unhealthy until it does
 
-    def request(self, prompt: list[int], salt: str, sampling: Sampling, request_id: str, resumable: bool = False) -> Request:
-        if resumable:
-            return _CompletionsParts(self, prompt, salt, sampling, request_id)
-        return _CompletionsRequest(self.stream(prompt, salt, sampling), request_id)
+    def request(self, prompt: list[int], salt: str, sampling: Sampling, request_id: str, resumable: bool = False) -> _CompletionsRequest:
+        return _CompletionsRequest(self, prompt, salt, sampling, request_id, resumable)
 
-    def stream(self, prompt: list[int], salt: str, sampling: Sampling, token_ids: bool = False) -> AsyncIterator[dict[str, Any]]:
-        """The deployment's streamed chunks of a completion of ``prompt``."""
-        return self.remote.stream(self.body(prompt, salt, sampling, token_ids), path="/completions")
+    def stream(self, prompt: list[int], salt: str, sampling: Sampling) -> AsyncIterator[dict[str, Any]]:
+        """The deployment's streamed chunks of a completion of ``prompt``, its tokens' ids with them."""
+        return self.remote.stream(self.body(prompt, salt, sampling, token_ids=True), path="/completions")
 
     def body(self, prompt: list[int], salt: str, s: Sampling, token_ids: bool = False) -> dict[str, Any]:
         """The completions request for ``prompt``, sampled with ``s`` (vLLM's own parameters beside

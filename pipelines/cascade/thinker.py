@@ -345,7 +345,7 @@ class Thinker:
                 if writer is None:
                     if out.finish_reason:
                         r.finish_reason, r.hit_max_tokens = out.finish_reason, out.finish_reason == "length"
-                    ended = False  # (the request's outputs end on their own: a remote one's usage comes last)
+                    ended = False  # (the request's outputs end on their own)
                 else:
                     said = writer.took(out.text) if out.text else ""
                     if not out.finished and out.finish_reason is not None:  # a part ended: the request waits for the next

@@ -6,6 +6,8 @@ test_cpu_remote_thinker.py's and test_cpu_remote_tools.py's)."""
 
 from __future__ import annotations
 
+import pytest
+
 from pipelines.cascade.engines import CompletionsEngine, Output, Sampling, _outputs
 from pipelines.cascade.thinker import ThinkerOptions
 from pipelines.remote import RemoteOptions
@@ -181,3 +183,15 @@ def test_token_ids_and_the_stop_token_come_back_from_a_chunk():
     assert _outputs(chunk) == [Output("", [151657], 1, finish_reason="stop", finished=True, stop=151657)]
     eos = {"choices": [{"index": 0, "text": "", "finish_reason": "stop", "stop_reason": None, "token_ids": [151645]}]}
     assert _outputs(eos)[0].stop is None and _outputs(eos)[0].tokens == [151645]
+
+
+async def test_a_remote_request_that_is_not_resumable_is_one_part_ended_from_the_start():
+    e, d = deployment()
+    r = e.request([3, 1, 4], "s", Sampling(max_tokens=2, logprobs=5), "r3")
+    outs = [out async for out in r]
+    assert [o.finish_reason for o in outs] == [None, "length"] and outs[-1].finished
+    assert (outs[-1].total, outs[-1].prompt, outs[-1].cached) == (2, 3, 0)  # (its usage, with its last output)
+    assert len(d.bodies) == 1 and d.bodies[0]["logprobs"] == 5 and d.closed == 1
+    assert not r.offer([9], Sampling(max_tokens=1))
+    with pytest.raises(RuntimeError):
+        await r.give([9], Sampling(max_tokens=1))
