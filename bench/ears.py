@@ -19,8 +19,10 @@ transcripts.
     python -m bench ears --listeners whisper-tiny.en moonshine-base --isa avx2
     python -m bench ears --part session --limit 20
     python -m bench ears --part offline --listeners moonshine-base moonshine-base+argmax-opening --tail-ms 40
+    python -m bench ears --listeners moonshine-base+greedy moonshine-base --tail-ms 40
 
-``moonshine-base+argmax-opening``: Moonshine with the decoder's own first token, where the listener
+``moonshine-base+greedy``: Moonshine decoded greedily, without its beam where it is unsure (the
+listener before 2026-11-29, pipelines/cascade/moonshine.py). ``moonshine-base+argmax-opening``: Moonshine with the decoder's own first token, where the listener
 takes a word instead of a list's number or a quote mark ("1. What is ...", "\"'What is ...";
 pipelines/cascade/moonshine.py), on the same clips (Piper's voice differs from one synthesis to the next: compare within one run).
 """
@@ -46,6 +48,7 @@ from bench.metrics import dist, word_edits, words
 
 RATE = 16000
 ARGMAX_OPENING = "+argmax-opening"  # a listener name so ended: Moonshine with the decoder's own first token
+GREEDY = "+greedy"  # a listener name so ended: greedy decoding (Moonshine without its beam)
 WIRE_RATE = 24000
 VOICES = {"en-us-160": ("en-us", 160), "en-gb-150": ("en-gb", 150)}
 NUMBER_WORDS = set("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split())
@@ -131,8 +134,8 @@ def offline(listeners: list[str], clips: list[dict[str, Any]]) -> dict[str, Any]
 
     rows: list[dict[str, Any]] = []
     for name in listeners:
-        model = name.removesuffix(ARGMAX_OPENING)
-        ears = open_listener(model, str(models.ensure(model, print)), threads=2)
+        model = name.removesuffix(ARGMAX_OPENING).removesuffix(GREEDY)
+        ears = open_listener(model, str(models.ensure(model, print)), threads=2, beam_size=1 if GREEDY in name else 0)
         if name.endswith(ARGMAX_OPENING):  # (Moonshine's words-first rule off: the decoder's own first token)
             ears.words_first = False  # type: ignore[attr-defined]
         ears.transcribe(np.zeros(RATE, np.int16))  # its one-time costs
@@ -201,7 +204,8 @@ def session(args: argparse.Namespace, clips: list[dict[str, Any]]) -> dict[str, 
     for name in args.listeners:
         config = server_config(args.config, {})
         options = config["pipeline"]["options"]
-        options["asr_model"] = name
+        options["asr_model"] = name.removesuffix(GREEDY)
+        options["asr_beam_size"] = 1 if name.endswith(GREEDY) else 0
         options["hear_every_ms"] = 0 if name.startswith("whisper") else options.get("hear_every_ms", 300)
         with server_process(config) as url:
             rows = asyncio.run(session_run(url, clips, name))

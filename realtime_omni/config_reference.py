@@ -54,7 +54,7 @@ LINES = {
     "PipelineConfig.kind": "`cascade` (the CPU agent), `omni` or `synthetic`: which options follow",
     "PipelineConfig.options": "the options of that kind: the sections below",
     "CascadeOptions.asr_threads": "CPU threads of one pass of the listener",
-    "CascadeOptions.asr_beam_size": "Whisper's beam (1: greedy, fastest)",
+    "CascadeOptions.asr_beam_size": "the listener's beam (1: greedy, fastest; 0: the listener's own: Moonshine 4 where it is unsure, Whisper 1)",
     "CascadeOptions.thinker": "the LLM: the `thinker` section below",
     "CascadeOptions.voice": "the talker: a Piper voice from `realtime-omni models`",
     "CascadeOptions.tts_threads": "ONNX Runtime threads of one Piper synthesis",

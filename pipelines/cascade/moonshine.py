@@ -10,9 +10,9 @@ their int8 -> float arithmetic once and splits the merged decoder into its two b
 **Hearing as the words grow.** ``hear`` takes the tokens of an earlier pass over the same turn
 (``hint``: the turn heard a few hundred milliseconds before). The decoder reads them all in one pass
 (teacher forcing) and keeps the longest run of them that it would have written itself (greedy, token
-by token: the same argmax), then decodes on from there. The result is exactly what a pass from
-nothing writes, but a turn heard while it is spoken leaves only its last words to decode at the
-pause. The encoder still reads the whole clip each time (its attention spans the clip).
+by token: the same argmax), then decodes on from there. Greedily, the result is exactly what a pass
+from nothing writes; with the beam (below), what a beam from the kept tokens writes. Either way a
+turn heard while it is spoken leaves only its last words to decode at the pause. The encoder still reads the whole clip each time (its attention spans the clip).
 
 **A lead of silence.** Each clip is heard after ``LEAD_S`` of digital silence: on the bench's
 requests that took the word error rate from 0.174 to 0.154.
@@ -33,6 +33,15 @@ stays a number).
 **Bounded.** At most ``TOKENS_PER_S`` tokens per second of audio (plus a few): v1 models can repeat
 themselves on short or noisy clips, and a pass over 30 s of one speaker or over noise must not run
 away; ``unloop`` cuts a sentence said twice.
+
+**A beam where it is unsure.** Greedy decoding takes each likeliest token and is stuck with it:
+"Lisbon" came out "lesbians", "Give Peter a call" "Give the giraffe out". After the hint's tokens
+the decoder agrees with, up to ``beam`` hypotheses go on side by side in one batch, each dropped
+once it falls ``BEAM_NATS`` behind the best, and the likeliest whole transcript is taken; where the
+decoder is sure that is one hypothesis, and costs what greedy does. A turn heard as it is spoken
+keeps what the passes before agreed on, so the pause's pass searches only its last words (searching
+from the hint's first unsure token instead cost 28 ms more at the median and changed no word,
+2026-11-29). Measured: see ``BEAM``.
 
 ``hear(..., ends=True)`` also says how sure the decoder is that the words end where it stopped
 them, from its own distributions, as ``WhisperListener`` does: P(the last word) x P(an end mark or
@@ -73,6 +82,14 @@ PART_S = 20.0
 # likeliest word by this much (logits), else the word is taken. Two espeak sentences in one clip
 # came back empty (the end 0.6 ahead of "The"); silence, noise, a hum, a click: 3.0 to 11.4 ahead.
 EMPTY_MARGIN = 2.0
+# the beam (``MoonshineListener.beam``): at most this many hypotheses, each within BEAM_NATS of
+# the best (log probability); 1: greedy. bench.ears, 2026-11-29, Zen 3 (AVX2), greedy -> this beam:
+# offline, clips cut 40 ms after the speech, WER espeak 0.172 -> 0.131, Piper 0.051 -> 0.039, people
+# 0.064 -> 0.073 (11 clips: one word), time per clip p50 118 -> 198 ms (espeak); through the server
+# (espeak, 24 requests), commit -> completed p50 171 -> 214 ms, WER 0.167 -> 0.093. A beam of 6
+# within 8: espeak 0.122, Piper 0.035, no slower.
+BEAM = 4
+BEAM_NATS = 4.0
 
 
 def read_pieces(path: Path) -> list[bytes]:
@@ -93,7 +110,7 @@ def read_pieces(path: Path) -> list[bytes]:
 class MoonshineListener:
     rate = 16000
 
-    def __init__(self, model_dir: str, threads: int = 2) -> None:
+    def __init__(self, model_dir: str, threads: int = 2, beam: int = BEAM) -> None:
         import onnxruntime as ort
 
         folder = Path(model_dir)
@@ -122,6 +139,7 @@ class MoonshineListener:
         self._stops = frozenset(i for i in words if texts[i].strip() == ".")
         self._words = np.array([i for i in words if texts[i][:1] == " " and texts[i][1:2].isascii() and texts[i][1:2].isalpha()])
         self.words_first = True  # the first token a word where the likeliest opens no words (False: the decoder's own)
+        self.beam = beam  # hypotheses where the decoder is unsure (1: greedy)
 
     def _piece(self, token: int) -> str:
         return self.pieces[token].replace("\u2581".encode(), b" ").decode("utf-8", "replace")
@@ -179,8 +197,9 @@ class MoonshineListener:
         return int(self._words[first[self._words].argmax()])
 
     def _decode(self, states: np.ndarray, hint: tuple[int, ...], limit: int) -> tuple[list[int], list[np.ndarray]]:
-        """Greedy decoding, the hint read in one pass: the tokens and each one's logits (the
-        logits after the last token too, for the end)."""
+        """The hint read in one pass, what of it the decoder agrees with kept, then the beam (or
+        greedy decoding): the tokens and each one's logits (the logits after the last token too,
+        for the end)."""
         out = self.first.run(None, {"input_ids": np.array([[START, *hint]], np.int64), "encoder_hidden_states": states})
         scores = out[0][0, :, : self.vocabulary]
         guesses = scores.argmax(-1)
@@ -199,6 +218,9 @@ class MoonshineListener:
             words = np.delete(scores[0], END)
             if scores[0][END] - words.max() < EMPTY_MARGIN:
                 token = int(words.argmax()) + (int(words.argmax()) >= END)  # (an index of the row without END)
+        if self.beam > 1 and not (token == END and not tokens):
+            banned = set() if tokens or not self.words_first else {int(scores[0].argmax())} - {token} | self._quotes  # (the openings words first passes over)
+            return self._beam(tokens, logits, cache, limit, banned)
         while token != END and len(tokens) < limit:
             tokens.append(token)
             out = self.next.run(None, {"input_ids": np.array([[token]], np.int64), **cache})
@@ -208,6 +230,58 @@ class MoonshineListener:
             logits.append(out[0][0, -1, : self.vocabulary])
             token = int(logits[-1].argmax())
         return tokens, logits
+
+    def _beam(
+        self, tokens: list[int], logits: list[np.ndarray], cache: dict[str, np.ndarray], limit: int, banned: set[int] | frozenset[int]
+    ) -> tuple[list[int], list[np.ndarray]]:
+        """Beam search on from ``tokens`` (``logits``: each one's row and the row after them;
+        ``cache``: the decoder's, one row), its first step never a token in ``banned`` nor the end
+        of an empty text: the likeliest whole hypothesis, its tokens and rows as ``_decode``'s."""
+        alive: list[tuple[list[int], list[np.ndarray], float]] = [(tokens, logits, 0.0)]  # tokens, rows, log P
+        done: list[tuple[list[int], list[np.ndarray], float]] = []
+        rows = logits[-1][None, :]
+        while alive:
+            steps = rows - _logsumexp(rows)  # log P of each next token, a row each
+            width = min(self.beam, steps.shape[1])
+            grown: list[tuple[float, int, int]] = []  # (log P, hypothesis, token)
+            for b, (toks, _, score) in enumerate(alive):
+                row = steps[b].copy()
+                if not toks and banned:
+                    row[list(banned)] = -np.inf
+                if not toks:
+                    row[END] = -np.inf  # (an empty text is the greedy pass's call: EMPTY_MARGIN)
+                top = np.argpartition(-row, width)[:width]
+                grown += [(score + float(row[t]), b, int(t)) for t in top if np.isfinite(row[t])]
+            grown.sort(reverse=True)
+            best = grown[0][0] if grown else -np.inf
+            kept: list[tuple[int, int, float]] = []  # (hypothesis, token, log P)
+            for score, b, t in grown:
+                if score < best - BEAM_NATS or len(kept) >= self.beam:
+                    break
+                toks, hyp_rows, _ = alive[b]
+                if t == END or len(toks) >= limit:
+                    done.append((toks, hyp_rows, score))
+                else:
+                    kept.append((b, t, score))
+            if not kept or (done and max(d[2] for d in done) >= kept[0][2]):
+                break
+            parents = np.array([b for b, _, _ in kept])
+            feed = {name: value[parents] for name, value in cache.items()}
+            out = self.next.run(None, {"input_ids": np.array([[t] for _, t, _ in kept], np.int64), **feed})
+            for name, value in zip(self.cache_names, out[1:]):
+                key = name.replace("present", "past_key_values")
+                cache[key] = value if ".decoder." in name else cache[key][parents]
+            rows = out[0][:, -1, : self.vocabulary]
+            alive = [(alive[b][0] + [t], alive[b][1] + [rows[i]], score) for i, (b, t, score) in enumerate(kept)]
+        if not done:
+            return tokens, logits
+        toks, hyp_rows, _ = max(done, key=lambda d: d[2])
+        return toks, hyp_rows
+
+
+def _logsumexp(rows: np.ndarray) -> np.ndarray:
+    top = rows.max(axis=1, keepdims=True)
+    return top + np.log(np.exp(rows - top).sum(axis=1, keepdims=True))
 
 
 def _quietest(pcm: np.ndarray, start: int, stop: int, window: int) -> int:

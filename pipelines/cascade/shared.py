@@ -19,7 +19,7 @@ from pipelines.speculation import SpeculationCounts
 class CascadeOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     asr_model: str = "moonshine-base"  # the listener: moonshine-base, or whisper-tiny.en / whisper-base
     asr_threads: int = 2
-    asr_beam_size: int = 1  # Whisper's
+    asr_beam_size: int = 0  # 0: the listener's own (Moonshine 4 where it is unsure, moonshine.py; Whisper 1: greedy)
     asr_window: Literal["fit", "full"] = "fit"  # Whisper's; fit: encode the clip + 5 s (listener.py), not its whole 30 s window
     # the open turn heard as it is spoken (overhearing.py): a pass every this much new audio and one
     # when the user goes quiet, each going on from the last; 0: heard only at pauses and commits

@@ -15,7 +15,7 @@ import pytest
 from pipelines import models
 from pipelines.cascade.ears import open_listener
 from pipelines.cascade.listener import Words
-from pipelines.cascade.moonshine import EXTRA_TOKENS, PART_S, TOKENS_PER_S, MoonshineListener, read_pieces
+from pipelines.cascade.moonshine import BEAM, EXTRA_TOKENS, PART_S, TOKENS_PER_S, MoonshineListener, read_pieces
 from pipelines.cascade.overhearing import Overhearing
 from dsp.resample import resample
 from tests.support.audio import espeak, silence, speech_bounds_ms
@@ -77,17 +77,40 @@ def test_it_hears_names_and_places(ears: MoonshineListener):
 
 
 def test_a_pass_that_goes_on_from_an_earlier_one_writes_the_same_words(ears: MoonshineListener):
-    """Teacher forcing keeps only the tokens the decoder would have written itself: the result is a
-    pass from nothing's, whatever the hint (the turn's beginning, another sentence, nonsense)."""
+    """Teacher forcing keeps only the tokens the decoder would have written itself: decoded
+    greedily, the result is a pass from nothing's, whatever the hint (the turn's beginning, another
+    sentence, nonsense); with the beam, the same for a hint it does not agree with, and a pass's own
+    tokens given back are heard again as they were."""
     pcm = espeak("I would like to book a table for two at seven tonight.", RATE)
-    whole = ears.hear(pcm)
-    begun = ears.hear(pcm[: len(pcm) // 2])
-    other = ears.hear(espeak("How far away is the moon?", RATE))
-    assert whole.tokens and begun.tokens and begun.tokens != whole.tokens
-    for hint in (begun.tokens, whole.tokens, other.tokens, (5, 6, 7, 8), tuple(range(40000, 40010))):
-        again = ears.hear(pcm, hint=hint)
-        assert again.tokens == whole.tokens and again.text == whole.text, hint
-        assert again.ends == pytest.approx(whole.ends, abs=1e-3)
+    other = espeak("How far away is the moon?", RATE)
+    for beam in (1, ears.beam):
+        listener = MoonshineListener(str(models.ensure("moonshine-base")), 2, beam)
+        whole = listener.hear(pcm)
+        begun = listener.hear(pcm[: len(pcm) // 2])
+        assert whole.tokens and begun.tokens and begun.tokens != whole.tokens
+        hints = (begun.tokens, whole.tokens, listener.hear(other).tokens, (5, 6, 7, 8), tuple(range(40000, 40010)))
+        for hint in hints if beam == 1 else hints[1:]:
+            again = listener.hear(pcm, hint=hint)
+            assert again.tokens == whole.tokens and again.text == whole.text, (beam, hint)
+            assert again.ends == pytest.approx(whole.ends, abs=1e-3)
+
+
+def _cut(pcm: np.ndarray, after_ms: int = 40) -> np.ndarray:
+    first, last = speech_bounds_ms(pcm, RATE)
+    return pcm[max(0, first - 200) * RATE // 1000 : (last + after_ms) * RATE // 1000]
+
+
+@pytest.mark.parametrize("said", ["What's the forecast for Lisbon?", "Give Peter a call."])
+def test_the_beam_hears_what_greedy_decoding_mishears(ears: MoonshineListener, said: str):
+    """Two requests cut 40 ms after their last word, as the pass when the user goes quiet hears
+    them: decoded greedily "What's the forecast for lesbians?" and "Give the giraffe out."; the beam
+    keeps the hypothesis whose first tokens were less likely and hears them word for word."""
+    clip = _cut(espeak(said, RATE))
+    greedy = MoonshineListener(str(models.ensure("moonshine-base")), 2, beam=1).hear(clip)
+    heard = ears.hear(clip)
+    assert words(heard.text) == words(said), heard
+    assert words(greedy.text) != words(said), "greedy decoding hears this one right now: find another"
+    assert heard.ends is not None and 0 < heard.ends <= 1
 
 
 def test_it_judges_whether_its_words_end_a_sentence(ears: MoonshineListener):
@@ -135,12 +158,12 @@ def test_words_first_before_a_clip_cut_at_its_last_word(ears: MoonshineListener,
     assert heard.text[:1].isalpha() and ears.hear(clip, hint=heard.tokens).tokens == heard.tokens
     numbers = [espeak(text, RATE) for text in ("Forty two people came to the party.", "Ten. That is my answer.")]
     taken = [ears.transcribe(pcm) for pcm in numbers]
-    ears.words_first = False  # the decoder's own opening: the list's number, the quote; the numbers said as they were
+    ears.words_first, ears.beam = False, 1  # greedy, the decoder's own opening: the list's number, the quote; the numbers said as they were
     try:
         assert ears.hear(clip).text.startswith(opened), "the clip no longer opens so: find another"
         assert [ears.transcribe(pcm) for pcm in numbers] == taken
     finally:
-        ears.words_first = True
+        ears.words_first, ears.beam = True, BEAM
     assert words(taken[0])[:2] in (["42", "people"], ["forty-two", "people"]), taken
 
 
