@@ -10,6 +10,10 @@ each listener in process (``pipelines.cascade.listener.open_listener``, 2 thread
 time), as ``models prepare`` makes them. WER counts words after ``bench.metrics.words`` (lower case,
 no punctuation) with number words as digits ("two" = "2"), over all clips of a set (edits / words).
 
+``passes``: each spoken clip heard as ``Overhearing`` hears a turn as it grows (a pass every 300 ms
+of audio, each going on from the last one's tokens, and one over the whole clip): what a turn's
+passes cost together, and the last one (the pause's) alone.
+
 ``session``: a transcription session (``type: transcription``, manual turns: ``turn_detection:
 null``) on a server of ``--config`` with each listener, the requests streamed in real time (20 ms
 appends, 300 ms of silence after the speech), then ``input_audio_buffer.commit``: the time from the
@@ -20,6 +24,7 @@ transcripts.
     python -m bench ears --part session --limit 20
     python -m bench ears --part offline --listeners moonshine-base moonshine-base+argmax-opening --tail-ms 40
     python -m bench ears --listeners moonshine-base+greedy moonshine-base --tail-ms 40
+    python -m bench ears --part passes --listeners moonshine-base+greedy moonshine-base --tail-ms 40 --voices piper en-us-160
 
 ``moonshine-base+greedy``: Moonshine decoded greedily, without its beam where it is unsure (the
 listener before 2026-11-29, pipelines/cascade/moonshine.py). ``moonshine-base+argmax-opening``: Moonshine with the decoder's own first token, where the listener
@@ -161,6 +166,33 @@ def offline(listeners: list[str], clips: list[dict[str, Any]]) -> dict[str, Any]
     return {"rows": rows, "summary": summary}
 
 
+def passes(listeners: list[str], clips: list[dict[str, Any]], every_ms: int = 300) -> dict[str, Any]:
+    """Each clip heard as it grows, in process: a pass every ``every_ms`` of audio, each going on
+    from the one before (its tokens as the hint, as ``Overhearing`` gives them), and one over the
+    whole clip: what a turn's passes cost the ears together, and the last one alone (the pause's)."""
+    from pipelines import models
+    from pipelines.cascade.ears import open_listener
+
+    out: dict[str, Any] = {}
+    step = RATE * every_ms // 1000
+    for name in listeners:
+        model = name.removesuffix(GREEDY)
+        ears = open_listener(model, str(models.ensure(model, print)), threads=2, beam_size=1 if name.endswith(GREEDY) else 0)
+        ears.transcribe(np.zeros(RATE, np.int16))
+        turns, last = [], []
+        for clip in clips:
+            pcm, hint, spent = clip["pcm"], (), 0.0
+            for n in [*range(step, len(pcm), step), len(pcm)]:
+                t0 = time.perf_counter()
+                hint = ears.hear(pcm[:n], True, hint).tokens
+                took = (time.perf_counter() - t0) * 1000
+                spent += took
+            turns.append(spent)
+            last.append(took)
+        out[name] = {"turn_ms": dist(turns, 1), "last_pass_ms": dist(last, 1), "clips": len(clips)}
+    return out
+
+
 async def one_commit(url: str, pcm: np.ndarray, model: str) -> tuple[float | None, str, int]:
     """ms from the commit to the completed transcript, the transcript, deltas before the commit."""
     import websockets
@@ -221,7 +253,7 @@ def session(args: argparse.Namespace, clips: list[dict[str, Any]]) -> dict[str, 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--listeners", nargs="+", default=["whisper-tiny.en", "moonshine-base"])
-    ap.add_argument("--part", nargs="+", default=["offline", "session"], choices=["offline", "session"])
+    ap.add_argument("--part", nargs="+", default=["offline", "session"], choices=["offline", "passes", "session"])
     ap.add_argument("--voices", nargs="+", default=[*VOICES, "piper"], choices=[*VOICES, "piper"])
     ap.add_argument("--human", action=argparse.BooleanOptionalAction, default=True, help="people's speech too (bench/human_turns_setup first)")
     ap.add_argument("--limit", type=int, default=None, help="at most this many requests a voice (and human clips)")
@@ -241,6 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{'listener | set':42} {'clips':>5} {'WER':>7} {'exact':>6} {'ms p50':>7} {'p90':>7} {'ms/s':>6}")
         for key, s in result["offline"]["summary"].items():
             print(f"{key:42} {s['clips']:>5} {s['wer']:>7.3f} {s['word_for_word']:>6.0%} {s['ms'].get('p50', '-'):>7} {s['ms'].get('p90', '-'):>7} {s['ms_per_audio_s']:>6}")
+    if "passes" in args.part:
+        result["passes"] = passes(args.listeners, clips)
+        print(f"\n{'listener':24} {'a turn heard as it grows: ms p50':>32} {'p90':>7} {'its last pass p50':>18} {'p90':>7}")
+        for name, s in result["passes"].items():
+            print(f"{name:24} {s['turn_ms'].get('p50', '-'):>32} {s['turn_ms'].get('p90', '-'):>7} {s['last_pass_ms'].get('p50', '-'):>18} {s['last_pass_ms'].get('p90', '-'):>7}")
     if "session" in args.part:
         picked = [c for c in clips if c["set"].endswith(f" {args.voices[0]}")][:: max(1, len(requests()) // args.session_limit)][: args.session_limit]
         result["session"] = session(args, picked)

@@ -685,6 +685,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "qwen2.5-coder-0.5b": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct"}, {}),  # fp32 weights
     "qwen2.5-coder-1.5b-w8": ("cpu-1.5b", {}, {}),  # the larger thinker (./scripts/install larger-thinker)
     "qwen2.5-coder-0.5b-w8-whisper-base": ("cpu", {}, {"asr_model": "whisper-base"}),  # the agent hears better
+    "qwen2.5-coder-0.5b-w8-greedy-ears": ("cpu", {}, {"asr_beam_size": 1}),  # Moonshine decoded greedily (before 2026-11-29)
     # the thinker on a ``vllm serve`` of the same model, started for the run on the same machine
     # (thinker.engine: remote): its calls steered as in process, a completions request a step
     "qwen2.5-coder-0.5b-w8-remote": ("cpu", {"engine": "remote", "served_model": "qwen"}, {}),

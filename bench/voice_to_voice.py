@@ -28,6 +28,8 @@ without ``--variants`` all of them run, ``remote_thinker`` with a ``vllm serve``
     whisper            the ears before Moonshine: Whisper tiny.en, the turn heard at its pauses only
                        (``hear_every_ms: 0``)
     whisper_semantic_vad  the same, with semantic_vad
+    greedy_ears        Moonshine decoded greedily (``asr_beam_size: 1``), without its beam where it
+                       is unsure (the ears before 2026-11-29)
     larger_thinker     the thinker of configs/cpu-1.5b.yaml (Qwen2.5-Coder-1.5B-Instruct, int8), the
                        rest as the default (``./scripts/install larger-thinker`` first)
     larger_thinker_words_ahead  the same, the words heard as the user speaks given to it before
@@ -84,6 +86,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "semantic_vad_listener": {},
     "whisper": {"asr_model": "whisper-tiny.en", "hear_every_ms": 0},
     "whisper_semantic_vad": {"asr_model": "whisper-tiny.en", "hear_every_ms": 0},
+    "greedy_ears": {"asr_beam_size": 1},
     "larger_thinker": {"thinker": {"model": "qwen2.5-coder-1.5b-instruct-w8"}},
     "larger_thinker_words_ahead": {"thinker": {"model": "qwen2.5-coder-1.5b-instruct-w8"}, "words_ahead": True},
 }
