@@ -202,7 +202,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen2.5-coder-1.5b-w8": ("cpu-1.5b", {}),  # the larger thinker (./scripts/install larger-thinker)
     "qwen2.5-coder-0.5b": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct"}),
     "qwen2.5-coder-0.5b-examples": ("cpu", {"model": "qwen2.5-coder-0.5b-instruct", "examples": EXAMPLES, "temperature": 0.0}),
+    "qwen2.5-coder-0.5b-w8-greedy-ears": ("cpu", {}),  # the default thinker, Moonshine decoded greedily (before 2026-11-29)
 }
+CASCADE: dict[str, dict[str, Any]] = {"qwen2.5-coder-0.5b-w8-greedy-ears": {"asr_beam_size": 1}}  # a variant's cascade options over its config's
 
 
 def config(name: str, silence_ms: int, tools: bool = False) -> dict[str, Any]:
@@ -211,6 +213,7 @@ def config(name: str, silence_ms: int, tools: bool = False) -> dict[str, Any]:
     base, thinker = VARIANTS.get(name, (name, {}))
     cfg = config_file.raw(base)
     cfg["pipeline"]["options"]["thinker"].update(thinker)
+    cfg["pipeline"]["options"].update(CASCADE.get(name, {}))
     cfg["session"].setdefault("audio", {}).setdefault("input", {})["turn_detection"] = {"type": "server_vad", "silence_duration_ms": silence_ms}
     if tools:
         cfg["session"]["tools"] = [dict(t) for t in TOOLS]
