@@ -133,17 +133,24 @@ def human_clips(limit: int | None) -> list[dict[str, Any]]:
     return clips[:limit] if limit else clips
 
 
-def offline(listeners: list[str], clips: list[dict[str, Any]]) -> dict[str, Any]:
+def _listener(name: str) -> Any:
+    """The listener ``name`` names (``+greedy``, ``+argmax-opening``: see above), in process, 2
+    threads, its one-time costs paid."""
     from pipelines import models
     from pipelines.cascade.ears import open_listener
 
+    model = name.removesuffix(ARGMAX_OPENING).removesuffix(GREEDY)
+    ears = open_listener(model, str(models.ensure(model, print)), threads=2, beam_size=1 if GREEDY in name else 0)
+    if name.endswith(ARGMAX_OPENING):  # (Moonshine's words-first rule off: the decoder's own first token)
+        ears.words_first = False  # type: ignore[attr-defined]
+    ears.transcribe(np.zeros(RATE, np.int16))
+    return ears
+
+
+def offline(listeners: list[str], clips: list[dict[str, Any]]) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for name in listeners:
-        model = name.removesuffix(ARGMAX_OPENING).removesuffix(GREEDY)
-        ears = open_listener(model, str(models.ensure(model, print)), threads=2, beam_size=1 if GREEDY in name else 0)
-        if name.endswith(ARGMAX_OPENING):  # (Moonshine's words-first rule off: the decoder's own first token)
-            ears.words_first = False  # type: ignore[attr-defined]
-        ears.transcribe(np.zeros(RATE, np.int16))  # its one-time costs
+        ears = _listener(name)
         for clip in clips:
             t0 = time.perf_counter()
             heard = ears.transcribe(clip["pcm"])
@@ -170,15 +177,10 @@ def passes(listeners: list[str], clips: list[dict[str, Any]], every_ms: int = 30
     """Each clip heard as it grows, in process: a pass every ``every_ms`` of audio, each going on
     from the one before (its tokens as the hint, as ``Overhearing`` gives them), and one over the
     whole clip: what a turn's passes cost the ears together, and the last one alone (the pause's)."""
-    from pipelines import models
-    from pipelines.cascade.ears import open_listener
-
     out: dict[str, Any] = {}
     step = RATE * every_ms // 1000
     for name in listeners:
-        model = name.removesuffix(GREEDY)
-        ears = open_listener(model, str(models.ensure(model, print)), threads=2, beam_size=1 if name.endswith(GREEDY) else 0)
-        ears.transcribe(np.zeros(RATE, np.int16))
+        ears = _listener(name)
         turns, last = [], []
         for clip in clips:
             pcm, hint, spent = clip["pcm"], (), 0.0

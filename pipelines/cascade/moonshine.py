@@ -248,11 +248,10 @@ class MoonshineListener:
                 if len(toks) >= limit:  # (as long as the clip allows: done as it is)
                     done.append((toks, hyp_rows, score))
                     continue
-                row = steps[b].copy()
-                if not toks and banned:
-                    row[list(banned)] = -np.inf
-                if not toks:
-                    row[END] = -np.inf  # (an empty text is the greedy pass's call: EMPTY_MARGIN)
+                row = steps[b]
+                if not toks:  # (the first step: an empty text is the greedy pass's call, EMPTY_MARGIN)
+                    row = row.copy()
+                    row[[END, *banned]] = -np.inf
                 top = np.argpartition(-row, width)[:width]
                 grown += [(score + float(row[t]), b, int(t)) for t in top if np.isfinite(row[t])]
             grown.sort(reverse=True)
@@ -267,12 +266,13 @@ class MoonshineListener:
                     kept.append((b, t, score))
             if not kept or (done and max(d[2] for d in done) >= kept[0][2]):
                 break
-            parents = np.array([b for b, _, _ in kept])
-            feed = {name: value[parents] for name, value in cache.items()}
-            out = self.next.run(None, {"input_ids": np.array([[t] for _, t, _ in kept], np.int64), **feed})
+            parents = [b for b, _, _ in kept]
+            if parents != list(range(len(alive))):  # (each hypothesis its parent's cache rows; none moved: as they are)
+                cache = {name: value[parents] for name, value in cache.items()}
+            out = self.next.run(None, {"input_ids": np.array([[t] for _, t, _ in kept], np.int64), **cache})
             for name, value in zip(self.cache_names, out[1:]):
-                key = name.replace("present", "past_key_values")
-                cache[key] = value if ".decoder." in name else cache[key][parents]
+                if ".decoder." in name:  # (the encoder's part is the same for every step)
+                    cache[name.replace("present", "past_key_values")] = value
             rows = out[0][:, -1, : self.vocabulary]
             alive = [(alive[b][0] + [t], alive[b][1] + [rows[i]], score) for i, (b, t, score) in enumerate(kept)]
         if not done:
