@@ -25,8 +25,10 @@ transcript) is counted apart from a wrong call after a request heard right.
 arguments, other phrasing) with their own requests, never used to tune the prompts. --tool-set said:
 two tools whose values are names as users say them (cities a model writes its own way, Lisbon /
 Lisboa, and people's names), 10 requests, 5 plain questions, 3 two-step. Every set also reports
-``answers_finished`` (each answer to a tool's output ends a sentence) and ``values_copied`` (a
-call's letter-only string values are words the ears heard). --keys: every
+``answers_finished`` (each answer to a tool's output ends a sentence), ``answers_use_output`` (of
+the two-step answers after a call, those whose words, as the server wrote them, hold the output's
+key word: the thinker's part of a right answer, without the talker's voice and Whisper's reading of
+it) and ``values_copied`` (a call's letter-only string values are words the ears heard). --keys: every
 session with one API key (default: they share the tools' prefix in the cache, as one application's
 sessions do) or each with a key of its own (every session's tools prefilled cold).
 
@@ -729,9 +731,10 @@ async def run(
         name, args = ex.calls[0] if ex.calls else ("", "")
         valid, right = arguments_right(t.request, name, args, ts.schemas)
         ok = bool(ex.calls) and heard_key(t.key, heard)
+        used = heard_key(t.key, ex.said) if ex.calls else None  # (what the thinker wrote: the talker and this bench's ears aside)
         rows.append(
             {"set": "two_step", "request": t.request.text, "ears": ex.heard, "ears_right": heard_right(t.request, ex.heard), "calls": ex.calls, "said": ex.said,
-             "heard": heard, "schema_valid": valid, "right": right, "answer_right": ok, "call_ms": ex.call_ms, "tool_ms": ex.tool_ms, "answer_ms": ex.answer_ms,
+             "heard": heard, "schema_valid": valid, "right": right, "answer_right": ok, "answer_uses_output": used, "call_ms": ex.call_ms, "tool_ms": ex.tool_ms, "answer_ms": ex.answer_ms,
              "copied": copied(ex.calls, ex.heard), "finished": finished(ex.said) if ex.calls else None,
              "answer_heard_ms": ex.answer_heard_ms, "status": ex.status}
         )  # fmt: skip
@@ -765,6 +768,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "answers_about_tools": sum(1 for r in none if not r["calls"] and re.search(r"\b(tools?|functions?)\b", r["said"].lower())),
         "two_step": len(two),
         "right_final_answers": share([r["answer_right"] for r in two]),
+        # of the answers to an output (a call made), those whose words hold its key fact: what the
+        # thinker wrote, before the talker's voice and this bench's ears ("foggy" heard "body")
+        "answers_use_output": share([r["answer_uses_output"] for r in two if r.get("answer_uses_output") is not None]),
         # every answer to a tool's output (the two-step set; --mcp: every answered call) ends a sentence
         "answers_finished": share([r["finished"] for r in rows if r.get("finished") is not None]),
         # the calls' letter-only string values among the words heard (the user's own words)
@@ -872,7 +878,7 @@ def main() -> None:
     print(f"\ntool set {args.tool_set}, voice: {args.voice}, keys: {args.keys}, tools: {'MCP' if args.mcp else 'function'}{f', answered after {args.tool_ms} ms' if args.mcp and args.tool_ms else ''}")
     head = (
         f"{'config':42} {'right':>6} {'valid':>6} {'false':>6} {'empty':>5} {'answers':>7} {'heard':>6} {'miss e/t':>8} {'call p50':>8} {'answer p50':>10}"
-        f" {'after p50':>9} {'heard':>6} {'plain p50':>9} {'errors':>6} {'finished':>8} {'copied':>6}"
+        f" {'after p50':>9} {'heard':>6} {'plain p50':>9} {'errors':>6} {'finished':>8} {'uses':>5} {'copied':>6}"
     )
     print(head)
     for name, data in result["configs"].items():
@@ -883,7 +889,7 @@ def main() -> None:
             f"{name:42} {s['right_tool_and_arguments']!s:>6} {s['schema_valid']!s:>6} {s['false_calls']!s:>6} {s['empty_answers']!s:>5}"
             f" {s['right_final_answers']!s:>7} {s['heard_right']!s:>6} {misses:>8} {call.get('p50', '-')!s:>8} {answer.get('p50', '-')!s:>10}"
             f" {s['answer_after_call_ms'].get('p50', '-')!s:>9} {s['answer_heard_after_call_ms'].get('p50', '-')!s:>6}"
-            f" {s['voice_to_voice_plain_ms'].get('p50', '-')!s:>9} {s['errors']:>6} {s['answers_finished']!s:>8} {s['values_copied']!s:>6}"
+            f" {s['voice_to_voice_plain_ms'].get('p50', '-')!s:>9} {s['errors']:>6} {s['answers_finished']!s:>8} {s['answers_use_output']!s:>5} {s['values_copied']!s:>6}"
         )
     print("saved", save("tools-mcp" if args.mcp else "tools", result))
 

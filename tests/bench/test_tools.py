@@ -87,3 +87,14 @@ def test_the_said_set_asks_for_values_in_the_users_words_and_its_answers_and_cop
     assert tools.copied([], "Hello") is None and tools.copied([("f", '{"a": "b"}')], None) is None
     assert tools.finished("The forecast is heavy hail.") and tools.finished('He said "stop!"')
     assert not tools.finished("The temperature will be 3 degrees Celsius and there will be") and not tools.finished("")
+
+
+def test_an_answer_uses_the_output_by_its_words_apart_from_how_it_was_heard():
+    """The thinker wrote "foggy" and the bench's ears heard the voice say "body": the answer used
+    the output (its words) though it was not heard right; an exchange without a call is not counted."""
+    def row(calls: list[list[str]], used: bool | None, right: bool) -> dict[str, object]:
+        return {"set": "two_step", "calls": calls, "answer_right": right, "answer_uses_output": used, "status": "completed", "call_ms": None, "answer_ms": None}
+
+    call = [["get_forecast", '{"city": "Cologne"}']]
+    s = tools.summarize([row(call, True, False), row(call, False, False), row([], None, False)])
+    assert s["answers_use_output"] == 0.5 and s["right_final_answers"] == 0.0 and s["two_step"] == 3
