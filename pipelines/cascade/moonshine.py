@@ -30,6 +30,14 @@ quote mark, or a number the decoder would follow with a full stop, the likeliest
 begins a word is taken instead (nobody says a list's number or a quote mark; a number said first
 stays a number).
 
+**English letters only.** The tokenizer is a multilingual one (Cyrillic, CJK, and byte pieces of any
+character): its tokens that hold a letter of another script, and its lone bytes (pieces of a character
+it has no token for), are never written (Latin letters with accents, dashes, curly quotes, "€" and
+"°" are tokens of their own, and stay). An espeak "What are one hundred euros in yen?" cut 40 ms
+after the speech came back "我們呢, 呢, 呢", greedily and with the beam; now "1001, 1001, 1001," and
+"¶¶ ¶¶ ¶¶": a clip this model does not hear (cut elsewhere, through the server, it heard it word for
+word), but no words of a language the thinker would answer in.
+
 **Bounded.** At most ``TOKENS_PER_S`` tokens per second of audio (plus a few): v1 models can repeat
 themselves on short or noisy clips, and a pass over 30 s of one speaker or over noise must not run
 away; ``unloop`` cuts a sentence said twice.
@@ -51,6 +59,7 @@ the end of the text right after it).
 from __future__ import annotations
 
 import math
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -139,8 +148,15 @@ class MoonshineListener:
         self._spaces = frozenset(i for i in words if texts[i] == " ")
         self._stops = frozenset(i for i in words if texts[i].strip() == ".")
         self._words = np.array([i for i in words if texts[i][:1] == " " and texts[i][1:2].isascii() and texts[i][1:2].isalpha()])
+        self._foreign = np.array([i for i in words if _foreign(self.pieces[i], texts[i])], np.int64)  # never written (English only)
         self.words_first = True  # the first token a word where the likeliest opens no words (False: the decoder's own)
         self.beam = beam  # hypotheses where the decoder is unsure (1: greedy)
+
+    def _rows(self, logits: np.ndarray) -> np.ndarray:
+        """The decoder's logits (any leading shape) over the vocabulary, foreign tokens at -inf."""
+        rows = logits[..., : self.vocabulary]
+        rows[..., self._foreign] = -np.inf
+        return rows
 
     def _piece(self, token: int) -> str:
         return self.pieces[token].replace("\u2581".encode(), b" ").decode("utf-8", "replace")
@@ -185,7 +201,7 @@ class MoonshineListener:
         ids, after = [START, token], token
         for _ in range(5):  # (a space, then a number of up to four digit tokens)
             out = self.first.run(None, {"input_ids": np.array([ids], np.int64), "encoder_hidden_states": states})
-            after = int(out[0][0, -1, : self.vocabulary].argmax())
+            after = int(self._rows(out[0][0, -1]).argmax())
             if after not in self._digits:
                 break
             ids.append(after)
@@ -202,7 +218,7 @@ class MoonshineListener:
         greedy decoding): the tokens and each one's logits (the logits after the last token too,
         for the end)."""
         out = self.first.run(None, {"input_ids": np.array([[START, *hint]], np.int64), "encoder_hidden_states": states})
-        scores = out[0][0, :, : self.vocabulary]
+        scores = self._rows(out[0][0])
         guesses = scores.argmax(-1)
         guesses[0] = self._opening(scores[0], states)
         kept = 0
@@ -228,7 +244,7 @@ class MoonshineListener:
             for name, value in zip(self.cache_names, out[1:]):
                 if ".decoder." in name:  # (the encoder's part is computed once, by the first pass)
                     cache[name.replace("present", "past_key_values")] = value
-            logits.append(out[0][0, -1, : self.vocabulary])
+            logits.append(self._rows(out[0][0, -1]))
             token = int(logits[-1].argmax())
         return tokens, logits
 
@@ -274,12 +290,20 @@ class MoonshineListener:
             for name, value in zip(self.cache_names, out[1:]):
                 if ".decoder." in name:  # (the encoder's part is the same for every step)
                     cache[name.replace("present", "past_key_values")] = value
-            rows = out[0][:, -1, : self.vocabulary]
+            rows = self._rows(out[0][:, -1])
             alive = [(alive[b][0] + [t], alive[b][1] + [rows[i]], score) for i, (b, t, score) in enumerate(kept)]
         if not done:
             return tokens, logits
         toks, hyp_rows, _ = max(done, key=lambda d: d[2])
         return toks, hyp_rows
+
+
+def _foreign(piece: bytes, text: str) -> bool:
+    """A token an English listener never writes: a letter of a script other than Latin ("我",
+    "ст"), or a lone byte of a character with no token of its own."""
+    if len(piece) == 1 and piece[0] >= 0x80:
+        return True
+    return any(unicodedata.category(c).startswith("L") and not unicodedata.name(c, "").startswith("LATIN") for c in text)
 
 
 def _logsumexp(rows: np.ndarray) -> np.ndarray:

@@ -118,6 +118,29 @@ def test_the_beam_hears_what_greedy_decoding_mishears(ears: MoonshineListener, g
     assert heard.ends is not None and 0 < heard.ends <= 1
 
 
+def _foreign_letters(text: str) -> list[str]:
+    import unicodedata
+
+    return [c for c in text if c.isalpha() and not unicodedata.name(c, "").startswith("LATIN")]
+
+
+def test_it_writes_english_letters_only(ears: MoonshineListener, greedy: MoonshineListener):
+    """The tokenizer is multilingual: an espeak request cut 40 ms after its last word came back
+    "\u6211\u5011\u5462, \u5462, \u5462" (greedily and with the beam). Tokens of another script, and the
+    lone bytes of characters without a token, are never written; accented Latin letters, "\u20ac",
+    "\u00b0" and curly quotes stay."""
+    texts = {ears.decode([i]) for i in ears._foreign.tolist()}
+    assert {"\u6211", "\u0441\u0442"} <= texts and not {"\u00e9", "\u20ac", "\u00b0", "\u2019", "\u201c", "\u00f1"} & texts
+    clip = _cut(espeak("What are one hundred euros in yen?", RATE))
+    for listener in (ears, greedy):
+        assert not _foreign_letters(listener.hear(clip).text), listener.hear(clip)
+    kept, greedy._foreign = greedy._foreign, np.array([], np.int64)
+    try:
+        assert _foreign_letters(greedy.hear(clip).text), "the clip is no longer heard in another script: find another"
+    finally:
+        greedy._foreign = kept
+
+
 def test_it_judges_whether_its_words_end_a_sentence(ears: MoonshineListener):
     pause = silence(100, RATE)
     done = ears.hear(np.concatenate([espeak("What is the weather like today?", RATE), pause]))
