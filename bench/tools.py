@@ -680,6 +680,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "qwen2.5-coder-0.5b-w8-tools-after-output": ("cpu", {}, {"tools_after_output": "offered"}),  # the tools offered when answering an output
     "qwen2.5-coder-0.5b-w8-tools-shown-after-output": ("cpu", {}, {"tools_after_output": "shown"}),  # the answer to an output with them in its prompt, calls banned
     "qwen2.5-coder-0.5b-w8-ungrounded": ("cpu", {"calls": {"ground": False}}, {}),  # calls with values nobody said go out (before 2026-11-26)
+    "qwen2.5-coder-0.5b-w8-unfit": ("cpu", {"calls": {"fit": False}}, {}),  # a value said is called whatever the thinker reads it as (before 2026-11-29 15:30)
     "qwen2.5-coder-0.5b-w8-free-calls": ("cpu", {"calls": {"constrain": "never"}}, {}),  # every call as the model writes it (before 2026-11-27)
     "qwen2.5-coder-0.5b-w8-held-calls": ("cpu", {"calls": {"constrain": "always"}}, {}),  # a call the model makes on its own held to its schema too
     "qwen2.5-coder-0.5b-w8-first-choice": ("cpu", {"calls": {"second_choices": 0}}, {}),  # no second choice of tool after a dropped call (before 2026-11-28)

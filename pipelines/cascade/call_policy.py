@@ -17,7 +17,7 @@ from typing import Any
 from pipelines.base import ResponseRequest, ToolCall, ToolCallDelta
 from pipelines.cascade.calls import grounding
 from pipelines.cascade.calls.format import OPEN, SpokenLimit, ToolStream, call_head, name_probabilities, parameters, schema_errors
-from pipelines.cascade.calls.grounding import ask_back, asked_for, ungrounded
+from pipelines.cascade.calls.grounding import ask_back, asked_for, misfits, named, ungrounded
 from pipelines.cascade.shared import Models
 from pipelines.cascade.thinker import Ask, Report
 from pipelines.sentences import ends_sentence
@@ -66,6 +66,15 @@ class CallPolicy:
         self.offered = offered
         self.context = context
 
+    async def fits(self, tool: Any, arguments: str) -> list[str]:
+        """The values of a call of ``tool`` that the thinker does not read as their parameter's
+        (calls/grounding.py, ``misfits``); none when ``calls.fit`` is off or the user's last words
+        name what the tool does (``named``)."""
+        thinker = self.pipeline.thinker
+        if not thinker.options.calls.fit or self.context is not None and named(tool.name, tool.description or "", self.context.asked):
+            return []
+        return await misfits(arguments, tool.description or "", tool.parameters or {}, lambda context, text: thinker.likelihood(context, text, self.salt))
+
     async def after(self, calls: ToolStream, said: str, steered: bool) -> Then:
         """The calls counted; then, if none was made: the value asked for again when the user's
         last words asked for the dropped call's tool; else, after nothing said or words a call cut
@@ -74,7 +83,7 @@ class CallPolicy:
         silence or half a sentence (nothing said ends no sentence)."""
         self.count(calls, steered)
         again = self.ask_back(calls) if not calls.made else None
-        instead = not again and not ends_sentence(said) and not calls.made and bool(calls.unknown or calls.ungrounded)
+        instead = not again and not ends_sentence(said) and not calls.made and bool(calls.unknown or calls.ungrounded or calls.misfits)
         second, spent = await self.second_choice(calls) if instead and not said else ([], (0, 0, 0))
         words = bool(again) or instead and not second
         if again:
@@ -85,7 +94,7 @@ class CallPolicy:
 
     def ask_back(self, calls: ToolStream) -> str | None:
         """What to say for a dropped call to a tool the user's last words asked for (calls/grounding.py)."""
-        for name, values in calls.ungrounded:
+        for name, values in calls.ungrounded + calls.misfits:
             if self.context is not None and asked_for(name, self.context.asked):
                 return ask_back(values)
         return None
@@ -107,7 +116,7 @@ class CallPolicy:
         if self.context is None or thinking.calls.second_choices <= 0 or self.request.tool_choice != "auto":
             return none
         words = self.context.words
-        dropped = {name for name, _ in calls.ungrounded}
+        dropped = {name for name, _ in calls.ungrounded + calls.misfits}
         others = [t for t in self.offered if t.name not in dropped]
         if not others:
             return none
@@ -145,6 +154,10 @@ class CallPolicy:
             text, g = result
             arguments = text.strip()
             if made is None and arguments and not g.hit_max_tokens and not schema_errors(arguments, tool) and not ungrounded(arguments, tool.parameters, words):
+                unfit = await self.fits(tool, arguments)
+                if unfit:
+                    log.info("second choice %s(%s) not made: %s not such a thing", tool.name, arguments, ", ".join(unfit))
+                    continue
                 made = tool, arguments
         if made is None:
             return [], usage
@@ -161,8 +174,11 @@ class CallPolicy:
         counts = self.pipeline.counts
         counts.tool_calls_unknown += len(calls.unknown)
         counts.tool_calls_ungrounded += len(calls.ungrounded)
+        counts.tool_calls_misfit += len(calls.misfits)
         for name, values in calls.ungrounded:
             log.info("tool call %s dropped: %s not said in the conversation", name, ", ".join(values))
+        for name, values in calls.misfits:
+            log.info("tool call %s dropped: %s said, but not read as such by the thinker", name, ", ".join(values))
         for call in calls.ended:
             counts.tool_calls += 1
             counts.tool_calls_steered += steered

@@ -17,6 +17,7 @@ import collections
 import contextlib
 import logging
 import os
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,6 +129,10 @@ class Engine(Protocol):
         ...
 
     def request(self, prompt: list[int], salt: str, sampling: Sampling, request_id: str, resumable: bool = False) -> Request: ...
+
+    async def prompt_logprobs(self, prompt: list[int], salt: str) -> list[float | None]:
+        """The log probability of each token of ``prompt`` after those before it (the first None)."""
+        ...
 
     def stats(self) -> dict[str, float]: ...
 
@@ -315,6 +320,19 @@ class VllmEngine:
 
     def request(self, prompt: list[int], salt: str, sampling: Sampling, request_id: str, resumable: bool = False) -> _VllmRequest:
         return _VllmRequest(self.llm, prompt, salt, sampling, request_id, resumable)
+
+    async def prompt_logprobs(self, prompt: list[int], salt: str) -> list[float | None]:
+        from vllm import SamplingParams
+        from vllm.inputs import tokens_input
+        from vllm.sampling_params import RequestOutputKind
+
+        assert self.llm is not None, "the engine is not started"
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, output_kind=RequestOutputKind.FINAL_ONLY)
+        final = None
+        async for out in self.llm.generate(tokens_input(list(prompt), cache_salt=salt), params, request_id=uuid.uuid4().hex):
+            final = out
+        rows = (final.prompt_logprobs if final is not None else None) or []
+        return [None if row is None or token not in row else float(row[token].logprob) for row, token in zip(rows, prompt)]
 
     def stats(self) -> dict[str, float]:
         if self.llm is None:
@@ -504,6 +522,17 @@ class CompletionsEngine:
 
     def request(self, prompt: list[int], salt: str, sampling: Sampling, request_id: str, resumable: bool = False) -> _CompletionsRequest:
         return _CompletionsRequest(self, prompt, salt, sampling, request_id, resumable)
+
+    async def prompt_logprobs(self, prompt: list[int], salt: str) -> list[float | None]:
+        """The prompt echoed with its tokens' logprobs (vLLM's ``echo``: the first chunk's)."""
+        body = self.body(prompt, salt, Sampling(max_tokens=1)) | {"echo": True, "logprobs": 0}
+        found: list[float | None] = []
+        async for chunk in self.remote.stream(body, path="/completions"):
+            for choice in chunk.get("choices") or ():
+                given = (choice.get("logprobs") or {}).get("token_logprobs") or []
+                if not found and len(given) >= len(prompt):
+                    found = [None if lp is None else float(lp) for lp in given[: len(prompt)]]
+        return found
 
     def stream(self, prompt: list[int], salt: str, sampling: Sampling) -> AsyncIterator[dict[str, Any]]:
         """The deployment's streamed chunks of a completion of ``prompt``, its tokens' ids with them."""

@@ -209,7 +209,7 @@ class CascadeProduction(Production):
             ground = request.tool_choice == "auto" and thinking.calls.ground  # (a call the client demands is never dropped)
             words = self.context.words if ground and self.context is not None else None
             again = constrain if thinking.calls.constrain == "always" and not forced and not steered else None
-            self.calls = ToolStream(said, offered, forced, request.parallel_tool_calls, words, again)
+            self.calls = ToolStream(said, offered, forced, request.parallel_tool_calls, words, again, self.policy.fits)
             said = self.calls.speech()
 
         if "audio" not in request.output_modalities:

@@ -73,6 +73,7 @@ class Counts:
     tool_calls_unknown: int = 0
     tool_schemas_refused: int = 0
     tool_calls_ungrounded: int = 0
+    tool_calls_misfit: int = 0  # ... for a value said that the thinker does not read as its parameter's (grounding.misfits)
     answers_said_instead_of_calls: int = 0
     answers_asking_back: int = 0
     calls_second_choice: int = 0

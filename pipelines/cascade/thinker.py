@@ -51,6 +51,11 @@ class CallOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # the answer off the JSON its prompt shows, and off the output's own words (bench/tools.py)
     repetition_penalty: float = 1.0
     ground: bool = True  # tool_choice auto: a call whose required values nobody said is dropped, and the answer said in words (calls/grounding.py)
+    # with ground: a value that names something (a city, a person) is also dropped when the thinker
+    # reads it as less likely in its parameter's place than as any word ("bananas" for a forecast's
+    # city: calls/grounding.py, ``misfits``), where the user's words do not name what the tool does:
+    # two short prefills per such value (~0.2 s on two cores), the call held meanwhile
+    fit: bool = True
     # with ground, when every call the model wrote was dropped: up to this many other tools, each
     # one it gave at least second_choice_floor at the call's name, written from the same prompt
     # (their arguments held to their schemas) and the likeliest whose values were said made (a
@@ -416,6 +421,14 @@ class Thinker:
         if not found:
             raise RuntimeError("the thinker's engine returned no logprobs")
         return found
+
+    async def likelihood(self, context: str, value: str, salt: str) -> float | None:
+        """log P(``value``'s tokens | ``context``'s): one prefill. None where the engine gave none."""
+        head, tail = self.encode(context), self.encode(value)
+        given = (await self.engine.prompt_logprobs(head + tail, salt))[len(head) :]
+        if len(given) != len(tail) or not tail or any(lp is None for lp in given):
+            return None
+        return float(sum(lp for lp in given if lp is not None))
 
     async def decode_rate(self, tokens: int = 32) -> float:
         """Tokens per second this engine writes an answer at, measured now (one answer of

@@ -176,6 +176,36 @@ def test_a_calls_values_must_have_been_said(said, tool, arguments, missing):
     assert ungrounded(arguments, tool.parameters, "You are a helpful assistant.\n" + said) == missing
 
 
+async def test_only_values_that_name_something_are_read_for_their_fit():
+    """An enum, a number, a code or a message is the model's own form: not read; a value read as
+    less likely in its place than as any word is named with its parameter; one that cannot be
+    scored fits."""
+    from pipelines.cascade.calls.grounding import misfits, named
+
+    asked: list[tuple[str, str]] = []
+
+    async def likelihood(context: str, text: str) -> float | None:
+        asked.append((context, text))
+        return {" Paris": 1.0, " Chicken": -5.0}.get(text, -3.0) if context != "Here is a word:" else -2.0
+
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "dish": {"type": "string", "description": "Main ingredient"}, "day": {"type": "string", "enum": ["today"]},
+                       "currency": {"type": "string", "description": "ISO code"}, "people": {"type": "integer"}, "note": {"type": "string"}, "extra": {"type": "string"}},
+        "required": ["city", "dish", "day", "currency", "people", "note"],
+    }  # fmt: skip
+    arguments = json.dumps({"city": "Paris", "dish": "chicken", "day": "today", "currency": "EUR", "people": 2, "note": "window seat", "extra": "x"})
+    assert await misfits(arguments, "Book a table.", schema, likelihood) == ["dish=chicken"]
+    assert sorted(asked) == sorted([("Book a table. City:", " Paris"), ("Here is a word:", " Paris"), ("Book a table. Main ingredient:", " Chicken"), ("Here is a word:", " Chicken")])
+
+    async def nothing(context: str, text: str) -> float | None:
+        return None
+
+    assert await misfits(arguments, "Book a table.", schema, nothing) == [] and await misfits("not json", "", schema, likelihood) == []
+    assert named("call_contact", "Phone someone from the user's contacts.", "Phone Katie for me.")
+    assert not named("get_forecast", "Get today's weather forecast for a city.", "What color are ripe bananas?")
+
+
 def test_the_instructions_ground_names_and_digits_not_their_number_words():
     grounds = instructions("Reply in one short sentence. The user lives in Lyon; their order is 4512.")
     assert ungrounded('{"people": 1, "time": "at once"}', BOOK.parameters, grounds + "\nCan not fly.") == ["people=1"]
@@ -248,9 +278,20 @@ class ScriptedThinker:
     other, its schema recorded."""
 
     def __init__(
-        self, *texts: str, constrain: str = "never", refuse: bool = False, names: dict[str, float] | None = None, held: list[str] | None = None
+        self,
+        *texts: str,
+        constrain: str = "never",
+        refuse: bool = False,
+        names: dict[str, float] | None = None,
+        held: list[str] | None = None,
+        reads: dict[str, tuple[float, float]] | None = None,
+        fit: bool = True,
     ) -> None:
-        self.options = ThinkerOptions(calls=CallOptions(constrain=constrain))  # type: ignore[arg-type]
+        self.options = ThinkerOptions(calls=CallOptions(constrain=constrain, fit=fit))  # type: ignore[arg-type]
+        # a value's log probability in its parameter's place and after "Here is a word:", by its
+        # text as scored (``likelihood``); a text not here cannot be scored (None)
+        self.reads = reads or {}
+        self.scored: list[tuple[str, str]] = []
         self.names = names or {}  # the probability of each tool's name once a call has begun (``top_next``)
         self.held = held  # if given, the texts of the requests held to a schema, scripted apart from the others
         self.steps = 0  # ``top_next`` requests
@@ -289,6 +330,11 @@ class ScriptedThinker:
             p for n, p in self.names.items() if encode(OPEN + "\n" + '{"name": "' + n, add_special_tokens=False)[: len(written)] == written
         )
         return {token: math.log(m / below) for token, m in mass.items()}
+
+    async def likelihood(self, context: str, text: str, salt: str) -> float | None:
+        self.scored.append((context, text))
+        read = self.reads.get(text.strip())
+        return None if read is None else read[1] if context == "Here is a word:" else read[0]
 
     async def stream(self, prompt: list[int], salt: str, *, max_tokens: int | None = None, ask: Ask | None = None, report: Report | None = None):  # type: ignore[no-untyped-def]
         self.prompts.append(prompt)
@@ -401,6 +447,37 @@ async def test_a_call_with_the_users_values_goes_out_and_nothing_is_said_again()
     assert pipeline.counts.tool_calls_ungrounded == 0 and len(thinker.prompts) == 1
 
 
+async def test_a_value_said_that_the_thinker_does_not_read_as_its_parameters_is_not_called():
+    """"What color are ripe bananas?" and a forecast for "bananas": the word was said, but the
+    thinker reads it as less likely as a place than as any word: the call is dropped and the
+    question answered in words (a plain question: nothing asked back)."""
+    thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "bananas", "day": "today"}}', "Ripe bananas are yellow.", reads={"Bananas": (-8.0, -7.0)})
+    said, calls, pipeline = await _produce(thinker, "What color are ripe bananas?")
+    assert calls == [] and said == "Ripe bananas are yellow."
+    assert pipeline.counts.tool_calls_misfit == 1 and pipeline.counts.tool_calls_ungrounded == 0 and pipeline.counts.answers_said_instead_of_calls == 1
+    context = "Weather forecast for a place on a given day. Location:"  # (the day is an enum: not read; lowercase read as a name is written)
+    assert sorted(thinker.scored) == sorted([(context, " Bananas"), ("Here is a word:", " Bananas")])
+
+
+async def test_a_value_that_fits_in_one_spelling_goes_out_as_said():
+    """A name heard in lowercase ("rome") is read as "Rome": the call goes out, its value as the
+    user's words had it; so does every call with ``calls.fit`` off, or a value that cannot be scored."""
+    for reads, fit in (({"Rome": (-3.0, -7.5)}, True), ({"Rome": (-9.0, -6.0)}, False), ({}, True)):
+        thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "rome", "day": "today"}}', reads=reads, fit=fit)
+        said, calls, pipeline = await _produce(thinker, "Is it sunny in rome today?")
+        assert said == "" and [json.loads(c.arguments)["location"] for c in calls] == ["rome"], (reads, fit)
+        assert pipeline.counts.tool_calls_misfit == 0 and bool(thinker.scored) == fit
+
+
+async def test_a_call_the_users_words_name_is_not_second_guessed():
+    """"What's the forecast for Bananas?": a word of the tool's name or description was said, so
+    the call goes out without the prefills of the check."""
+    thinker = ScriptedThinker('{"name": "forecast", "arguments": {"location": "Bananas", "day": "today"}}', reads={"Bananas": (-9.0, -6.0)})
+    said, calls, pipeline = await _produce(thinker, "What's the forecast for Bananas today?")
+    assert said == "" and [json.loads(c.arguments)["location"] for c in calls] == ["Bananas"]
+    assert thinker.scored == [] and pipeline.counts.tool_calls_misfit == 0
+
+
 # ------------------------------------------------------------------ the model's second choice of tool
 
 
@@ -445,6 +522,30 @@ async def test_chit_chat_gets_no_second_choice_of_call(names, second, words):
     assert len(thinker.prompts) == 2 + bool(second) and [10] in thinker.prompts  # the answer in words, without the tools
     assert thinker.held == []  # (the second choice written when over the floor) ...
     assert thinker.closed == bool(second)  # ... and given up once its expression was whole: nobody said 7 or 24
+
+
+async def test_a_second_choice_the_thinker_does_not_read_so_is_not_made():
+    """"Don katie for me" (a misheard "Phone Katie"): a forecast for "katie" is dropped (not read as
+    a place) and the next choice, a call to her, is made; had it not read as a person either, the
+    answer is in words."""
+    call = Tool("call_contact", "Phone someone from the user's contacts.", {"type": "object", "properties": {"name": {"type": "string", "description": "Who to call"}}, "required": ["name"]})
+    for person, made in ((-3.0, True), (-8.0, False)):  # (its log probability as who to call; -6.0 as any word)
+        thinker = ScriptedThinker(
+            '{"name": "forecast", "arguments": {"location": "katie", "day": "today"}}', "Sorry, I can't.", names={"forecast": 0.5, "call_contact": 0.4}, held=['{"name": "katie"}'],
+            reads={"Katie": (-9.0, -6.0)},
+        )  # fmt: skip
+        original = thinker.likelihood
+
+        async def likelihood(context: str, text: str, salt: str, original=original, person=person) -> float | None:
+            if context.startswith("Phone someone"):
+                return person
+            return await original(context, text, salt)
+
+        thinker.likelihood = likelihood  # type: ignore[method-assign]
+        said, calls, pipeline = await _produce(thinker, "Don katie for me.", tools=(FORECAST_TOOL, call))
+        assert [(c.name, json.loads(c.arguments)) for c in calls] == ([("call_contact", {"name": "katie"})] if made else [])
+        assert said == ("" if made else "Sorry, I can't.") and pipeline.counts.tool_calls_misfit == 1
+        assert pipeline.counts.calls_second_choice == made
 
 
 def test_a_value_is_checked_once_it_is_written_whole():

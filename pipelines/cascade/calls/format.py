@@ -519,10 +519,12 @@ class ToolStream:
         parallel: bool = True,
         words: str | None = None,
         constrain: Callable[[str, str], AsyncIterator[str]] | None = None,
+        fits: Callable[[Tool, str], Awaitable[list[str]]] | None = None,
     ) -> None:
         self._deltas = deltas
         self._constrain = constrain
         self._words = words  # the conversation's words: a call whose values are not in them is dropped (grounding.py)
+        self._fits = fits  # with words: (tool, arguments) -> the values the thinker does not read as their parameter's (grounding.misfits)
         self._tools = {t.name: t for t in tools}
         self._parser = CallParser(prefix)
         self._parallel = parallel
@@ -533,6 +535,7 @@ class ToolStream:
         self.ended: list[CallEnded] = []  # the calls made, for accounting (``schema_errors``)
         self.unknown: list[str] = []  # names of tools not offered that the model called anyway
         self.ungrounded: list[tuple[str, list[str]]] = []  # calls dropped for values nobody said: (name, values)
+        self.misfits: list[tuple[str, list[str]]] = []  # calls dropped for values said but not such a thing (``fits``)
         self.made = 0  # calls given to the client
         self._dropped: set[str] = set()
         self._held: dict[str, list[ToolCallDelta]] = {}  # with ``words``: a call's chunks until its values are checked
@@ -573,7 +576,7 @@ class ToolStream:
                     if isinstance(event, Said):
                         yield event.text
                     else:
-                        await self._put(self._chunk(event))
+                        await self._put(await self._chunk(event))
                 if not self._parser.spoke:
                     break
             else:
@@ -601,7 +604,7 @@ class ToolStream:
                 async for batch in batches:
                     for event in batch:
                         if not isinstance(event, Said):
-                            await self._put(self._chunk(event))
+                            await self._put(await self._chunk(event))
                     if self._read_enough():
                         break
         except Exception as exc:
@@ -618,7 +621,7 @@ class ToolStream:
                 self.made += 1
             await self._queue.put(chunk)
 
-    def _chunk(self, event: Event) -> list[Any]:
+    async def _chunk(self, event: Event) -> list[Any]:
         """The output chunks of a call's event: none for a call of a tool not offered (dropped:
         OpenAI calls only the functions it was given). With ``words``, a call's chunks are held
         until its arguments are whole and go out only if its values were said (``grounding.py``);
@@ -640,6 +643,10 @@ class ToolStream:
             missing = ungrounded(event.arguments, tool.parameters, self._words) if self._words is not None else []
             if missing:
                 self.ungrounded.append((event.name, missing))
+                return []
+            unfit = await self._fits(tool, event.arguments) if self._words is not None and self._fits is not None else []
+            if unfit:
+                self.misfits.append((event.name, unfit))
                 return []
             return [*held, ToolCall(event.call_id, event.name, event.arguments)]
         if self._words is None:

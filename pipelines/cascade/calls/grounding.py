@@ -30,6 +30,18 @@ twenty"). English only, like the CPU cascade's ears. In the instructions only di
 (``instructions``): their number words are their wording ("reply in one short sentence" is not a
 party of one).
 
+**Values that fit.** A word said is not always the value asked for: "What color are ripe bananas?"
+with a forecast tool offered came back ``get_forecast {"city": "bananas"}``, and "Don katie for me"
+(a misheard "Phone Katie") a forecast for "katie". ``misfits`` asks the thinker itself how the value
+reads in its parameter's place: log P(value | the tool's description and the parameter's, "Get
+today's weather forecast for a city. The city:") against log P(value | "Here is a word:"); below
+``FIT_FLOOR`` the value is not one it takes for such a thing, and the call is dropped as one whose
+value was not said. A value all in lowercase is read in title case, as names are written ("rome" is
+-3.0 nats as a city, "Rome" a city). It costs two prefills of ~20 tokens that the call waits for
+(~0.2 s on two cores), so it is asked only of a call the user's words do not name (``named``: no
+word of the tool's name or description among them, as "What color are ripe bananas?" names no
+forecast). Measured with the default thinker in its engine (docs/tools.md).
+
 What the agent does with such a call (pipelines/cascade/production.py): when the user's last words
 ask for what the tool does (``asked_for``: they share a word with its name, "the forecast for
 Lisboa" and a forecast tool) the value was misheard or changed, and the agent asks for
@@ -40,8 +52,10 @@ tool) it answers in words.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 _UNITS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
@@ -143,6 +157,44 @@ def ungrounded(arguments: str, parameters: dict[str, Any], words: str) -> list[s
     return missing
 
 
+FIT_FLOOR = 0.0  # nats: a value read as likelier in its parameter's place than as any word fits
+_ANY_WORD = "Here is a word:"
+
+
+async def misfits(arguments: str, description: str, parameters: dict[str, Any], likelihood: Callable[[str, str], Awaitable[float | None]]) -> list[str]:
+    """The required values of a call (its ``arguments``, against its tool's ``description`` and
+    ``parameters`` schema) that name something (``names``) and that the thinker does not read as
+    such: ``likelihood(context, text)``, log P(text | context), in the parameter's place against
+    after ``_ANY_WORD``, below ``FIT_FLOOR`` (a value all in lowercase read in title case, as a
+    name is written). A value it cannot score fits."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return []
+    properties = parameters.get("properties") if isinstance(parameters, dict) else None
+    if not isinstance(value, dict) or not isinstance(properties, dict):
+        return []
+
+    async def lift(context: str, text: str) -> float | None:
+        there, anywhere = await asyncio.gather(likelihood(context, text), likelihood(_ANY_WORD, text))
+        return None if there is None or anywhere is None else there - anywhere
+
+    checked: list[tuple[str, str, str, list[str]]] = []  # (name, value, its context, its spellings)
+    for name in parameters.get("required") or []:
+        spec, v = properties.get(name), value.get(name)
+        if isinstance(spec, dict) and isinstance(v, str) and v.strip() and not re.search(r"\d", v) and names(name, spec):
+            what = str(spec.get("description") or name.replace("_", " ")).strip().capitalize()
+            checked.append((name, v, f"{description.strip()} {what}:".strip(), [f" {v.strip().title() if v.islower() else v.strip()}"]))
+    lifts = await asyncio.gather(*(lift(context, text) for _, _, context, spellings in checked for text in spellings)) if checked else []
+    out, i = [], 0
+    for name, v, _, spellings in checked:
+        mine = [x for x in lifts[i : i + len(spellings)] if x is not None]
+        i += len(spellings)
+        if mine and max(mine) < FIT_FLOOR:
+            out.append(f"{name}={v}")
+    return out
+
+
 def names(name: str, spec: dict[str, Any]) -> bool:
     """Whether property ``name`` (its schema ``spec``) holds a string that names something the user
     says (a city, a person, a dish): a string with no enum, format or pattern whose name and
@@ -188,6 +240,13 @@ def asked_for(name: str, said: str) -> bool:
     its name among them ("get_time" and "What time is it"). Not its description: "a given day"
     would take "How many days are in a week?" for a forecast."""
     return bool(_stems(name) & _stems(said))
+
+
+def named(name: str, description: str, said: str) -> bool:
+    """Whether ``said`` (the user's last words) names what a tool does: a content word of its name
+    or its description among them ("Phone someone" and "Phone Katie for me"). Such a call's values
+    are not second-guessed (``misfits``: it costs prefills the call waits for)."""
+    return bool(_stems(f"{name} {description}") & _stems(said))
 
 
 def ask_back(values: list[str]) -> str:
