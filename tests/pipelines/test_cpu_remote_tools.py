@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import cpu_config
 from tests.pipelines.test_cpu_mcp import weather_server
-from tests.pipelines.test_cpu_tools import HELD, TIME, WEATHER, WEATHER_FORECAST, calls_of, held_call, streamed_arguments, user
+from tests.pipelines.test_cpu_tools import FORECAST, HELD, TIME, WEATHER, WEATHER_FORECAST, calls_of, held_call, streamed_arguments, user
 from tests.support.client import connect
 from tests.support.mcp_server import Served
 from tests.support.ports import reserved_port
@@ -72,10 +72,25 @@ async def test_calls_outputs_and_the_answer_on_the_deployment(remote):
         assert again.usage.input_token_details.cached_tokens >= first.usage.input_tokens - 32 > 0
 
 
-def steered(ws_base: str) -> float:
-    """The server's count of calls written by steering (/metrics)."""
+def steered(ws_base: str, count: str = "tool_calls_steered") -> float:
+    """The server's count of calls written by steering (/metrics), or another of its ``count``s."""
     text = httpx.get(ws_base.replace("ws://", "http://").removesuffix("/v1") + "/metrics", timeout=10).text
-    return sum(float(line.split()[1]) for line in text.splitlines() if line.startswith("realtime_pipeline_tool_calls_steered "))
+    return sum(float(line.split()[1]) for line in text.splitlines() if line.startswith(f"realtime_pipeline_{count} "))
+
+
+async def test_a_word_said_that_is_no_such_thing_is_read_on_the_deployment_and_not_called(remote):
+    """As in process: "bananas" for a forecast's city is read by the deployment's thinker (its
+    prompt's logprobs, echoed) and dropped; the question is answered in words."""
+    before = steered(remote, "tool_calls_misfit")
+    async with connect(remote) as c:
+        await c.expect("session.created")
+        await c.send({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"], "tools": [FORECAST]}})
+        await c.expect("session.updated")
+        await c.send(user("What color are ripe bananas?"))
+        done = await respond(c)
+        assert [o.type for o in done.output] == ["message"], done.output  # type: ignore[attr-defined]
+        assert "yellow" in done.output[0].content[0].text.lower()  # type: ignore[attr-defined]
+    assert steered(remote, "tool_calls_misfit") == before + 1
 
 
 async def test_a_call_the_model_makes_is_steered_on_the_deployment_with_the_city_as_said(remote):

@@ -283,7 +283,7 @@ async def test_a_plain_question_with_tools_offered_gets_an_answer_and_no_call(cp
         said = done.output[0].content[0].text
         assert said.strip() and "{" not in said and "get_" not in said and "function" not in said.lower(), said
     after = cpu_server.stats()
-    dropped = after["tool_calls_ungrounded"] - before["tool_calls_ungrounded"] + after["tool_calls_unknown"] - before["tool_calls_unknown"]
+    dropped = sum(after[k] - before[k] for k in ("tool_calls_ungrounded", "tool_calls_unknown", "tool_calls_misfit"))
     # a dropped call was followed by an answer in words (and only then is one made), not by a
     # question back: none of these asks for the weather or the time
     assert after["answers_said_instead_of_calls"] - before["answers_said_instead_of_calls"] == min(dropped, 1)
@@ -310,6 +310,31 @@ async def test_a_plain_question_makes_no_call_with_a_value_nobody_said(cpu_serve
         assert [o.type for o in done.output] == ["message"], done.output
         said = done.output[0].content[0].text
         assert said.strip() and "{" not in said and "recipe" not in said.lower(), said
+
+
+FORECAST = {
+    "type": "function",
+    "name": "get_forecast",
+    "description": "Get today's weather forecast for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city"}}, "required": ["city"]},
+}
+
+
+async def test_a_word_said_that_is_no_such_thing_makes_no_call(cpu_server):
+    """"What color are ripe bananas?" with a forecast tool: the thinker alone calls it for "bananas"
+    (a word said, so grounding lets it through; bench tools' said set), but reads "Bananas" as less
+    likely as a city than as any word: the call is dropped and the question answered in words."""
+    before = cpu_server.stats()
+    async with connect(cpu_server.ws_base) as c:
+        await setup(c, output_modalities=["text"], tools=[FORECAST])
+        done = (await text_turn(c, "What color are ripe bananas?")).response  # type: ignore[attr-defined]
+        assert done.status == "completed", done.status_details
+        assert [o.type for o in done.output] == ["message"], done.output
+        said = done.output[0].content[0].text
+        assert "yellow" in said.lower() and "{" not in said, said
+    after = cpu_server.stats()
+    assert after["tool_calls_misfit"] == before["tool_calls_misfit"] + 1  # (the call the thinker wrote, read and dropped)
+    assert after["answers_said_instead_of_calls"] == before["answers_said_instead_of_calls"] + 1
 
 
 WEATHER_FORECAST = {"city": "Lisbon", "conditions": "heavy hail", "temperature_c": 3, "wind": "strong", "advice": "stay indoors"}
@@ -358,7 +383,7 @@ async def test_a_request_for_the_second_tool_shown_gets_its_call(cpu_server, que
         assert call.name == "calculate" and set(re.findall(r"\d+", json.loads(call.arguments)["expression"])) == numbers, call.arguments
         assert streamed_arguments(c.events, call.id) == call.arguments
     after = cpu_server.stats()
-    assert after["calls_second_choice"] - before["calls_second_choice"] == after["tool_calls_ungrounded"] - before["tool_calls_ungrounded"] + after["tool_calls_unknown"] - before["tool_calls_unknown"]
+    assert after["calls_second_choice"] - before["calls_second_choice"] == sum(after[k] - before[k] for k in ("tool_calls_ungrounded", "tool_calls_unknown", "tool_calls_misfit"))
 
 
 # (tool, request, what the call must hold); written free (calls.constrain: never), each of these forced

@@ -36,11 +36,13 @@ with a forecast tool offered came back ``get_forecast {"city": "bananas"}``, and
 reads in its parameter's place: log P(value | the tool's description and the parameter's, "Get
 today's weather forecast for a city. The city:") against log P(value | "Here is a word:"); below
 ``FIT_FLOOR`` the value is not one it takes for such a thing, and the call is dropped as one whose
-value was not said. A value all in lowercase is read in title case, as names are written ("rome" is
--3.0 nats as a city, "Rome" a city). It costs two prefills of ~20 tokens that the call waits for
-(~0.2 s on two cores), so it is asked only of a call the user's words do not name (``named``: no
-word of the tool's name or description among them, as "What color are ripe bananas?" names no
-forecast). Measured with the default thinker in its engine (docs/tools.md).
+value was not said. It costs two prefills of ~20 tokens that the call waits for (~0.2 s on two
+cores, more beside the ears and the talker), so it is asked only of a value in lowercase (the ears
+write a place or a person they know with a capital: "Lisbon", "Marco"; "bananas", "week", "katie"
+they do not) of a call the user's words do not name (``named``: no word of the tool's name or
+description among them, as "What color are ripe bananas?" names no forecast). The value is read in
+title case, as a name is written ("rome" is -3.0 nats as a city, "Rome" a city). Measured with the
+default thinker in its engine (docs/tools.md).
 
 What the agent does with such a call (pipelines/cascade/production.py): when the user's last words
 ask for what the tool does (``asked_for``: they share a word with its name, "the forecast for
@@ -163,10 +165,12 @@ _ANY_WORD = "Here is a word:"
 
 async def misfits(arguments: str, description: str, parameters: dict[str, Any], likelihood: Callable[[str, str], Awaitable[float | None]]) -> list[str]:
     """The required values of a call (its ``arguments``, against its tool's ``description`` and
-    ``parameters`` schema) that name something (``names``) and that the thinker does not read as
-    such: ``likelihood(context, text)``, log P(text | context), in the parameter's place against
-    after ``_ANY_WORD``, below ``FIT_FLOOR`` (a value all in lowercase read in title case, as a
-    name is written). A value it cannot score fits."""
+    ``parameters`` schema) that name something (``names``), are written in lowercase letters (a
+    value with a capital, as the ears and a typist write a name, is taken as one; a value with
+    digits is read by ``ungrounded``), and that the thinker does not read as such:
+    ``likelihood(context, text)``, log P(text | context), the value in title case (as a name is
+    written) in the parameter's place against after ``_ANY_WORD``, below ``FIT_FLOOR``. A value it
+    cannot score fits."""
     try:
         value = json.loads(arguments)
     except ValueError:
@@ -182,9 +186,9 @@ async def misfits(arguments: str, description: str, parameters: dict[str, Any], 
     checked: list[tuple[str, str, str, list[str]]] = []  # (name, value, its context, its spellings)
     for name in parameters.get("required") or []:
         spec, v = properties.get(name), value.get(name)
-        if isinstance(spec, dict) and isinstance(v, str) and v.strip() and not re.search(r"\d", v) and names(name, spec):
+        if isinstance(spec, dict) and isinstance(v, str) and v.strip() and v.islower() and names(name, spec):
             what = str(spec.get("description") or name.replace("_", " ")).strip().capitalize()
-            checked.append((name, v, f"{description.strip()} {what}:".strip(), [f" {v.strip().title() if v.islower() else v.strip()}"]))
+            checked.append((name, v, f"{description.strip()} {what}:".strip(), [f" {v.strip().title()}"]))
     lifts = await asyncio.gather(*(lift(context, text) for _, _, context, spellings in checked for text in spellings)) if checked else []
     out, i = [], 0
     for name, v, _, spellings in checked:
