@@ -73,7 +73,8 @@ class CallPolicy:
         thinker = self.pipeline.thinker
         if not thinker.options.calls.fit or self.context is not None and named(tool.name, tool.description or "", self.context.asked):
             return []
-        return await misfits(arguments, tool.description or "", tool.parameters or {}, lambda context, text: thinker.likelihood(context, text, self.salt))
+        words = self.context.words if self.context is not None else ""
+        return await misfits(arguments, tool.description or "", tool.parameters or {}, lambda context, text: thinker.likelihood(context, text, self.salt), words)
 
     async def after(self, calls: ToolStream, said: str, steered: bool) -> Then:
         """The calls counted; then, if none was made: the value asked for again when the user's

@@ -200,6 +200,12 @@ async def test_only_values_that_name_something_are_read_for_their_fit():
     asked.clear()
     assert await misfits(arguments.replace("Paris", "paris"), "Book a table.", schema, likelihood) == ["dish=chicken"]
     assert ("Book a table. City:", " Paris") in asked  # (read as a name is written; 1.0 against -2.0: fits)
+    asked.clear()  # the user's spelling rules: "paris" said, "Paris" written (a second choice's own capital) is read
+    assert await misfits(arguments, "Book a table.", schema, likelihood, "A table in paris, for chicken.") == ["dish=chicken"]
+    assert ("Book a table. City:", " Paris") in asked
+    asked.clear()
+    assert await misfits(arguments.replace("Paris", "paris"), "Book a table.", schema, likelihood, "A table in Paris.") == ["dish=chicken"]
+    assert ("Book a table. City:", " Paris") not in asked
 
     async def nothing(context: str, text: str) -> float | None:
         return None

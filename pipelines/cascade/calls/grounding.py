@@ -121,17 +121,25 @@ def instructions(text: str) -> str:
     return " ".join(t for t in _TOKEN.findall(text.lower()) if t not in _NUMBER_WORDS)
 
 
+def _object(arguments: str, parameters: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """A call's arguments and its schema's properties, both objects; else None (the schema check
+    reports what is wrong)."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return None
+    properties = parameters.get("properties") if isinstance(parameters, dict) else None
+    return (value, properties) if isinstance(value, dict) and isinstance(properties, dict) else None
+
+
 def ungrounded(arguments: str, parameters: dict[str, Any], words: str) -> list[str]:
     """The values of a call (its ``arguments`` JSON, against its tool's ``parameters`` schema) that
     appear nowhere in ``words``; empty when every required value was said (or the arguments are not
     an object: the schema check reports that)."""
-    try:
-        value = json.loads(arguments)
-    except ValueError:
+    parsed = _object(arguments, parameters)
+    if parsed is None:
         return []
-    properties = parameters.get("properties") if isinstance(parameters, dict) else None
-    if not isinstance(value, dict) or not isinstance(properties, dict):
-        return []
+    value, properties = parsed
     said_words, said_numbers = words_of(words), numbers_of(words)
     said_stems = {_stem(w) for w in said_words}
     missing: list[str] = []
@@ -163,21 +171,21 @@ FIT_FLOOR = 0.0  # nats: a value read as likelier in its parameter's place than 
 _ANY_WORD = "Here is a word:"
 
 
-async def misfits(arguments: str, description: str, parameters: dict[str, Any], likelihood: Callable[[str, str], Awaitable[float | None]]) -> list[str]:
+async def misfits(
+    arguments: str, description: str, parameters: dict[str, Any], likelihood: Callable[[str, str], Awaitable[float | None]], words: str = ""
+) -> list[str]:
     """The required values of a call (its ``arguments``, against its tool's ``description`` and
-    ``parameters`` schema) that name something (``names``), are written in lowercase letters (a
-    value with a capital, as the ears and a typist write a name, is taken as one; a value with
-    digits is read by ``ungrounded``), and that the thinker does not read as such:
+    ``parameters`` schema) that name something (``names``), are said in lowercase letters (in
+    ``words``, what was said, else as written: a value the user's words give a capital, as the
+    ears and a typist write a name, is taken as one; a value with digits is read by
+    ``ungrounded``), and that the thinker does not read as such:
     ``likelihood(context, text)``, log P(text | context), the value in title case (as a name is
     written) in the parameter's place against after ``_ANY_WORD``, below ``FIT_FLOOR``. A value it
     cannot score fits."""
-    try:
-        value = json.loads(arguments)
-    except ValueError:
+    parsed = _object(arguments, parameters)
+    if parsed is None:
         return []
-    properties = parameters.get("properties") if isinstance(parameters, dict) else None
-    if not isinstance(value, dict) or not isinstance(properties, dict):
-        return []
+    value, properties = parsed
 
     async def lift(context: str, text: str) -> float | None:
         there, anywhere = await asyncio.gather(likelihood(context, text), likelihood(_ANY_WORD, text))
@@ -186,7 +194,7 @@ async def misfits(arguments: str, description: str, parameters: dict[str, Any], 
     checked: list[tuple[str, str, str, list[str]]] = []  # (name, value, its context, its spellings)
     for name in parameters.get("required") or []:
         spec, v = properties.get(name), value.get(name)
-        if isinstance(spec, dict) and isinstance(v, str) and v.strip() and v.islower() and names(name, spec):
+        if isinstance(spec, dict) and isinstance(v, str) and v.strip() and _said_as(v, words).islower() and names(name, spec):
             what = str(spec.get("description") or name.replace("_", " ")).strip().capitalize()
             checked.append((name, v, f"{description.strip()} {what}:".strip(), [f" {v.strip().title()}"]))
     lifts = await asyncio.gather(*(lift(context, text) for _, _, context, spellings in checked for text in spellings)) if checked else []
@@ -197,6 +205,12 @@ async def misfits(arguments: str, description: str, parameters: dict[str, Any], 
         if mine and max(mine) < FIT_FLOOR:
             out.append(f"{name}={v}")
     return out
+
+
+def _said_as(value: str, words: str) -> str:
+    """``value`` as ``words`` spell it (the first time they hold it, case aside), else as it is."""
+    found = re.search(rf"(?<!\w){re.escape(value.strip())}(?!\w)", words, re.IGNORECASE) if value.strip() else None
+    return found.group(0) if found else value
 
 
 def names(name: str, spec: dict[str, Any]) -> bool:
