@@ -89,7 +89,7 @@ async def test_a_word_said_that_is_no_such_thing_is_read_on_the_deployment_and_n
         await c.send(user("What color are ripe bananas?"))
         done = await respond(c)
         assert [o.type for o in done.output] == ["message"], done.output  # type: ignore[attr-defined]
-        assert "yellow" in done.output[0].content[0].text.lower()  # type: ignore[attr-defined]
+        assert "banana" in done.output[0].content[0].text.lower()  # type: ignore[attr-defined]
     assert steered(remote, "tool_calls_misfit") == before + 1
 
 
