@@ -37,9 +37,9 @@ reads in its parameter's place: log P(value | the tool's description and the par
 today's weather forecast for a city. The city:") against log P(value | "Here is a word:"); below
 ``FIT_FLOOR`` the value is not one it takes for such a thing, and the call is dropped as one whose
 value was not said. It costs two prefills of ~20 tokens that the call waits for (~0.2 s on two
-cores, more beside the ears and the talker), so it is asked only of a value in lowercase (the ears
-write a place or a person they know with a capital: "Lisbon", "Marco"; "bananas", "week", "katie"
-they do not) of a call the user's words do not name (``named``: no word of the tool's name or
+cores, more beside the ears and the talker), so it is asked only of a value the user's words
+spell in lowercase (the ears write a place or a person they know with a capital: "Lisbon",
+"Marco"; "bananas", "week", "katie" they do not) of a call the user's words do not name (``named``: no word of the tool's name or
 description among them, as "What color are ripe bananas?" names no forecast). The value is read in
 title case, as a name is written ("rome" is -3.0 nats as a city, "Rome" a city). Measured with the
 default thinker in its engine (docs/tools.md).
@@ -191,20 +191,14 @@ async def misfits(
         there, anywhere = await asyncio.gather(likelihood(context, text), likelihood(_ANY_WORD, text))
         return None if there is None or anywhere is None else there - anywhere
 
-    checked: list[tuple[str, str, str, list[str]]] = []  # (name, value, its context, its spellings)
+    checked: list[tuple[str, str, str]] = []  # (name, value, the parameter's place)
     for name in parameters.get("required") or []:
         spec, v = properties.get(name), value.get(name)
         if isinstance(spec, dict) and isinstance(v, str) and v.strip() and _said_as(v, words).islower() and names(name, spec):
             what = str(spec.get("description") or name.replace("_", " ")).strip().capitalize()
-            checked.append((name, v, f"{description.strip()} {what}:".strip(), [f" {v.strip().title()}"]))
-    lifts = await asyncio.gather(*(lift(context, text) for _, _, context, spellings in checked for text in spellings)) if checked else []
-    out, i = [], 0
-    for name, v, _, spellings in checked:
-        mine = [x for x in lifts[i : i + len(spellings)] if x is not None]
-        i += len(spellings)
-        if mine and max(mine) < FIT_FLOOR:
-            out.append(f"{name}={v}")
-    return out
+            checked.append((name, v, f"{description.strip()} {what}:".strip()))
+    lifts = await asyncio.gather(*(lift(place, f" {v.strip().title()}") for _, v, place in checked))
+    return [f"{name}={v}" for (name, v, _), up in zip(checked, lifts) if up is not None and up < FIT_FLOOR]
 
 
 def _said_as(value: str, words: str) -> str:
