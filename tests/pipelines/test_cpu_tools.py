@@ -333,8 +333,11 @@ async def test_a_word_said_that_is_no_such_thing_makes_no_call(cpu_server):
         said = done.output[0].content[0].text
         assert "banana" in said.lower() and "{" not in said and "forecast" not in said.lower(), said  # (words about bananas: "Bananas are red." is the 0.5B's own fact)
     after = cpu_server.stats()
-    assert after["tool_calls_misfit"] == before["tool_calls_misfit"] + 1  # (the call the thinker wrote, read and dropped)
-    assert after["answers_said_instead_of_calls"] == before["answers_said_instead_of_calls"] + 1
+    # the call the thinker wrote (it does on the Zen 3 of these runs: bench tools' said set) was read and
+    # dropped as no city, not as a value nobody said; then the answer in words
+    dropped = {k: after[k] - before[k] for k in ("tool_calls_misfit", "tool_calls_ungrounded", "tool_calls_unknown")}
+    assert dropped["tool_calls_misfit"] == sum(dropped.values()) <= 1, dropped
+    assert after["answers_said_instead_of_calls"] - before["answers_said_instead_of_calls"] == dropped["tool_calls_misfit"]
 
 
 WEATHER_FORECAST = {"city": "Lisbon", "conditions": "heavy hail", "temperature_c": 3, "wind": "strong", "advice": "stay indoors"}
