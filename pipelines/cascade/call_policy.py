@@ -84,7 +84,7 @@ class CallPolicy:
         silence or half a sentence (nothing said ends no sentence)."""
         self.count(calls, steered)
         again = self.ask_back(calls) if not calls.made else None
-        instead = not again and not ends_sentence(said) and not calls.made and bool(calls.unknown or calls.ungrounded or calls.misfits)
+        instead = not again and not ends_sentence(said) and not calls.made and bool(calls.unknown or calls.refused)
         second, spent = await self.second_choice(calls) if instead and not said else ([], (0, 0, 0))
         words = bool(again) or instead and not second
         if again:
@@ -95,7 +95,7 @@ class CallPolicy:
 
     def ask_back(self, calls: ToolStream) -> str | None:
         """What to say for a dropped call to a tool the user's last words asked for (calls/grounding.py)."""
-        for name, values in calls.ungrounded + calls.misfits:
+        for name, values in calls.refused:
             if self.context is not None and asked_for(name, self.context.asked):
                 return ask_back(values)
         return None
@@ -117,7 +117,7 @@ class CallPolicy:
         if self.context is None or thinking.calls.second_choices <= 0 or self.request.tool_choice != "auto":
             return none
         words = self.context.words
-        dropped = {name for name, _ in calls.ungrounded + calls.misfits}
+        dropped = {name for name, _ in calls.refused}
         others = [t for t in self.offered if t.name not in dropped]
         if not others:
             return none

@@ -53,8 +53,9 @@ class CallOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ground: bool = True  # tool_choice auto: a call whose required values nobody said is dropped, and the answer said in words (calls/grounding.py)
     # with ground: a value that names something (a city, a person) is also dropped when the thinker
     # reads it as less likely in its parameter's place than as any word ("bananas" for a forecast's
-    # city: calls/grounding.py, ``misfits``), where the user's words do not name what the tool does:
-    # two short prefills per such value (~0.2 s on two cores), the call held meanwhile
+    # city: calls/grounding.py, ``misfits``); only a value the user said in lowercase, of a call whose
+    # tool their words do not name: two short prefills per such value (~0.2 s on two cores), the
+    # call held meanwhile
     fit: bool = True
     # with ground, when every call the model wrote was dropped: up to this many other tools, each
     # one it gave at least second_choice_floor at the call's name, written from the same prompt
@@ -425,10 +426,8 @@ class Thinker:
     async def likelihood(self, context: str, value: str, salt: str) -> float | None:
         """log P(``value``'s tokens | ``context``'s): one prefill. None where the engine gave none."""
         head, tail = self.encode(context), self.encode(value)
-        given = (await self.engine.prompt_logprobs(head + tail, salt))[len(head) :]
-        if len(given) != len(tail) or not tail or any(lp is None for lp in given):
-            return None
-        return float(sum(lp for lp in given if lp is not None))
+        given = [lp for lp in (await self.engine.prompt_logprobs(head + tail, salt))[len(head) :] if lp is not None]
+        return float(sum(given)) if tail and len(given) == len(tail) else None
 
     async def decode_rate(self, tokens: int = 32) -> float:
         """Tokens per second this engine writes an answer at, measured now (one answer of

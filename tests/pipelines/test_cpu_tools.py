@@ -267,6 +267,18 @@ async def test_sessions_of_one_key_share_the_tools_prefix_and_two_keys_do_not(cp
         assert cached >= prompt - 64 - 32 and cached > 200, (first, again, other)
 
 
+async def answered_in_words(cpu_server, question: str, **session) -> str:  # type: ignore[no-untyped-def]
+    """What a fresh session with ``session``'s tools answers to a typed ``question``: a completed
+    response of one message and no call (no call's arguments streamed either)."""
+    async with connect(cpu_server.ws_base) as c:
+        await setup(c, output_modalities=["text"], **session)
+        done = (await text_turn(c, question)).response  # type: ignore[attr-defined]
+        assert done.status == "completed", done.status_details
+        assert [o.type for o in done.output] == ["message"], done.output
+        assert not c.of("response.function_call_arguments.delta")
+        return str(done.output[0].content[0].text)
+
+
 @pytest.mark.parametrize("question", ["What color is the sky on a clear day?", "How many legs does a spider have?", "I'm feeling great today."])
 async def test_a_plain_question_with_tools_offered_gets_an_answer_and_no_call(cpu_server, question):
     """With tools offered, chit-chat and facts are answered in words. The thinker alone calls tools on
@@ -274,14 +286,8 @@ async def test_a_plain_question_with_tools_offered_gets_an_answer_and_no_call(cp
     get_legs nobody offered): such a call never reaches the client, and the same prompt is then
     answered with calls banned, so the user hears an answer, not silence."""
     before = cpu_server.stats()
-    async with connect(cpu_server.ws_base) as c:
-        await setup(c, output_modalities=["text"])
-        done = (await text_turn(c, question)).response  # type: ignore[attr-defined]
-        assert done.status == "completed", done.status_details
-        assert [o.type for o in done.output] == ["message"], done.output
-        assert not c.of("response.function_call_arguments.delta")
-        said = done.output[0].content[0].text
-        assert said.strip() and "{" not in said and "get_" not in said and "function" not in said.lower(), said
+    said = await answered_in_words(cpu_server, question)
+    assert said.strip() and "{" not in said and "get_" not in said and "function" not in said.lower(), said
     after = cpu_server.stats()
     dropped = sum(after[k] - before[k] for k in ("tool_calls_ungrounded", "tool_calls_unknown", "tool_calls_misfit"))
     # a dropped call was followed by an answer in words (and only then is one made), not by a
@@ -303,13 +309,8 @@ async def test_a_plain_question_makes_no_call_with_a_value_nobody_said(cpu_serve
     thinker alone writes it) is never written into a call: the answer is words. (A word said that
     the model takes for a value is another matter: "How much is a dollar in euros?" ->
     ``find_recipe`` dollar; docs/tools.md.)"""
-    async with connect(cpu_server.ws_base) as c:
-        await setup(c, output_modalities=["text"], tools=[RECIPE])
-        done = (await text_turn(c, "How many days are in a week?")).response  # type: ignore[attr-defined]
-        assert done.status == "completed", done.status_details
-        assert [o.type for o in done.output] == ["message"], done.output
-        said = done.output[0].content[0].text
-        assert said.strip() and "{" not in said and "recipe" not in said.lower(), said
+    said = await answered_in_words(cpu_server, "How many days are in a week?", tools=[RECIPE])
+    assert said.strip() and "{" not in said and "recipe" not in said.lower(), said
 
 
 FORECAST = {
@@ -325,13 +326,8 @@ async def test_a_word_said_that_is_no_such_thing_makes_no_call(cpu_server):
     (a word said, so grounding lets it through; bench tools' said set), but reads "Bananas" as less
     likely as a city than as any word: the call is dropped and the question answered in words."""
     before = cpu_server.stats()
-    async with connect(cpu_server.ws_base) as c:
-        await setup(c, output_modalities=["text"], tools=[FORECAST])
-        done = (await text_turn(c, "What color are ripe bananas?")).response  # type: ignore[attr-defined]
-        assert done.status == "completed", done.status_details
-        assert [o.type for o in done.output] == ["message"], done.output
-        said = done.output[0].content[0].text
-        assert "banana" in said.lower() and "{" not in said and "forecast" not in said.lower(), said  # (words about bananas: "Bananas are red." is the 0.5B's own fact)
+    said = await answered_in_words(cpu_server, "What color are ripe bananas?", tools=[FORECAST])
+    assert "banana" in said.lower() and "{" not in said and "forecast" not in said.lower(), said  # (words about bananas: "Bananas are red." is the 0.5B's own fact)
     after = cpu_server.stats()
     # the call the thinker wrote (it does on the Zen 3 of these runs: bench tools' said set) was read and
     # dropped as no city, not as a value nobody said; then the answer in words

@@ -298,7 +298,8 @@ class ScriptedThinker:
     ) -> None:
         self.options = ThinkerOptions(calls=CallOptions(constrain=constrain, fit=fit))  # type: ignore[arg-type]
         # a value's log probability in its parameter's place and after "Here is a word:", by its
-        # text as scored (``likelihood``); a text not here cannot be scored (None)
+        # text as scored (``likelihood``), or by "<the place>|<text>" for one place alone; a text
+        # not here cannot be scored (None)
         self.reads = reads or {}
         self.scored: list[tuple[str, str]] = []
         self.names = names or {}  # the probability of each tool's name once a call has begun (``top_next``)
@@ -342,7 +343,7 @@ class ScriptedThinker:
 
     async def likelihood(self, context: str, text: str, salt: str) -> float | None:
         self.scored.append((context, text))
-        read = self.reads.get(text.strip())
+        read = self.reads.get(f"{context}|{text.strip()}") or self.reads.get(text.strip())
         return None if read is None else read[1] if context == "Here is a word:" else read[0]
 
     async def stream(self, prompt: list[int], salt: str, *, max_tokens: int | None = None, ask: Ask | None = None, report: Report | None = None):  # type: ignore[no-untyped-def]
@@ -541,16 +542,8 @@ async def test_a_second_choice_the_thinker_does_not_read_so_is_not_made():
     for person, made in ((-3.0, True), (-8.0, False)):  # (its log probability as who to call; -6.0 as any word)
         thinker = ScriptedThinker(
             '{"name": "forecast", "arguments": {"location": "katie", "day": "today"}}', "Sorry, I can't.", names={"forecast": 0.5, "call_contact": 0.4}, held=['{"name": "katie"}'],
-            reads={"Katie": (-9.0, -6.0)},
+            reads={"Katie": (-9.0, -6.0), "Phone someone from the user's contacts. Who to call:|Katie": (person, -6.0)},
         )  # fmt: skip
-        original = thinker.likelihood
-
-        async def likelihood(context: str, text: str, salt: str, original=original, person=person) -> float | None:
-            if context.startswith("Phone someone"):
-                return person
-            return await original(context, text, salt)
-
-        thinker.likelihood = likelihood  # type: ignore[method-assign]
         said, calls, pipeline = await _produce(thinker, "Don katie for me.", tools=(FORECAST_TOOL, call))
         assert [(c.name, json.loads(c.arguments)) for c in calls] == ([("call_contact", {"name": "katie"})] if made else [])
         assert said == ("" if made else "Sorry, I can't.") and pipeline.counts.tool_calls_misfit == 1

@@ -669,6 +669,11 @@ class ToolStream:
                 ended += 1
             yield item
 
+    @property
+    def refused(self) -> list[tuple[str, list[str]]]:
+        """The calls dropped for their values: nobody said them, or said them as something else."""
+        return self.ungrounded + self.misfits
+
     def errors(self, call: CallEnded) -> list[str]:
         return schema_errors(call.arguments, self._tools.get(call.name))
 
