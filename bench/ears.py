@@ -2,7 +2,8 @@
 then, through a real server, how soon a transcription session's transcript follows its commit.
 
 ``offline``: every request of the bench's own sets (``bench.answers``' prompts, ``bench.tools``'
-requests, no-tool requests and held-out requests), said by two espeak voices (en-us 160 wpm, en-gb
+requests, no-tool requests, held-out requests and, since 2026-11-29, the said set's names and
+places: 130 requests, 120 before), said by two espeak voices (en-us 160 wpm, en-gb
 150 wpm; ``--voices``; each clip from 200 ms before the speech to 300 ms after it, ``--tail-ms``), and the people's speech of the human end-of-turn set whose words are known
 from their sources, not from a recogniser (LibriVox readings with pocketsphinx's transcripts, the
 pyannote telephone conversation's turns with its STM transcript: ``--human``), each heard whole by
@@ -25,8 +26,11 @@ transcripts.
     python -m bench ears --part offline --listeners moonshine-base moonshine-base+argmax-opening --tail-ms 40
     python -m bench ears --listeners moonshine-base+greedy moonshine-base --tail-ms 40
     python -m bench ears --part passes --listeners moonshine-base+greedy moonshine-base --tail-ms 40 --voices piper en-us-160
+    python -m bench ears --part offline --listeners moonshine-base moonshine-base+keywords --voices piper en-us-160 en-gb-150
 
-``moonshine-base+greedy``: Moonshine decoded greedily, without its beam where it is unsure (the
+``+keywords``: the listener told ``bench.tools.KEYWORDS`` to expect (a contact list of 30 names and
+30 towns, the sets' people and places among them: ``audio.input.transcription.keywords``), on every
+clip, those that name none of them too. ``moonshine-base+greedy``: Moonshine decoded greedily, without its beam where it is unsure (the
 listener before 2026-11-29, pipelines/cascade/moonshine.py). ``moonshine-base+argmax-opening``: Moonshine with the decoder's own first token, where the listener
 takes a word instead of a list's number or a quote mark ("1. What is ...", "\"'What is ...";
 pipelines/cascade/moonshine.py), on the same clips (Piper's voice differs from one synthesis to the next: compare within one run).
@@ -54,6 +58,7 @@ from bench.metrics import dist, word_edits, words
 RATE = 16000
 ARGMAX_OPENING = "+argmax-opening"  # a listener name so ended: Moonshine with the decoder's own first token
 GREEDY = "+greedy"  # a listener name so ended: greedy decoding (Moonshine without its beam)
+KEYWORDS = "+keywords"  # a listener name so ended: told bench.tools.KEYWORDS (a contact list and towns) to expect
 WIRE_RATE = 24000
 VOICES = {"en-us-160": ("en-us", 160), "en-gb-150": ("en-gb", 150)}
 NUMBER_WORDS = set("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split())
@@ -91,10 +96,10 @@ def edits(reference: str, hypothesis: str) -> tuple[int, int]:
 
 def requests() -> list[str]:
     from bench.answers import PROMPTS
-    from bench.tools import HELDOUT_NO_TOOL, HELDOUT_REQUESTS, NO_TOOL, REQUESTS
+    from bench.tools import HELDOUT_NO_TOOL, HELDOUT_REQUESTS, NO_TOOL, REQUESTS, SAID_NO_TOOL, SAID_REQUESTS
 
     seen: dict[str, None] = {}
-    for text in [p.text for p in PROMPTS] + [r.text for r in REQUESTS + NO_TOOL + HELDOUT_REQUESTS + HELDOUT_NO_TOOL]:
+    for text in [p.text for p in PROMPTS] + [r.text for r in REQUESTS + NO_TOOL + HELDOUT_REQUESTS + HELDOUT_NO_TOOL + SAID_REQUESTS + SAID_NO_TOOL]:
         seen.setdefault(text, None)
     return list(seen)
 
@@ -139,7 +144,7 @@ def _listener(name: str) -> Any:
     from pipelines import models
     from pipelines.cascade.ears import open_listener
 
-    model = name.removesuffix(ARGMAX_OPENING).removesuffix(GREEDY)
+    model = name.removesuffix(KEYWORDS).removesuffix(ARGMAX_OPENING).removesuffix(GREEDY)
     ears = open_listener(model, str(models.ensure(model, print)), threads=2, beam_size=1 if GREEDY in name else 0)
     if name.endswith(ARGMAX_OPENING):  # (Moonshine's words-first rule off: the decoder's own first token)
         ears.words_first = False  # type: ignore[attr-defined]
@@ -148,12 +153,15 @@ def _listener(name: str) -> Any:
 
 
 def offline(listeners: list[str], clips: list[dict[str, Any]]) -> dict[str, Any]:
+    from bench.tools import KEYWORDS as EXPECTED
+
     rows: list[dict[str, Any]] = []
     for name in listeners:
         ears = _listener(name)
+        expected = tuple(EXPECTED) if name.endswith(KEYWORDS) else ()
         for clip in clips:
             t0 = time.perf_counter()
-            heard = ears.transcribe(clip["pcm"])
+            heard = ears.hear(clip["pcm"], False, (), expected).text
             ms = (time.perf_counter() - t0) * 1000
             wrong, n = edits(clip["text"], heard)
             rows.append({"listener": name, "set": clip["set"], "text": clip["text"], "heard": heard, "ms": round(ms, 1), "seconds": round(len(clip["pcm"]) / RATE, 2), "edits": wrong, "words": n})

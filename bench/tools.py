@@ -41,6 +41,10 @@ first audio after it. ``answer_after_call_ms``: answer - (call + the tool's time
 (a function's tool time is nil: the client answers at once, so there it is the client's round trip).
 --tool-ms N: the MCP tool answers after N ms, as one that calls out to a service does (0: at once).
 
+--keywords: each config run a second time on the same server (reported as ``NAME+keywords``), its
+sessions' ears told ``KEYWORDS`` (``audio.input.transcription.keywords``: a contact list of 30 names
+and 30 towns, the sets' people and places among them), as a deployment that phones people would.
+
 --prefill N: the thinker alone, in this process: a fresh session's first token with the tools cold
 and with them prepared (prefilled first, as a session does when session.update brings them), N
 requests' prompts.
@@ -291,6 +295,17 @@ SAID_TWO_STEP: list[TwoStep] = [
 ]
 
 
+# --keywords: what a deployment that phones people and serves towns would tell the ears to expect
+# (``audio.input.transcription.keywords``): a contact list of 30 first names and 30 towns, holding
+# the people and places the sets' requests name and as many that no request says.
+KEYWORD_NAMES = "Jon Katie Marco Peter Anna David Sarah Grandma Tom Lucy Maria Ahmed Priya Chen Olga Liam Emma Noah Sofia Lucas Mia Ethan Zoe Omar Hannah Ben Chloe Max Ella Leo".split()
+KEYWORD_PLACES = (
+    "Lisbon Munich Cologne Florence Prague Denver Boston Miami Seattle Paris Berlin London Rome Tokyo Madrid Vienna Oslo Dublin Chicago Austin "
+    "Zurich Milan Athens Warsaw Budapest Toronto Sydney Cairo Mumbai Seoul"
+).split()
+KEYWORDS = KEYWORD_NAMES + KEYWORD_PLACES
+
+
 @dataclass(frozen=True)
 class ToolSet:
     tools: list[dict[str, Any]]
@@ -537,6 +552,11 @@ def piper_voice() -> Callable[[str], np.ndarray]:
     return lambda text: resample(talker.speak(text), talker.rate, RATE)
 
 
+def expecting(keywords: list[str] | None) -> dict[str, Any]:
+    """The part of a session.update that gives the ears ``keywords`` (none: nothing)."""
+    return {"audio": {"input": {"transcription": {"keywords": keywords}}}} if keywords else {}
+
+
 async def exchange(
     url: str,
     request: Request,
@@ -545,11 +565,13 @@ async def exchange(
     key: str = "bench",
     mcp: McpTools | None = None,
     speak: Callable[[str], np.ndarray] = espeak_voice,
+    keywords: list[str] | None = None,
 ) -> Exchange:
     """One fresh session (opened with API key ``key``): the request spoken in real time, its
     response, and with ``output`` the tool's answer sent back and the spoken answer to it. With
     ``mcp``, the tools are its server's (listed before the request is spoken), the server runs the
-    call and answers from its output in the same response: ``output`` is what the tool returns."""
+    call and answers from its output in the same response: ``output`` is what the tool returns.
+    ``keywords``: the session's words for the ears to expect."""
     from openai import AsyncOpenAI
 
     pcm = speak(request.text)
@@ -560,14 +582,14 @@ async def exchange(
         if mcp is not None:
             mcp.output = output if output is not None else TOOL_OUTPUTS.get(request.tool or "", {"ok": True})
             tool = {"type": "mcp", "server_label": "bench", "server_url": mcp.url, "require_approval": "never"}
-            await conn.session.update(session={"type": "realtime", "tools": [tool]})  # type: ignore[list-item]
+            await conn.session.update(session={"type": "realtime", "tools": [tool], **expecting(keywords)})  # type: ignore[typeddict-item]
             async with asyncio.timeout(TURN_TIMEOUT_S):  # listed (and prefilled) off the turn's path, as a function's tools are
                 async for event in conn:
                     if event.type in ("mcp_list_tools.completed", "mcp_list_tools.failed"):
                         break
             output = None  # (the server sends it back, not this client)
         else:
-            await conn.session.update(session={"type": "realtime", "tools": tools})
+            await conn.session.update(session={"type": "realtime", "tools": tools, **expecting(keywords)})  # type: ignore[typeddict-item]
         step = RATE * 20 // 1000
         t0 = time.perf_counter()
         lead = 15  # 300 ms of quiet before the speech, 1.2 s after it
@@ -697,11 +719,18 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
 
 
 async def run(
-    url: str, limit: int, ears: Any, tool_set: str = "default", keys: str = "one", mcp: McpTools | None = None, speak: Callable[[str], np.ndarray] = espeak_voice
+    url: str,
+    limit: int,
+    ears: Any,
+    tool_set: str = "default",
+    keys: str = "one",
+    mcp: McpTools | None = None,
+    speak: Callable[[str], np.ndarray] = espeak_voice,
+    keywords: list[str] | None = None,
 ) -> dict[str, Any]:
     """``keys``: "one", every session opened with one API key (a deployment's app: its sessions share
     the tools' prefix), or "each", every session with a key of its own (each its key's first: the
-    tools prefilled cold)."""
+    tools prefilled cold). ``keywords``: every session's words for the ears to expect."""
     ts = TOOL_SETS[tool_set]
     requests = ts.requests[:limit] if limit else ts.requests
     no_tool = ts.no_tool[: max(1, limit // 2)] if limit else ts.no_tool
@@ -713,7 +742,7 @@ async def run(
 
     rows: list[dict[str, Any]] = []
     for r in requests + no_tool:
-        ex = await exchange(url, r, tools=ts.tools, key=key(), mcp=mcp, speak=speak)
+        ex = await exchange(url, r, tools=ts.tools, key=key(), mcp=mcp, speak=speak, keywords=keywords)
         name, args = ex.calls[0] if ex.calls else ("", "")
         valid, right = arguments_right(r, name, args, ts.schemas) if r.tool else (False, False)
         rows.append(
@@ -726,7 +755,7 @@ async def run(
         )  # fmt: skip
         print(f"  {'+' if right or (not r.tool and not ex.calls) else '-'} {r.text[:44]:44} heard {ex.heard!r:46.46} {ex.calls or ex.said[:60]!r}", flush=True)
     for t in two_step:
-        ex = await exchange(url, t.request, t.output, tools=ts.tools, key=key(), mcp=mcp, speak=speak)
+        ex = await exchange(url, t.request, t.output, tools=ts.tools, key=key(), mcp=mcp, speak=speak, keywords=keywords)
         pcm = np.frombuffer(bytes(ex.audio), "<i2")
         heard = await asyncio.to_thread(ears.transcribe, resample(pcm, RATE, 16000)) if len(pcm) else ""
         name, args = ex.calls[0] if ex.calls else ("", "")
@@ -849,6 +878,7 @@ def main() -> None:
     )
     parser.add_argument("--mcp", action="store_true", help="the tools served by an MCP server (loopback, in the bench) instead of function tools")
     parser.add_argument("--tool-ms", type=int, default=0, help="with --mcp: each call answered after this many ms (a tool's own time)")
+    parser.add_argument("--keywords", action="store_true", help="each config run again on the same server, its sessions' ears told KEYWORDS (a contact list and towns)")
     parser.add_argument("--voice", choices=["espeak", "piper"], default="espeak", help="who says the requests: espeak-ng (hard for Whisper), or Piper's joe (nearer a person)")
     parser.add_argument("--prefill", type=int, metavar="N", default=0, help="only the thinker: a fresh session's first token, tools cold and prepared, N rounds")
     args = parser.parse_args()
@@ -876,6 +906,8 @@ def main() -> None:
                 thinker["remote"] = {"url": stack.enter_context(vllm_serve(thinker["model"], thinker["served_model"]))}
             url = stack.enter_context(server_process(cfg, startup_s=900))
             result["configs"][name] = asyncio.run(run(url, args.limit, ears, args.tool_set, args.keys, mcp, speak))
+            if args.keywords:  # the same server, its sessions told the contact list and towns
+                result["configs"][f"{name}+keywords"] = asyncio.run(run(url, args.limit, ears, args.tool_set, args.keys, mcp, speak, KEYWORDS))
     print(f"\ntool set {args.tool_set}, voice: {args.voice}, keys: {args.keys}, tools: {'MCP' if args.mcp else 'function'}{f', answered after {args.tool_ms} ms' if args.mcp and args.tool_ms else ''}")
     head = (
         f"{'config':42} {'right':>6} {'valid':>6} {'false':>6} {'empty':>5} {'answers':>7} {'heard':>6} {'miss e/t':>8} {'call p50':>8} {'answer p50':>10}"

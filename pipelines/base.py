@@ -199,6 +199,11 @@ class PipelineSession(abc.ABC):
         """Whether the session transcribes its input (``audio.input.transcription`` set: live
         captions are asked for), at open and whenever it changes."""
 
+    def expect(self, keywords: tuple[str, ...]) -> None:
+        """The session's ``audio.input.transcription.keywords`` (words or phrases its ears are to
+        expect: names, places), at open when there are some and whenever they change. A pipeline
+        whose ears can be guided guides them with these, for this session only."""
+
     def reduce_noise(self, kind: str | None) -> None:
         """The session's ``audio.input.noise_reduction`` (``near_field``, ``far_field`` or None),
         at open and whenever it changes. A pipeline that can clean its input applies it."""

@@ -46,10 +46,10 @@ class Listener(Protocol):
 
     def transcribe(self, pcm: np.ndarray) -> str: ...
 
-    def hear(self, pcm: np.ndarray, ends: bool = True, hint: tuple[int, ...] = ()) -> Words:
+    def hear(self, pcm: np.ndarray, ends: bool = True, hint: tuple[int, ...] = (), keywords: tuple[str, ...] = ()) -> Words:
         """int16 mono at ``rate`` -> the words (with ``ends``: how sure it is they end there);
         ``hint``: the tokens of an earlier pass over the clip's beginning, where the listener can
-        go on from them."""
+        go on from them; ``keywords``: words or phrases to expect (a session's)."""
         ...
 
 
@@ -84,9 +84,12 @@ class WhisperListener:
         a process that has imported vLLM is many times slower)."""
         return self.hear(pcm, ends=False).text
 
-    def hear(self, pcm: np.ndarray, ends: bool = True, hint: tuple[int, ...] = ()) -> Words:
+    def hear(self, pcm: np.ndarray, ends: bool = True, hint: tuple[int, ...] = (), keywords: tuple[str, ...] = ()) -> Words:
         """The words, and with ``ends`` Whisper's probability that they end a sentence there
-        (``hint`` is not used: Whisper decodes each pass from nothing)."""
+        (``hint`` is not used: Whisper decodes each pass from nothing). ``keywords`` are not used
+        either: given as Whisper's "previous text" (as whisper-1 takes a list of keywords), tiny.en
+        wrote lists ("Give Sarah a call." -> "Give Sarah, Carl,", five espeak requests,
+        2026-11-29); Moonshine's beam takes them (keywords.py)."""
         if len(pcm) < self.rate // 10:
             return Words("", None)
         import ctranslate2

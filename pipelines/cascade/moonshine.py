@@ -51,6 +51,12 @@ keeps what the passes before agreed on, so the pause's pass searches only its la
 from the hint's first unsure token instead cost 28 ms more at the median through the server, for
 the same word error rate, 2026-11-29). Measured: see ``BEAM``.
 
+**Keywords.** A session's ``audio.input.transcription.keywords`` (names, towns) reach the beam
+(``keywords.py``): a hypothesis that writes one scores more, and the beam keeps its likeliest
+hypotheses as they are beside those the keywords rank first. With keywords there is always a beam,
+``BEAM`` wide at least (a greedy listener told keywords searches too: one hypothesis and its
+gains did not reach "Oslo" from "our slope").
+
 ``hear(..., ends=True)`` also says how sure the decoder is that the words end where it stopped
 them, from its own distributions, as ``WhisperListener`` does: P(the last word) x P(an end mark or
 the end of the text right after it).
@@ -60,10 +66,13 @@ from __future__ import annotations
 
 import math
 import unicodedata
+from collections import defaultdict
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
+from pipelines.cascade.keywords import GAIN, NOTHING, Expected, State
 from pipelines.cascade.listener import Words, ending, ends_sentence, is_mark, unloop
 
 START, END = 1, 2  # <s>, </s>
@@ -149,6 +158,14 @@ class MoonshineListener:
         self._stops = frozenset(i for i in words if texts[i].strip() == ".")
         self._words = np.array([i for i in words if texts[i][:1] == " " and texts[i][1:2].isascii() and texts[i][1:2].isalpha()])
         self._foreign = np.array([i for i in words if _foreign(self.pieces[i], texts[i])], np.int64)  # never written (English only)
+        by_text: dict[str, list[int]] = defaultdict(list)  # (the keywords' matcher: tokens by their text, in lower case)
+        foreign = frozenset(self._foreign.tolist())
+        for i in words:
+            if i not in foreign:
+                by_text[texts[i].lower()].append(i)
+        joins = np.array([texts[i][:1].isalnum() for i in range(self.vocabulary)])
+        self.keyword_gain = GAIN  # nats a keyword gains (keywords.py)
+        self.expected = lru_cache(maxsize=16)(lambda keywords, gain: Expected(keywords, by_text, joins, gain))  # (keywords, gain) -> their matcher
         self.words_first = True  # the first token a word where the likeliest opens no words (False: the decoder's own)
         self.beam = beam  # hypotheses where the decoder is unsure (1: greedy)
 
@@ -169,13 +186,14 @@ class MoonshineListener:
         """int16 mono at 16 kHz -> text."""
         return self.hear(pcm, ends=False).text
 
-    def hear(self, pcm: np.ndarray, ends: bool = True, hint: tuple[int, ...] = ()) -> Words:
-        """The words of ``pcm``; ``hint``: the tokens of an earlier pass over its beginning."""
+    def hear(self, pcm: np.ndarray, ends: bool = True, hint: tuple[int, ...] = (), keywords: tuple[str, ...] = ()) -> Words:
+        """The words of ``pcm``; ``hint``: the tokens of an earlier pass over its beginning;
+        ``keywords``: words to expect (``keywords.py``)."""
         if len(pcm) < MIN_SAMPLES:
             return Words("", None)
         if len(pcm) > PART_S * self.rate:
             cut = _quietest(pcm, int(PART_S * self.rate * 2 / 3), int(PART_S * self.rate), self.rate // 10)
-            head, tail = self.hear(pcm[:cut], False, hint), self.hear(pcm[cut:], ends)
+            head, tail = self.hear(pcm[:cut], False, hint, keywords), self.hear(pcm[cut:], ends, (), keywords)
             return Words(f"{head.text} {tail.text}".strip(), tail.ends if tail.text else None, head.tokens + tail.tokens)
         lead, trail = int(LEAD_S * self.rate), int(TRAIL_S * self.rate)
         audio = np.zeros((1, lead + len(pcm) + trail), np.float32)
@@ -183,7 +201,7 @@ class MoonshineListener:
         states = self.encoder.run(None, {"input_values": audio})[0]
         limit = int(math.ceil(len(pcm) / self.rate * TOKENS_PER_S)) + EXTRA_TOKENS
         hint = tuple(t for t in hint if END < t < self.vocabulary)[: limit - 1]
-        tokens, logits = self._decode(states, hint, limit)
+        tokens, logits = self._decode(states, hint, limit, self.expected(keywords, self.keyword_gain) if keywords else None)
         text = unloop(self.decode(tokens))
         return Words(text, ending(tokens, logits, self._marks, self._ends) if ends and text else None, tuple(tokens))
 
@@ -213,10 +231,10 @@ class MoonshineListener:
         """The likeliest first token that begins a word (a space, then a letter)."""
         return int(self._words[first[self._words].argmax()])
 
-    def _decode(self, states: np.ndarray, hint: tuple[int, ...], limit: int) -> tuple[list[int], list[np.ndarray]]:
+    def _decode(self, states: np.ndarray, hint: tuple[int, ...], limit: int, expected: Expected | None = None) -> tuple[list[int], list[np.ndarray]]:
         """The hint read in one pass, what of it the decoder agrees with kept, then the beam (or
-        greedy decoding): the tokens and each one's logits (the logits after the last token too,
-        for the end)."""
+        greedy decoding; the beam, one wide or more, where keywords are ``expected``): the tokens
+        and each one's logits (the logits after the last token too, for the end)."""
         out = self.first.run(None, {"input_ids": np.array([[START, *hint]], np.int64), "encoder_hidden_states": states})
         scores = self._rows(out[0][0])
         guesses = scores.argmax(-1)
@@ -235,9 +253,9 @@ class MoonshineListener:
             words = np.delete(scores[0], END)
             if scores[0][END] - words.max() < EMPTY_MARGIN:
                 token = int(words.argmax()) + (int(words.argmax()) >= END)  # (an index of the row without END)
-        if self.beam > 1 and not (token == END and not tokens):
+        if (self.beam > 1 or expected) and not (token == END and not tokens):
             banned = set() if tokens or not self.words_first else {int(scores[0].argmax())} - {token} | self._quotes  # (the openings words first passes over)
-            return self._beam(tokens, logits, cache, limit, banned)
+            return self._beam(tokens, logits, cache, limit, banned, expected)
         while token != END and len(tokens) < limit:
             tokens.append(token)
             out = self.next.run(None, {"input_ids": np.array([[token]], np.int64), **cache})
@@ -249,19 +267,31 @@ class MoonshineListener:
         return tokens, logits
 
     def _beam(
-        self, tokens: list[int], logits: list[np.ndarray], cache: dict[str, np.ndarray], limit: int, banned: set[int] | frozenset[int]
+        self,
+        tokens: list[int],
+        logits: list[np.ndarray],
+        cache: dict[str, np.ndarray],
+        limit: int,
+        banned: set[int] | frozenset[int],
+        expected: Expected | None = None,
     ) -> tuple[list[int], list[np.ndarray]]:
         """Beam search on from ``tokens`` (``logits``: each one's row and the row after them;
         ``cache``: the decoder's, one row), its first step never a token in ``banned`` nor the end
-        of an empty text: the likeliest whole hypothesis, its tokens and rows as ``_decode``'s."""
-        alive: list[tuple[list[int], list[np.ndarray], float]] = [(tokens, logits, 0.0)]  # tokens, rows, log P
+        of an empty text: the likeliest whole hypothesis, its tokens and rows as ``_decode``'s.
+        With keywords ``expected``, a hypothesis scores what they gain it beside its log P."""
+        spelt: State = NOTHING
+        for t in tokens if expected else ():
+            spelt = expected.after(spelt, t)  # type: ignore[union-attr]
+        # tokens, rows, score (log P, plus what keywords gained), log P, keywords spelt
+        alive: list[tuple[list[int], list[np.ndarray], float, float, State]] = [(tokens, logits, 0.0, 0.0, spelt)]
         done: list[tuple[list[int], list[np.ndarray], float]] = []
         rows = logits[-1][None, :]
+        beam = max(self.beam, BEAM) if expected else self.beam  # (a greedy listener told keywords searches too)
         while alive:
             steps = rows - _logsumexp(rows)  # log P of each next token, a row each
-            width = min(self.beam, steps.shape[1])
-            grown: list[tuple[float, int, int]] = []  # (log P, hypothesis, token)
-            for b, (toks, hyp_rows, score) in enumerate(alive):
+            width = min(beam, steps.shape[1])
+            grown: list[tuple[float, float, int, int]] = []  # (score, log P, hypothesis, token)
+            for b, (toks, hyp_rows, score, logp, spelt) in enumerate(alive):
                 if len(toks) >= limit:  # (as long as the clip allows: done as it is)
                     done.append((toks, hyp_rows, score))
                     continue
@@ -269,33 +299,56 @@ class MoonshineListener:
                 if not toks:  # (the first step: an empty text is the greedy pass's call, EMPTY_MARGIN)
                     row = row.copy()
                     row[[END, *banned]] = -np.inf
-                top = np.argpartition(-row, width)[:width]
-                grown += [(score + float(row[t]), b, int(t)) for t in top if np.isfinite(row[t])]
-            grown.sort(reverse=True)
-            best = grown[0][0] if grown else -np.inf
-            kept: list[tuple[int, int, float]] = []  # (hypothesis, token, log P)
-            for score, b, t in grown:
-                if score < best - BEAM_NATS or len(kept) >= self.beam:
-                    break
-                if t == END:
-                    done.append((alive[b][0], alive[b][1], score))
-                else:
-                    kept.append((b, t, score))
-            if not kept or (done and max(d[2] for d in done) >= kept[0][2]):
+                scored = expected.gains(spelt, row) if expected else row
+                top = {int(t) for t in np.argpartition(-scored, width)[:width]}
+                if expected:  # (and the hypotheses without the keywords' help: none crowded out by a keyword begun)
+                    top.update(int(t) for t in np.argpartition(-row, width)[:width])
+                grown += [(score + float(scored[t]), logp + float(row[t]), b, t) for t in top if np.isfinite(scored[t])]
+            kept = self._best(grown, 0, done, alive, beam)
+            if expected:  # the likeliest as they are, beside the likeliest with the keywords' gains
+                kept += [k for k in self._best(grown, 1, done, alive, beam) if k not in kept]
+            if not kept or (done and max(d[2] for d in done) >= max(k[2] for k in kept)):
                 break
-            parents = [b for b, _, _ in kept]
+            parents = [b for b, _, _, _ in kept]
             if parents != list(range(len(alive))):  # (each hypothesis its parent's cache rows; none moved: as they are)
                 cache = {name: value[parents] for name, value in cache.items()}
-            out = self.next.run(None, {"input_ids": np.array([[t] for _, t, _ in kept], np.int64), **cache})
+            out = self.next.run(None, {"input_ids": np.array([[t] for _, t, _, _ in kept], np.int64), **cache})
             for name, value in zip(self.cache_names, out[1:]):
                 if ".decoder." in name:  # (the encoder's part is the same for every step)
                     cache[name.replace("present", "past_key_values")] = value
             rows = self._rows(out[0][:, -1])
-            alive = [(alive[b][0] + [t], alive[b][1] + [rows[i]], score) for i, (b, t, score) in enumerate(kept)]
+            alive = [
+                (alive[b][0] + [t], alive[b][1] + [rows[i]], score, logp, expected.after(alive[b][4], t) if expected else NOTHING)
+                for i, (b, t, score, logp) in enumerate(kept)
+            ]
         if not done:
             return tokens, logits
         toks, hyp_rows, _ = max(done, key=lambda d: d[2])
         return toks, hyp_rows
+
+
+    def _best(
+        self,
+        grown: list[tuple[float, float, int, int]],
+        by: int,
+        done: list[tuple[list[int], list[np.ndarray], float]],
+        alive: list[tuple[list[int], list[np.ndarray], float, float, State]],
+        beam: int,
+    ) -> list[tuple[int, int, float, float]]:
+        """The ``beam`` best of ``grown`` by score (``by`` 0) or log P (1), each within BEAM_NATS of
+        the best: (hypothesis, token, score, log P); those that end the text go to ``done``."""
+        grown = sorted(grown, key=lambda g: g[by], reverse=True)
+        best = grown[0][by] if grown else -np.inf
+        kept: list[tuple[int, int, float, float]] = []
+        for g in grown:
+            score, logp, b, t = g
+            if g[by] < best - BEAM_NATS or len(kept) >= beam:
+                break
+            if t == END:
+                done.append((alive[b][0], alive[b][1], score))
+            else:
+                kept.append((b, t, score, logp))
+        return kept
 
 
 def _foreign(piece: bytes, text: str) -> bool:

@@ -143,19 +143,20 @@ class CascadePipeline(Pipeline):
             stats.update(self.speed.stats())
         return stats
 
-    async def transcribe(self, pcm: np.ndarray, clean: bool = False) -> str:
+    async def transcribe(self, pcm: np.ndarray, clean: bool = False, keywords: tuple[str, ...] = ()) -> str:
         """``clean``: the session asked for noise reduction; it runs on the ASR thread too."""
-        return (await self.hear(pcm, clean, ends=False)).text
+        return (await self.hear(pcm, clean, ends=False, keywords=keywords)).text
 
-    async def hear(self, pcm: np.ndarray, clean: bool = False, ends: bool = True, hint: tuple[int, ...] = ()) -> Words:
+    async def hear(self, pcm: np.ndarray, clean: bool = False, ends: bool = True, hint: tuple[int, ...] = (), keywords: tuple[str, ...] = ()) -> Words:
         """The words, and with ``ends`` the listener's probability that they end a sentence there;
-        ``hint``: an earlier pass's tokens over the clip's beginning."""
+        ``hint``: an earlier pass's tokens over the clip's beginning; ``keywords``: the session's
+        words to expect."""
         listener = self.listener
         assert listener is not None
         keep = self.options.denoise_keep
 
         def run() -> Words:
-            return listener.hear(denoise(pcm, listener.rate, keep) if clean else pcm, ends, hint)
+            return listener.hear(denoise(pcm, listener.rate, keep) if clean else pcm, ends, hint, keywords)
 
         self.asr_busy += 1
         try:

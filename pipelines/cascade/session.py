@@ -64,6 +64,7 @@ class CascadeSession(PipelineSession):
         self.session_id = session_id
         self.salt = tenant or secrets.token_hex(16)  # the prefix-cache namespace: its key's (Pipeline.open), else its own
         self.clean = False  # noise reduction on the audio the listener hears
+        self.keywords: tuple[str, ...] = ()  # words the listener is to expect (this session's: keywords.py)
         self.transcribed = False  # the session wants its input transcribed (live captions)
         self.prompts = Prompts(pipeline.thinker, lambda: pipeline.capabilities.tools, self.options.tools_after_output)
         beside = self.options.asr_model.startswith("whisper")  # (the fusion's listener weight is Whisper's)
@@ -91,6 +92,9 @@ class CascadeSession(PipelineSession):
 
     def reduce_noise(self, kind: str | None) -> None:
         self.clean = kind is not None
+
+    def expect(self, keywords: tuple[str, ...]) -> None:
+        self.keywords = keywords
 
     def transcribing(self, on: bool) -> None:
         self.transcribed = on
@@ -280,10 +284,10 @@ class CascadeSession(PipelineSession):
         return await self.overhearing.words_for(pcm, ends)
 
     async def _hear_pass(self, pcm: np.ndarray, ends: bool, hint: tuple[int, ...]) -> Words:
-        return await self.pipeline.hear(pcm, self.clean, ends, hint)
+        return await self.pipeline.hear(pcm, self.clean, ends, hint, self.keywords)
 
     async def _transcript(self, item_id: str, pcm: np.ndarray) -> str:
-        return await self.transcripts.of(item_id, lambda: self.pipeline.transcribe(pcm, self.clean))
+        return await self.transcripts.of(item_id, lambda: self.pipeline.transcribe(pcm, self.clean, self.keywords))
 
     async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript:
         text = await self._transcript(item_id, pcm)

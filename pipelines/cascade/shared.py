@@ -102,11 +102,12 @@ class Models(Protocol):
     sessions: set[Any]  # its open sessions
     asr_busy: int  # listener calls queued or running
 
-    async def transcribe(self, pcm: np.ndarray, clean: bool = False) -> str:
-        """The listener on its worker thread; ``clean``: noise reduction first."""
+    async def transcribe(self, pcm: np.ndarray, clean: bool = False, keywords: tuple[str, ...] = ()) -> str:
+        """The listener on its worker thread; ``clean``: noise reduction first; ``keywords``: words
+        to expect (the session's)."""
         ...
 
-    async def hear(self, pcm: np.ndarray, clean: bool = False, ends: bool = True, hint: tuple[int, ...] = ()) -> Words:
+    async def hear(self, pcm: np.ndarray, clean: bool = False, ends: bool = True, hint: tuple[int, ...] = (), keywords: tuple[str, ...] = ()) -> Words:
         """``transcribe``, and with ``ends`` the listener's probability that the words end a
         sentence there; ``hint``: an earlier pass's tokens over the clip's beginning."""
         ...

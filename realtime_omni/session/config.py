@@ -32,6 +32,10 @@ Modality = Literal["text", "audio"]
 # every ToolChoice; an MCP server's is resolved per response, against its listing (session/mcp.py's ``forced``)
 FunctionChoice = Literal["auto", "none", "required"] | ev.ToolChoiceFunction | ev.ToolChoiceMcp
 
+# audio.input.transcription.keywords: the words the ears are told to expect (a contact list, a
+# service's towns); each one is matched against every hypothesis of the listener's beam
+MAX_KEYWORDS = 100
+MAX_KEYWORD_CHARS = 64
 OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar"})
 
 SERVER_VAD_DEFAULTS = ev.ServerVad(
@@ -171,6 +175,12 @@ class SessionConfig:
     @property
     def transcription(self) -> ev.Transcription | None:
         return known(self.audio_input.transcription, "audio.input.transcription")
+
+    @property
+    def keywords(self) -> tuple[str, ...]:
+        """Words the ears are to expect (``audio.input.transcription.keywords``)."""
+        t = self.transcription
+        return tuple(t.keywords) if t is not None and isinstance(t.keywords, list) else ()
 
     @property
     def noise_reduction(self) -> str | None:
@@ -457,6 +467,8 @@ class _Merger:
             )
         if t.model in (UNSET, None):
             t = structs.replace(t, model=self.caps.transcription_model)
+        if isinstance(t.keywords, list):
+            _check_keywords(t.keywords, f"{param}.keywords")
         return t
 
     def _turn_detection(self, audio_in: ev.AudioInput, new: ev.TurnDetection | None) -> ev.TurnDetection | None:
@@ -468,6 +480,14 @@ class _Merger:
         if isinstance(new, ev.ServerVad):
             return merge(current if isinstance(current, ev.ServerVad) else SERVER_VAD_DEFAULTS, new)
         return merge(current if isinstance(current, ev.SemanticVad) else SEMANTIC_VAD_DEFAULTS, new)
+
+
+def _check_keywords(keywords: list[str], param: str) -> None:
+    if len(keywords) > MAX_KEYWORDS:
+        raise invalid_value(param, f"Invalid '{param}': at most {MAX_KEYWORDS} keywords, got {len(keywords)}.")
+    for i, word in enumerate(keywords):
+        if not word.strip() or len(word) > MAX_KEYWORD_CHARS:
+            raise invalid_value(f"{param}[{i}]", f"Invalid '{param}[{i}]': a keyword is 1 to {MAX_KEYWORD_CHARS} characters, not only spaces.")
 
 
 def _from_beta_vad(td: ev.BetaTurnDetection | None) -> ev.TurnDetection | None:

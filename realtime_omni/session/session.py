@@ -118,6 +118,8 @@ class Session:
             ctx.pipe.reduce_noise(defaults.noise_reduction)
         if defaults.transcription is not None:
             ctx.pipe.transcribing(True)
+        if defaults.keywords:
+            ctx.pipe.expect(defaults.keywords)
         self.beta = beta
         self.media = media
         self.conversation = Conversation(caps, max_items=limits.max_items, max_audio_seconds=limits.max_audio_seconds)
@@ -243,6 +245,8 @@ class Session:
             ctx.pipe.reduce_noise(new.noise_reduction)
         if (new.transcription is None) != (old.transcription is None):
             ctx.pipe.transcribing(new.transcription is not None)
+        if new.keywords != old.keywords:
+            ctx.pipe.expect(new.keywords)
         if self.turns.detection(new.vad) != self.turns.detection(old.vad):
             self.turns.vad_changed()
         await ctx.emit(ev.SessionUpdated(session=new.public))

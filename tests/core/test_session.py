@@ -23,7 +23,7 @@ from realtime_omni.config import InterruptionGuard, Limits
 from realtime_omni.metrics import Metrics
 from realtime_omni.protocol import events as ev
 from realtime_omni.session import Media, Session
-from realtime_omni.session.config import SessionConfig
+from realtime_omni.session.config import MAX_KEYWORD_CHARS, MAX_KEYWORDS, SessionConfig
 from tests.support.audio import silence, spoken
 from tests.support.fake_pipeline import FakePipeline, FakeSession
 
@@ -413,6 +413,39 @@ async def test_noise_reduction_reaches_the_pipeline_at_open_and_on_every_change(
         await o.session.close()
     plain = await open_session()
     assert plain.pipe.noise_reduction == []  # off by default: never called
+    await plain.session.close()
+
+
+async def test_keywords_reach_the_pipeline_at_open_and_on_every_change_and_bad_ones_are_refused():
+    """``audio.input.transcription.keywords`` (words the ears are to expect): told to the session's
+    pipeline at open and when they change, echoed in ``session.updated``; too many, an empty one or
+    a long one is an ``invalid_value`` error naming it, and the session keeps what it had."""
+    listed = msgspec.json.decode(b'{"audio": {"input": {"transcription": {"model": "fake", "keywords": ["Marco", "Lisbon"]}}}}', type=ev.SessionObject)
+    o = await open_session(listed)
+    try:
+        assert o.pipe.keywords == [("Marco", "Lisbon")]
+        await o.send({"type": "session.update", "session": {"type": "realtime", "instructions": "x"}})
+        await o.until("session.updated")
+        assert o.pipe.keywords == [("Marco", "Lisbon")]  # unchanged: not told again
+        for bad, param in (
+            (["x"] * (MAX_KEYWORDS + 1), "session.audio.input.transcription.keywords"),
+            (["Marco", " "], "session.audio.input.transcription.keywords[1]"),
+            (["y" * (MAX_KEYWORD_CHARS + 1)], "session.audio.input.transcription.keywords[0]"),
+        ):
+            await o.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"transcription": {"keywords": bad}}}}})
+            error = (await o.until("error"))[-1]
+            assert (error.error.type, error.error.code, error.error.param) == ("invalid_request_error", "invalid_value", param)
+        assert o.pipe.keywords == [("Marco", "Lisbon")]
+        await o.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"transcription": {"model": "fake", "keywords": ["Jon"]}}}}})
+        updated = (await o.until("session.updated"))[-1]
+        assert updated.session.audio.input.transcription.keywords == ["Jon"]
+        await o.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"transcription": None}}}})
+        await o.until("session.updated")
+        assert o.pipe.keywords == [("Marco", "Lisbon"), ("Jon",), ()]  # no transcription: no keywords
+    finally:
+        await o.session.close()
+    plain = await open_session()
+    assert plain.pipe.keywords == []  # none by default: never called
     await plain.session.close()
 
 

@@ -305,6 +305,28 @@ async def test_a_transcription_session_streams_the_words_before_the_turn_is_comm
     assert "response.created" not in types  # a transcription session never answers
 
 
+async def test_keywords_guide_the_ears_of_their_own_session_only(cpu_server):
+    """``audio.input.transcription.keywords``: espeak's "Can you ring Marco?" is heard "... Mariko?";
+    a session told to expect a few names and towns, Marco among them, hears "Marco", while a session
+    beside it, told nothing, hears it its own way (each session's keywords are its own)."""
+    said = "Can you ring Marco?"
+
+    async def heard(keywords: list[str] | None) -> str:
+        transcription = {"model": "moonshine-base", **({"keywords": keywords} if keywords else {})}
+        async with connect(cpu_server.ws_base) as c:
+            await c.expect("session.created")
+            audio = {"input": {"transcription": transcription, "turn_detection": {"type": "server_vad"}}}
+            await c.send({"type": "session.update", "session": {"type": "transcription", "audio": audio}})
+            updated = await c.expect("session.updated")
+            assert updated.session.audio.input.transcription.keywords == keywords
+            await c.speak(np.concatenate([silence(500), spoken(said), silence(1000)]))
+            return (await c.first("conversation.item.input_audio_transcription.completed", timeout=RESPONSE_TIMEOUT)).transcript
+
+    told, untold = await asyncio.gather(heard(["Anna", "Marco", "Lisbon", "Prague"]), heard(None))
+    assert {"ring", "marco"} <= words(told), told
+    assert "marco" not in words(untold), f"heard right with no keywords ({untold!r}): find another request"
+
+
 async def test_semantic_vad_hears_a_fresh_question_when_the_client_makes_its_own_responses(cpu_server):
     """A framework that answers by itself (``create_response: false``) still gets its turn ended by
     the words: the cascade hears the turn at its pauses (no answer is made ahead), the thinker

@@ -145,9 +145,9 @@ async def test_noise_reduction_cleans_the_audio_the_listener_hears():
     heard: list[np.ndarray] = []
 
     class Ears(WhisperListener):
-        def hear(self, pcm: np.ndarray, ends: bool = True, hint: tuple[int, ...] = ()) -> Words:
+        def hear(self, pcm: np.ndarray, ends: bool = True, hint: tuple[int, ...] = (), keywords: tuple[str, ...] = ()) -> Words:
             heard.append(pcm.copy())
-            return super().hear(pcm, ends, hint)
+            return super().hear(pcm, ends, hint, keywords)
 
     pipeline = CascadePipeline(CascadeOptions())
     pipeline.listener = Ears(str(models.path("whisper-tiny.en")), threads=1)

@@ -118,6 +118,39 @@ def test_the_beam_hears_what_greedy_decoding_mishears(ears: MoonshineListener, g
     assert heard.ends is not None and 0 < heard.ends <= 1
 
 
+CONTACTS = ("Anna", "David", "Marco", "Sarah", "Katie", "Lisbon", "Prague", "Cologne", "Oslo", "Munich")
+
+
+@pytest.mark.parametrize("said, unguided", [("Can you ring Marco?", "mariko"), ("How cold is it in Oslo?", "slope")])
+def test_keywords_make_the_beam_write_the_name_it_had_just_below(ears: MoonshineListener, greedy: MoonshineListener, said: str, unguided: str):
+    """espeak's "Marco" is heard "Mariko" and "Oslo" "our slope", with the beam and greedily; told
+    a few names and towns to expect, both listeners write them (the greedy one searching as the
+    beam does)."""
+    clip = _cut(espeak(said, RATE), 300)
+    for listener in (ears, greedy):
+        assert unguided in words(listener.hear(clip).text), f"heard right without keywords ({listener.hear(clip).text!r}): find another"
+        heard = listener.hear(clip, True, (), CONTACTS)
+        assert words(heard.text) == words(said), heard
+        assert heard.ends is not None and 0 < heard.ends <= 1
+
+
+@pytest.mark.parametrize("said", ["What is the capital of France?", "Set a timer for five minutes.", "I'd like a table for three people at six pm."])
+def test_keywords_not_said_change_nothing(ears: MoonshineListener, said: str):
+    clip = _cut(espeak(said, RATE), 300)
+    assert ears.hear(clip, True, (), CONTACTS) == ears.hear(clip)
+
+
+def test_a_turn_heard_as_it_grows_with_keywords_ends_as_the_whole_clip_does(ears: MoonshineListener):
+    """Passes every 300 ms, each going on from the last (whose tokens the keywords steered), end in
+    the words a pass over the whole clip writes."""
+    clip = _cut(espeak("Please phone Marco in Lisbon.", RATE), 300)
+    hint: tuple[int, ...] = ()
+    for n in [*range(4800, len(clip), 4800), len(clip)]:
+        hint = ears.hear(clip[:n], True, hint, CONTACTS).tokens
+    assert ears.decode(hint) == ears.hear(clip, True, (), CONTACTS).text
+    assert {"marco", "lisbon"} <= set(words(ears.decode(hint)))
+
+
 def _foreign_letters(text: str) -> list[str]:
     import unicodedata
 

@@ -35,6 +35,7 @@ class FakeSession(PipelineSession):
         self.pipeline = pipeline
         self.calls: list[tuple[Any, ...]] = []  # ("pause", request) ("resume",) ("commit", id, samples) ("clear", samples) ("judge_words", on)
         self.noise_reduction: list[str | None] = []  # every reduce_noise call, in order
+        self.keywords: list[tuple[str, ...]] = []  # every expect call, in order
         self.captions: list[int] = []  # samples of the open turn each caption pass got
         self.pending = 0  # samples fed since the last commit or clear
         self.requests: list[ResponseRequest] = []
@@ -46,6 +47,9 @@ class FakeSession(PipelineSession):
 
     def reduce_noise(self, kind: str | None) -> None:
         self.noise_reduction.append(kind)
+
+    def expect(self, keywords: tuple[str, ...]) -> None:
+        self.keywords.append(keywords)
 
     def pause(self, request: ResponseRequest | None, answer: bool) -> None:
         self.calls.append(("pause", request if answer else None))

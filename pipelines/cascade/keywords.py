@@ -1,0 +1,114 @@
+"""Words the ears are told to expect: a session's ``audio.input.transcription.keywords`` (the GA
+field: "words or phrases to guide transcription of the input audio"), such as the names in a
+contact list or the towns a service covers.
+
+Moonshine's beam is nudged towards them (contextual biasing, "shallow fusion"): a hypothesis that
+writes a keyword whole, as a word of its own, scores ``GAIN`` nats more than its log probability.
+On the way there each character gains its share, so that the beam keeps a keyword begun; a path
+that breaks off ("Mar" + "kle"), or whose word goes on past the keyword ("Marconi"), gives back
+what it gained; and a keyword gains once in a transcript (so no transcript fills up with one: at
+1.2 nats a character and no such rule, some came back "Budapest Budapest Budapest ..."). Keywords are matched
+by their letters, whatever the case and whatever tokens the decoder spells them with; what reaches
+the transcript is the decoder's own writing of them. The beam also keeps its likeliest hypotheses
+as they are, beside those the gains rank first (``MoonshineListener._beam``), so that a keyword
+begun never crowds out the words that were said ("six pm" came back "six Dm", a start of "David",
+before it did).
+
+The matcher is made per keyword list and kept by the listener for the lists in use (an
+``lru_cache``): it holds only what the list itself derives to, so one session's keywords reach
+another's transcripts only where that session gave the same list.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+# nats a keyword gains, spread over its characters. A contact list of 30 names and 30 towns over
+# 260 clips (the bench's requests in Piper's and espeak's voices, 2026-11-29, Zen 3): 2 nats changed
+# 11 transcripts, two for the worse ("six pm" -> "six Dm") before the beam kept its likeliest
+# hypotheses too; after it, 3 nats changed 10, each for the better (WER 0.095 -> 0.084), 4 nats
+# wrote a keyword nobody said ("... than the Earth?" -> "... than Peter's?"). docs/cpu-agent.md.
+GAIN = 3.0
+
+# the keywords being spelt, each (which, how many characters so far), and those already written whole
+State = tuple[tuple[tuple[int, int], ...], frozenset[int]]
+NOTHING: State = ((), frozenset())
+
+
+def phrase(keyword: str) -> str:
+    """A keyword as the matcher spells it: lower case, one space before each word."""
+    return " " + " ".join(keyword.lower().split())
+
+
+class Expected:
+    """A keyword list, matched against a decoder's tokens. ``by_text``: the ids of the tokens of each
+    text, in lower case (a space where a token begins a word); ``joins``: whether each token goes on
+    with the word before it (begins with a letter or digit). A keyword gains ``gain`` nats once
+    written whole, a share of it for each character on the way there, and only once in a
+    transcript (a keyword said twice is heard as the decoder hears it: no transcript fills with
+    one keyword)."""
+
+    def __init__(self, keywords: Sequence[str], by_text: Mapping[str, Sequence[int]], joins: np.ndarray, gain: float = GAIN) -> None:
+        self.phrases = [p for p in dict.fromkeys(phrase(k) for k in keywords) if len(p) > 1]
+        self.joins = joins
+        self.per_char = [gain / len(p) for p in self.phrases]
+        self._by_text = by_text
+        starts: dict[int, list[tuple[int, int]]] = defaultdict(list)  # token -> the keywords it begins, and how far
+        for k, p in enumerate(self.phrases):
+            for j in range(2, len(p) + 1):
+                for t in by_text.get(p[:j], ()):
+                    starts[t].append((k, j))
+        self.starts = {t: tuple(v) for t, v in starts.items()}
+        self._follows: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
+        self._start_rows: dict[frozenset[int], tuple[np.ndarray, np.ndarray]] = {}  # (the starts' ids and gains, those written whole aside)
+
+    def __bool__(self) -> bool:
+        return bool(self.phrases)
+
+    def _follow(self, k: int, at: int) -> tuple[tuple[int, int], ...]:
+        """The tokens that spell on from ``at`` characters into keyword ``k``: (token, to)."""
+        key = (k, at)
+        if key not in self._follows:
+            p = self.phrases[k]
+            self._follows[key] = tuple((t, j) for j in range(at + 1, len(p) + 1) for t in self._by_text.get(p[at:j], ()))
+        return self._follows[key]
+
+    def _starts(self, written: frozenset[int]) -> tuple[np.ndarray, np.ndarray]:
+        if written not in self._start_rows:
+            gains = {t: max(self.per_char[k] * j for k, j in begun if k not in written) for t, begun in self.starts.items() if any(k not in written for k, _ in begun)}
+            self._start_rows[written] = (np.array(list(gains), np.int64), np.array(list(gains.values())))
+        return self._start_rows[written]
+
+    def potential(self, state: State) -> float:
+        return max((self.per_char[k] * at for k, at in state[0]), default=0.0)
+
+    def whole(self, state: State) -> float:
+        """What the keywords spelt to their end in ``state`` keep if the word ends now."""
+        return max((self.per_char[k] * at for k, at in state[0] if at == len(self.phrases[k])), default=0.0)
+
+    def after(self, state: State, token: int) -> State:
+        """The state once ``token`` is written."""
+        live, written = state
+        if not self.joins[token]:  # (a word ended: a keyword spelt whole is written)
+            written = written | {k for k, at in live if at == len(self.phrases[k])}
+        moved = {(k, to) for k, at in live if at < len(self.phrases[k]) for t, to in self._follow(k, at) if t == token}
+        moved.update(begun for begun in self.starts.get(token, ()) if begun[0] not in written)
+        return tuple(sorted(moved)), written
+
+    def gains(self, state: State, row: np.ndarray) -> np.ndarray:
+        """``row`` (log P of each next token) with what each token gains or gives back added
+        (``after`` gives the state it leads to)."""
+        before, whole = self.potential(state), self.whole(state)
+        out = row - before
+        out[~self.joins[: len(row)]] += whole  # a word ends: the whole keywords are kept (the end of the text is among these)
+        ids, gains = self._starts(state[1] | {k for k, at in state[0] if at == len(self.phrases[k])})
+        out[ids] += gains  # (a token that begins a keyword begins a word, so it kept them too)
+        for k, at in state[0]:
+            if at < len(self.phrases[k]):
+                for t, to in self._follow(k, at):
+                    ends = 0.0 if self.joins[t] else whole
+                    out[t] = max(out[t], row[t] - before + ends + self.per_char[k] * to)
+        return out
