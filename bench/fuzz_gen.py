@@ -181,7 +181,7 @@ class Generator:
                 ]
             )
         if pick(0.2):
-            inp["transcription"] = r.choice([None, {"model": "synthetic"}, {"model": "whisper-1", "language": "en"}])
+            inp["transcription"] = r.choice([None, {"model": "synthetic"}, {"model": "whisper-1", "language": "en"}, {"model": "synthetic", "keywords": self._keywords()}])
         if pick(0.1):
             inp["noise_reduction"] = r.choice([None, {"type": "near_field"}])
         if inp:
@@ -210,6 +210,12 @@ class Generator:
         if pick(0.05):
             s["include"] = r.choice([None, ["item.input_audio_transcription.logprobs"]])
         return s
+
+    def _keywords(self) -> Any:
+        """``transcription.keywords``: a list to expect, or one the server refuses (too many, too
+        long, only spaces, not strings, not a list)."""
+        r = self.rng
+        return r.choice([["Marco", "Lisbon"], [], ["New York"] * 3, ["x" * 65], [" "], ["a"] * 101, [1], "Marco", None, ["\u00e9\u00e8", "\U0001f600"]])
 
     def beta_session(self) -> dict[str, Any]:
         r = self.rng

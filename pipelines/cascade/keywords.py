@@ -63,7 +63,7 @@ class Expected:
                     starts[t].append((k, j))
         self.starts = {t: tuple(v) for t, v in starts.items()}
         self._follows: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
-        self._start_rows: dict[frozenset[int], tuple[np.ndarray, np.ndarray]] = {}  # (the starts' ids and gains, those written whole aside)
+        self._fresh = self._start_row(frozenset())  # (the starts' ids and gains where no keyword is written yet)
 
     def __bool__(self) -> bool:
         return bool(self.phrases)
@@ -76,11 +76,10 @@ class Expected:
             self._follows[key] = tuple((t, j) for j in range(at + 1, len(p) + 1) for t in self._by_text.get(p[at:j], ()))
         return self._follows[key]
 
-    def _starts(self, written: frozenset[int]) -> tuple[np.ndarray, np.ndarray]:
-        if written not in self._start_rows:
-            gains = {t: max(self.per_char[k] * j for k, j in begun if k not in written) for t, begun in self.starts.items() if any(k not in written for k, _ in begun)}
-            self._start_rows[written] = (np.array(list(gains), np.int64), np.array(list(gains.values())))
-        return self._start_rows[written]
+    def _start_row(self, written: frozenset[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens that begin a keyword not yet ``written``, and what each gains."""
+        gains = {t: max(self.per_char[k] * j for k, j in begun if k not in written) for t, begun in self.starts.items() if any(k not in written for k, _ in begun)}
+        return np.array(list(gains), np.int64), np.array(list(gains.values()), np.float64)
 
     def potential(self, state: State) -> float:
         return max((self.per_char[k] * at for k, at in state[0]), default=0.0)
@@ -104,7 +103,8 @@ class Expected:
         before, whole = self.potential(state), self.whole(state)
         out = row - before
         out[~self.joins[: len(row)]] += whole  # a word ends: the whole keywords are kept (the end of the text is among these)
-        ids, gains = self._starts(state[1] | {k for k, at in state[0] if at == len(self.phrases[k])})
+        written = state[1] | {k for k, at in state[0] if at == len(self.phrases[k])}
+        ids, gains = self._start_row(written) if written else self._fresh
         out[ids] += gains  # (a token that begins a keyword begins a word, so it kept them too)
         for k, at in state[0]:
             if at < len(self.phrases[k]):

@@ -326,7 +326,6 @@ class MoonshineListener:
         toks, hyp_rows, _ = max(done, key=lambda d: d[2])
         return toks, hyp_rows
 
-
     def _best(
         self,
         grown: list[tuple[float, float, int, int]],

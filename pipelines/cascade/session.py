@@ -286,11 +286,8 @@ class CascadeSession(PipelineSession):
     async def _hear_pass(self, pcm: np.ndarray, ends: bool, hint: tuple[int, ...]) -> Words:
         return await self.pipeline.hear(pcm, self.clean, ends, hint, self.keywords)
 
-    async def _transcript(self, item_id: str, pcm: np.ndarray) -> str:
-        return await self.transcripts.of(item_id, lambda: self.pipeline.transcribe(pcm, self.clean, self.keywords))
-
     async def transcribe(self, item_id: str, pcm: np.ndarray) -> Transcript:
-        text = await self._transcript(item_id, pcm)
+        text = await self.transcripts.of(item_id, lambda: self.pipeline.transcribe(pcm, self.clean, self.keywords))
         return Transcript(text, len(pcm) / self.pipeline.capabilities.input_rate)
 
     async def caption(self, pcm: np.ndarray) -> str | None:
@@ -313,7 +310,7 @@ class CascadeSession(PipelineSession):
                 if isinstance(item, Message) and item.role == "user":
                     for part in item.parts:
                         if part.kind == "audio" and part.text is None and part.audio is not None:
-                            known[item.id] = await self._transcript(item.id, part.audio)
+                            known[item.id] = (await self.transcribe(item.id, part.audio)).text
                             asr_done = time.perf_counter()
             prompt = self.prompts.prompt(request, known=known)
             production = await self._adopt(request, prompt)
