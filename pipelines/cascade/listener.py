@@ -155,7 +155,7 @@ def unloop(text: str) -> str:
     sentences = re.findall(r"[^.!?]+[.!?]*", text)
     kept: list[str] = []
     for s in sentences:
-        if kept and s.strip().lower() == kept[-1].strip().lower():
+        if kept and s.strip(" .!?").lower() == kept[-1].strip(" .!?").lower():  # (its end mark aside: "Calculate 18 times 3. Calculate 18 times 3")
             break
         kept.append(s)
     return "".join(kept).strip()

@@ -103,6 +103,7 @@ def test_unloop_cuts_a_repeating_decoder():
     from pipelines.cascade.listener import unloop
 
     assert unloop("How far is the moon? How far is the moon? How far is the") == "How far is the moon?"
+    assert unloop("Calculate 18 times 3. Calculate 18 times 3") == "Calculate 18 times 3."  # (heard so through the server)
     assert unloop("No, no. I said no.") == "No, no. I said no."
     assert unloop("Hello there") == "Hello there"
 
