@@ -3,7 +3,7 @@ then, through a real server, how soon a transcription session's transcript follo
 
 ``offline``: every request of the bench's own sets (``bench.answers``' prompts, ``bench.tools``'
 requests, no-tool requests, held-out requests and, since 2026-11-29, the said set's names and
-places: 130 requests, 120 before), said by two espeak voices (en-us 160 wpm, en-gb
+places: 132 requests, 120 before), said by two espeak voices (en-us 160 wpm, en-gb
 150 wpm; ``--voices``; each clip from 200 ms before the speech to 300 ms after it, ``--tail-ms``), and the people's speech of the human end-of-turn set whose words are known
 from their sources, not from a recogniser (LibriVox readings with pocketsphinx's transcripts, the
 pyannote telephone conversation's turns with its STM transcript: ``--human``), each heard whole by
