@@ -58,7 +58,7 @@ from bench.metrics import dist, word_edits, words
 RATE = 16000
 ARGMAX_OPENING = "+argmax-opening"  # a listener name so ended: Moonshine with the decoder's own first token
 GREEDY = "+greedy"  # a listener name so ended: greedy decoding (Moonshine without its beam)
-KEYWORDS = "+keywords"  # a listener name so ended: told bench.tools.KEYWORDS (a contact list and towns) to expect
+WITH_KEYWORDS = "+keywords"  # a listener name so ended: told bench.tools.KEYWORDS (a contact list and towns) to expect
 WIRE_RATE = 24000
 VOICES = {"en-us-160": ("en-us", 160), "en-gb-150": ("en-gb", 150)}
 NUMBER_WORDS = set("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split())
@@ -144,7 +144,7 @@ def _listener(name: str) -> Any:
     from pipelines import models
     from pipelines.cascade.ears import open_listener
 
-    model = name.removesuffix(KEYWORDS).removesuffix(ARGMAX_OPENING).removesuffix(GREEDY)
+    model = name.removesuffix(WITH_KEYWORDS).removesuffix(ARGMAX_OPENING).removesuffix(GREEDY)
     ears = open_listener(model, str(models.ensure(model, print)), threads=2, beam_size=1 if GREEDY in name else 0)
     if name.endswith(ARGMAX_OPENING):  # (Moonshine's words-first rule off: the decoder's own first token)
         ears.words_first = False  # type: ignore[attr-defined]
@@ -153,12 +153,12 @@ def _listener(name: str) -> Any:
 
 
 def offline(listeners: list[str], clips: list[dict[str, Any]]) -> dict[str, Any]:
-    from bench.tools import KEYWORDS as EXPECTED
+    from bench.tools import KEYWORDS
 
     rows: list[dict[str, Any]] = []
     for name in listeners:
         ears = _listener(name)
-        expected = tuple(EXPECTED) if name.endswith(KEYWORDS) else ()
+        expected = tuple(KEYWORDS) if name.endswith(WITH_KEYWORDS) else ()
         for clip in clips:
             t0 = time.perf_counter()
             heard = ears.hear(clip["pcm"], False, (), expected).text

@@ -54,6 +54,8 @@ class Expected:
     def __init__(self, keywords: Sequence[str], by_text: Mapping[str, Sequence[int]], joins: np.ndarray, gain: float = GAIN) -> None:
         self.phrases = [p for p in dict.fromkeys(phrase(k) for k in keywords) if len(p) > 1]
         self.joins = joins
+        self._ends_word = ~joins  # (the tokens after which a keyword spelt whole is written)
+        self.gain = gain
         self.per_char = [gain / len(p) for p in self.phrases]
         self._by_text = by_text
         starts: dict[int, list[tuple[int, int]]] = defaultdict(list)  # token -> the keywords it begins, and how far
@@ -84,15 +86,15 @@ class Expected:
     def potential(self, state: State) -> float:
         return max((self.per_char[k] * at for k, at in state[0]), default=0.0)
 
-    def whole(self, state: State) -> float:
-        """What the keywords spelt to their end in ``state`` keep if the word ends now."""
-        return max((self.per_char[k] * at for k, at in state[0] if at == len(self.phrases[k])), default=0.0)
+    def _spelt_whole(self, state: State) -> set[int]:
+        """The keywords ``state`` has spelt to their end (written once their word ends)."""
+        return {k for k, at in state[0] if at == len(self.phrases[k])}
 
     def after(self, state: State, token: int) -> State:
         """The state once ``token`` is written."""
         live, written = state
         if not self.joins[token]:  # (a word ended: a keyword spelt whole is written)
-            written = written | {k for k, at in live if at == len(self.phrases[k])}
+            written = written | self._spelt_whole(state)
         moved = {(k, to) for k, at in live if at < len(self.phrases[k]) for t, to in self._follow(k, at) if t == token}
         moved.update(begun for begun in self.starts.get(token, ()) if begun[0] not in written)
         return tuple(sorted(moved)), written
@@ -100,10 +102,12 @@ class Expected:
     def gains(self, state: State, row: np.ndarray) -> np.ndarray:
         """``row`` (log P of each next token) with what each token gains or gives back added
         (``after`` gives the state it leads to)."""
-        before, whole = self.potential(state), self.whole(state)
+        spelt = self._spelt_whole(state)
+        before, whole = self.potential(state), self.gain if spelt else 0.0  # (a keyword spelt whole has gained all it gains)
         out = row - before
-        out[~self.joins[: len(row)]] += whole  # a word ends: the whole keywords are kept (the end of the text is among these)
-        written = state[1] | {k for k, at in state[0] if at == len(self.phrases[k])}
+        if whole:
+            out[self._ends_word] += whole  # a word ends: the whole keywords are kept (the end of the text is among these)
+        written = state[1] | spelt
         ids, gains = self._start_row(written) if written else self._fresh
         out[ids] += gains  # (a token that begins a keyword begins a word, so it kept them too)
         for k, at in state[0]:

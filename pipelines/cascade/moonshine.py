@@ -72,7 +72,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.cascade.keywords import GAIN, NOTHING, Expected, State
+from pipelines.cascade.keywords import NOTHING, Expected, State
 from pipelines.cascade.listener import Words, ending, ends_sentence, is_mark, unloop
 
 START, END = 1, 2  # <s>, </s>
@@ -164,8 +164,7 @@ class MoonshineListener:
             if i not in foreign:
                 by_text[texts[i].lower()].append(i)
         joins = np.array([texts[i][:1].isalnum() for i in range(self.vocabulary)])
-        self.keyword_gain = GAIN  # nats a keyword gains (keywords.py)
-        self.expected = lru_cache(maxsize=16)(lambda keywords, gain: Expected(keywords, by_text, joins, gain))  # (keywords, gain) -> their matcher
+        self.expected = lru_cache(maxsize=16)(lambda keywords: Expected(keywords, by_text, joins))  # keywords -> their matcher
         self.words_first = True  # the first token a word where the likeliest opens no words (False: the decoder's own)
         self.beam = beam  # hypotheses where the decoder is unsure (1: greedy)
 
@@ -201,7 +200,7 @@ class MoonshineListener:
         states = self.encoder.run(None, {"input_values": audio})[0]
         limit = int(math.ceil(len(pcm) / self.rate * TOKENS_PER_S)) + EXTRA_TOKENS
         hint = tuple(t for t in hint if END < t < self.vocabulary)[: limit - 1]
-        tokens, logits = self._decode(states, hint, limit, self.expected(keywords, self.keyword_gain) if keywords else None)
+        tokens, logits = self._decode(states, hint, limit, self.expected(keywords) if keywords else None)
         text = unloop(self.decode(tokens))
         return Words(text, ending(tokens, logits, self._marks, self._ends) if ends and text else None, tuple(tokens))
 
