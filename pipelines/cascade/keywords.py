@@ -14,6 +14,15 @@ as they are, beside those the gains rank first (``MoonshineListener._beam``), so
 begun never crowds out the words that were said ("six pm" came back "six Dm", a start of "David",
 before it did).
 
+The beam cannot reach a spelling the decoder never writes for those sounds: "Jon" said is heard
+"John" whatever it gains, "Katie" sometimes "Katy". So a name heard that sounds as a keyword is
+spelt, by a rough key of English spelling (``sound``: "John" and "Jon", "Katy" and "Katie", "Sara"
+and "Sarah" share one), is written as the keyword spells it (``respell``): a deployment's contact
+list knows its Jon. Only a capitalised word heard within a sentence, not the first word of one (a
+word capitalised only where a sentence begins is no sign of a name: "Been there?" and a keyword
+"Ben"), and only a keyword of one word that no other keyword in the list shares a key with. A
+keyword heard in lower case is written in its capitals ("Don katie for me": a name, not a word).
+
 The matcher is made per keyword list and kept by the listener for the lists in use (an
 ``lru_cache``): it holds only what the list itself derives to, so one session's keywords reach
 another's transcripts only where that session gave the same list.
@@ -21,8 +30,10 @@ another's transcripts only where that session gave the same list.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -116,3 +127,57 @@ class Expected:
                     ends = 0.0 if self.joins[t] else whole
                     out[t] = max(out[t], row[t] - before + ends + self.per_char[k] * to)
         return out
+
+
+# how English spells one sound several ways: rewritten in order, so that the spellings of one name
+# meet ("ph" -> "f": Philip, Filip; a "c" before e, i or y is an "s": Lucy, Lusi; else a "k")
+_SPELLINGS = (("ph", "f"), ("ck", "k"), ("qu", "kw"), ("q", "k"), ("x", "ks"), ("z", "s"))
+_WORD = re.compile(r"[^\W\d_]+")  # a run of letters (an apostrophe ends it: "John's")
+
+
+def sound(word: str) -> str:
+    """A rough key of how a name sounds: "John" and "Jon" -> "jon", "Katie" and "Katy" -> "kati",
+    "Sarah" -> "sara", "Anne" -> "an". Equal keys say two spellings may be one name, never that
+    two names differ."""
+    w = word.lower()
+    for spelt, said in _SPELLINGS:
+        w = w.replace(spelt, said)
+    w = re.sub(r"c(?=[eiy])", "s", w).replace("c", "k")
+    w = re.sub(r"(?<=[aeiou])h", "", w)  # (an "h" after a vowel is not said: John, Sarah)
+    w = re.sub(r"(ie|ey|ee|y)$", "i", w)  # (Katie, Katy)
+    w = re.sub(r"(?<=[^aeiou])e$", "", w)  # (a silent "e": Anne)
+    return re.sub(r"(.)\1+", r"\1", w)  # (a doubled letter is one: Anna, Ana)
+
+
+@lru_cache(maxsize=16)
+def _by_sound(keywords: tuple[str, ...]) -> tuple[dict[str, str], dict[str, str]]:
+    """The keywords of one word by their ``sound`` (those sharing a key with another left out), and
+    by their letters in lower case."""
+    spellings: dict[str, set[str]] = defaultdict(set)
+    by_letters: dict[str, str] = {}
+    for k in keywords:
+        word = k.strip()
+        if _WORD.fullmatch(word):
+            spellings[sound(word)].add(word)
+            by_letters.setdefault(word.lower(), word)
+    return {key: next(iter(s)) for key, s in spellings.items() if len(s) == 1}, by_letters
+
+
+def respell(text: str, keywords: tuple[str, ...]) -> str:
+    """``text`` with each capitalised word heard within a sentence that sounds as a keyword is
+    spelt (``sound``) written as the keyword spells it ("Please call John." and a keyword "Jon":
+    "Please call Jon."), and a keyword heard in lower case written in the keyword's capitals
+    ("Phone katie", a keyword "Katie": "Phone Katie")."""
+    by_sound, by_letters = _by_sound(keywords)
+    if not by_letters:
+        return text
+
+    def one(m: re.Match[str]) -> str:
+        word, before = m.group(), text[: m.start()].rstrip()
+        if word.lower() in by_letters:
+            return by_letters[word.lower()] if word.islower() else word
+        if not word[0].isupper() or len(word) < 2 or not before or before[-1] in ".!?" or text[m.start() - 1] in "'-":
+            return word
+        return by_sound.get(sound(word), word)
+
+    return _WORD.sub(one, text)

@@ -26,6 +26,7 @@ from typing import Literal, NamedTuple, Protocol
 
 import numpy as np
 
+from pipelines.cascade.keywords import respell
 from pipelines.sentences import QUOTES, piece_ends_sentence
 
 FRAMES_PER_SECOND = 100  # log-mel frames (10 ms hop)
@@ -86,10 +87,11 @@ class WhisperListener:
 
     def hear(self, pcm: np.ndarray, ends: bool = True, hint: tuple[int, ...] = (), keywords: tuple[str, ...] = ()) -> Words:
         """The words, and with ``ends`` Whisper's probability that they end a sentence there
-        (``hint`` is not used: Whisper decodes each pass from nothing). ``keywords`` are not used
-        either: given as Whisper's "previous text" (as whisper-1 takes a list of keywords), tiny.en
-        wrote lists ("Give Sarah a call." -> "Give Sarah, Carl,", five espeak requests,
-        2026-11-29); Moonshine's beam takes them (keywords.py)."""
+        (``hint`` is not used: Whisper decodes each pass from nothing). ``keywords`` only respell
+        the names heard that sound as one is spelt (``keywords.respell``): given as Whisper's
+        "previous text" (as whisper-1 takes a list of keywords), tiny.en wrote lists ("Give Sarah a
+        call." -> "Give Sarah, Carl,", five espeak requests, 2026-11-29); Moonshine's beam takes
+        them too (keywords.py)."""
         if len(pcm) < self.rate // 10:
             return Words("", None)
         import ctranslate2
@@ -114,7 +116,7 @@ class WhisperListener:
             return_logits_vocab=ends,
         )[0]
         ids = [t for t in result.sequences_ids[0] if t < self.tokenizer.eot]
-        text = unloop(self.tokenizer.decode(ids).strip())
+        text = respell(unloop(self.tokenizer.decode(ids).strip()), keywords)
         return Words(text, self._ending(ids, result.logits[0]) if ends and text else None)
 
     def _ending(self, ids: list[int], logits: list[object]) -> float | None:
@@ -150,12 +152,23 @@ def ends_sentence(piece: str) -> bool:
     return piece_ends_sentence(piece, QUOTES + ")")
 
 
+LOOP_WORDS = 3  # the fewest words of a phrase that, said again and again with nothing else, is a loop ("no no no" is not)
+
+
 def unloop(text: str) -> str:
-    """Drop a sentence that repeats the one before it, and everything after (a decoder loop)."""
+    """Drop a sentence that repeats the one before it, and everything after (a decoder loop); a
+    text that is one phrase of ``LOOP_WORDS`` words or more over and over, with no end mark between
+    ("phone Katie for me phone Katie for me", heard through the server), is the phrase once."""
     sentences = re.findall(r"[^.!?]+[.!?]*", text)
     kept: list[str] = []
     for s in sentences:
         if kept and s.strip(" .!?").lower() == kept[-1].strip(" .!?").lower():  # (its end mark aside: "Calculate 18 times 3. Calculate 18 times 3")
             break
         kept.append(s)
-    return "".join(kept).strip()
+    text = "".join(kept).strip()
+    spans = [m.span() for m in re.finditer(r"\S+", text)]
+    said = [re.sub(r"\W", "", text[a:b]).lower() for a, b in spans]
+    for period in range(LOOP_WORDS, len(said) // 2 + 1):
+        if len(set(said[:period])) > 1 and all(said[i] == said[i - period] for i in range(period, len(said))):
+            return text[: spans[period - 1][1]].rstrip(" ,;:")
+    return text

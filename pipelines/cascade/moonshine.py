@@ -55,7 +55,8 @@ the same word error rate, 2026-11-29). Measured: see ``BEAM``.
 (``keywords.py``): a hypothesis that writes one scores more, and the beam keeps its likeliest
 hypotheses as they are beside those the keywords rank first. With keywords there is always a beam,
 ``BEAM`` wide at least (a greedy listener told keywords searches too: one hypothesis and its
-gains did not reach "Oslo" from "our slope").
+gains did not reach "Oslo" from "our slope"). A name heard that sounds as a keyword is spelt
+("John", a keyword "Jon") is then written the keyword's way (``keywords.respell``).
 
 ``hear(..., ends=True)`` also says how sure the decoder is that the words end where it stopped
 them, from its own distributions, as ``WhisperListener`` does: P(the last word) x P(an end mark or
@@ -72,7 +73,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.cascade.keywords import NOTHING, Expected, State
+from pipelines.cascade.keywords import NOTHING, Expected, State, respell
 from pipelines.cascade.listener import Words, ending, ends_sentence, is_mark, unloop
 
 START, END = 1, 2  # <s>, </s>
@@ -201,7 +202,7 @@ class MoonshineListener:
         limit = int(math.ceil(len(pcm) / self.rate * TOKENS_PER_S)) + EXTRA_TOKENS
         hint = tuple(t for t in hint if END < t < self.vocabulary)[: limit - 1]
         tokens, logits = self._decode(states, hint, limit, self.expected(keywords) if keywords else None)
-        text = unloop(self.decode(tokens))
+        text = respell(unloop(self.decode(tokens)), keywords)
         return Words(text, ending(tokens, logits, self._marks, self._ends) if ends and text else None, tuple(tokens))
 
     def _opening(self, first: np.ndarray, states: np.ndarray) -> int:

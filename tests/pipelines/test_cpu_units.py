@@ -106,6 +106,11 @@ def test_unloop_cuts_a_repeating_decoder():
     assert unloop("Calculate 18 times 3. Calculate 18 times 3") == "Calculate 18 times 3."  # (heard so through the server)
     assert unloop("No, no. I said no.") == "No, no. I said no."
     assert unloop("Hello there") == "Hello there"
+    assert unloop("phone Katie for me phone Katie for me") == "phone Katie for me"  # (no end mark: heard so through the server)
+    assert unloop("Call Jon now, call Jon now, call Jon") == "Call Jon now"
+    assert unloop("No no no no no no.") == "No no no no no no."  # (a word said again is no loop)
+    assert unloop("New York New York") == "New York New York"
+    assert unloop("call Jon now call Jon later") == "call Jon now call Jon later"
 
 
 def test_fitted_window_transcribes_like_the_full_one():
@@ -116,6 +121,18 @@ def test_fitted_window_transcribes_like_the_full_one():
     pcm = espeak("What is the weather like today?", 16000)
     assert fit.transcribe(pcm).lower().strip(" .?") == "what is the weather like today"
     assert fit.transcribe(pcm[:800]) == ""  # too short to be speech
+
+
+def test_whisper_writes_a_name_heard_as_the_keyword_that_sounds_as_it_spells_it():
+    """Whisper takes no keywords in its decoding (keywords.py), but a name it writes is respelt as
+    the session's keywords spell it."""
+    from pipelines.cascade.listener import WhisperListener
+    from tests.support.audio import espeak
+
+    ears = WhisperListener(str(models.path("whisper-tiny.en")), threads=1)
+    pcm = espeak("Please call Jon.", 16000)
+    assert "John" in ears.hear(pcm).text, f"heard {ears.hear(pcm).text!r} without keywords: find another"
+    assert ears.hear(pcm, True, (), ("Jon", "Lisbon")).text.strip(" .") == "Please call Jon"
 
 
 def test_the_listener_judges_whether_its_words_end_a_sentence():

@@ -1,6 +1,7 @@
 """The keyword matcher (``pipelines/cascade/keywords.py``) on a small vocabulary of its own: what a
 hypothesis gains for spelling a keyword, what it gives back when it breaks off, that a keyword
-counts only where its word ends and only once. The real decoder with it: tests/pipelines/test_moonshine.py."""
+counts only where its word ends and only once; how names heard are respelt as keywords spell
+them. The real decoder with it: tests/pipelines/test_moonshine.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from pipelines.cascade.keywords import NOTHING, Expected, State
+from pipelines.cascade.keywords import NOTHING, Expected, State, respell, sound
 
 TEXTS = ["<s>", "</s>", " Mar", " mar", "co", "ni", " Marco", " Mark", "le", "?", " ring", " can", " Jo", "n", " John", " Jon", ",", " New", " York", " new", "ork", " y"]
 END = 1
@@ -127,3 +128,65 @@ def test_state_is_hashable_and_shared_by_nothing():
     e = expected("Marco")
     s: State = e.after(NOTHING, ids(" Mar")[0])
     assert hash(s) and NOTHING == ((), frozenset())
+
+
+@pytest.mark.parametrize(
+    ("heard", "keywords", "written"),
+    [
+        ("Please call John.", ("Jon",), "Please call Jon."),
+        ("Phone Katy for me.", ("Katie",), "Phone Katie for me."),
+        ("Is Sara in? Ask Sara.", ("Sarah",), "Is Sarah in? Ask Sarah."),
+        ("Call John's phone.", ("Jon",), "Call Jon's phone."),
+        ("Can you ring Marko?", ("Marco", "Lisbon"), "Can you ring Marco?"),
+        ("Please call John.", ("John", "Jon"), "Please call John."),  # (a keyword as heard stays)
+        ("Please call John.", ("Jon", "Jonn"), "Please call John."),  # (two keywords, one key: which one?)
+        ("John, are you there?", ("Jon",), "John, are you there?"),  # (a sentence's first word)
+        ("Please call john.", ("Jon",), "Please call john."),  # (not capitalised: "been", a keyword "Ben")
+        ("Don katie for me.", ("Katie",), "Don Katie for me."),  # (a keyword heard in lower case)
+        ("Call grandma, Grandma.", ("grandma",), "Call grandma, Grandma."),
+        ("Katie, call katie.", ("KATIE",), "Katie, call KATIE."),
+        ("Call Jean-John.", ("Jon",), "Call Jean-John."),
+        ("Give Ann a call.", ("Anna",), "Give Ann a call."),
+        ("Please call John.", (), "Please call John."),
+        ("Please call John.", ("New York",), "Please call John."),  # (a keyword of two words is the beam's alone)
+    ],
+)
+def test_a_name_heard_is_written_as_the_keyword_that_sounds_as_it_spells_it(heard: str, keywords: tuple[str, ...], written: str):
+    assert respell(heard, keywords) == written
+
+
+def test_spellings_of_one_name_share_a_sound_and_other_names_do_not():
+    for one in [("John", "Jon"), ("Katie", "Katy", "Katey"), ("Philip", "Phillip", "Filip"), ("Lucy", "Lucie"), ("Sarah", "Sara"), ("Anne", "Ann"), ("Marco", "Marko")]:
+        assert len({sound(w) for w in one}) == 1, one
+    names = ["Jon", "Jean", "Katie", "Kate", "Marco", "Mark", "Anna", "Ann", "Sarah", "Sam", "Ben", "Bea"]
+    assert len({sound(n) for n in names}) == len(names)
+
+
+NAMES = ["John", "Jon", "Katy", "Katie", "Sara", "Sarah", "Marko", "Peter", "Anne", "Lisbon"]
+COMMON = ["call", "please", "the", "weather", "in", "been", "an", "ring", "for", "me"]
+
+
+def test_random_transcripts_change_only_names_heard_within_a_sentence_to_their_keyword():
+    """Seeded: random transcripts of names and common words (capitalised or not, sentences
+    begun); a reference from the words as made: a capitalised word not beginning a sentence whose
+    sound is that of one keyword alone becomes it, a keyword in lower case takes the keyword's
+    capitals, every other word stays, the marks stay."""
+    rng = random.Random(11)
+    for _ in range(2000):
+        keywords = tuple(rng.sample(["Jon", "Katie", "Sarah", "Marco", "Ann", "Peter", "Lisbon", "Ben"], rng.randrange(0, 4)))
+        words, expected_words, starts = [], [], True
+        for _ in range(rng.randrange(1, 9)):
+            word = rng.choice(NAMES + COMMON)
+            word = rng.choice([word, word, word.lower(), word.capitalize()])
+            keys = [k for k in keywords if sound(k) == sound(word)]
+            same = [k for k in keywords if k.lower() == word.lower()]
+            renamed = word[0].isupper() and not starts and not same and len(keys) == 1
+            words.append(word)
+            expected_words.append(keys[0] if renamed else same[0] if same and word.islower() else word)
+            mark = rng.choice(["", "", ",", ".", "?"])
+            words[-1] += mark
+            expected_words[-1] += mark
+            starts = mark in (".", "?")
+        text, expected = " ".join(words), " ".join(expected_words)
+        assert respell(text, keywords) == expected, (text, keywords)
+        assert respell(expected, keywords) == expected

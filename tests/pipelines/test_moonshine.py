@@ -134,6 +134,14 @@ def test_keywords_make_the_beam_write_the_name_it_had_just_below(ears: Moonshine
         assert heard.ends is not None and 0 < heard.ends <= 1
 
 
+def test_a_name_said_as_a_keyword_sounds_is_written_as_the_keyword_spells_it(ears: MoonshineListener):
+    """"Jon" said is "John" heard (one sound, two spellings: no gain makes the decoder write
+    "Jon"); told the contact list, the ears write the list's spelling."""
+    clip = _cut(espeak("Please call Jon.", RATE), 300)
+    assert "john" in words(ears.hear(clip).text), f"heard {ears.hear(clip).text!r} without keywords: find another"
+    assert words(ears.hear(clip, True, (), (*CONTACTS, "Jon")).text) == ["please", "call", "jon"]
+
+
 @pytest.mark.parametrize("said", ["What is the capital of France?", "Set a timer for five minutes.", "I'd like a table for three people at six pm."])
 def test_keywords_not_said_change_nothing(ears: MoonshineListener, said: str):
     clip = _cut(espeak(said, RATE), 300)
