@@ -21,7 +21,9 @@ requests that took the word error rate from 0.174 to 0.154.
 was trained on short clips: 30 s of one speaker came back as no words at all).
 
 **Not empty unless sure.** At the first step the end of the text must beat the likeliest word by
-``EMPTY_MARGIN``: Moonshine sometimes ends a clip of clear speech before its first word.
+``EMPTY_MARGIN``: Moonshine sometimes ends a clip of clear speech before its first word. And a clip
+that comes back empty though its end is loud (cut in a word or right after one) is heard again with
+``AGAIN_TRAIL_S`` of silence after it ("Good morning!" cut at its last word: empty, then right).
 
 **Words first.** Before some clips cut right at their last word (the pass taken when the user goes
 quiet) Moonshine writes a list's number ("1. What is 12 times 7?", once "8." alone), and some clips
@@ -94,6 +96,12 @@ LEAD_S = 0.5
 # 12 times 7?"). Where people's speech stops losing by it (a pad of the clip's own noise floor?), it
 # is worth having; until measured so, 0.
 TRAIL_S = 0.0
+# ... but a clip that comes back empty while its last 100 ms are loud (``LOUD``) is heard again with
+# this much after it: espeak's "Good morning!" cut at its last word, as the pass when the user goes
+# quiet cuts it, came back empty (the end 3.2 logits ahead of "Good", as far as over silence), and so
+# did the turn through the server; with 0.1 s after, "Good morning." (2026-11-29)
+AGAIN_TRAIL_S = 0.1
+LOUD = 300.0  # RMS of int16 samples (-40 dBFS): what is louder may be speech
 # Moonshine was trained on clips up to ~30 s, and on 30 s of one speaker it wrote nothing at all: a
 # longer clip is heard in parts of at most this long, each cut at its quietest 100 ms past 2/3 of it
 PART_S = 20.0
@@ -195,7 +203,13 @@ class MoonshineListener:
             cut = _quietest(pcm, int(PART_S * self.rate * 2 / 3), int(PART_S * self.rate), self.rate // 10)
             head, tail = self.hear(pcm[:cut], False, hint, keywords), self.hear(pcm[cut:], ends, (), keywords)
             return Words(f"{head.text} {tail.text}".strip(), tail.ends if tail.text else None, head.tokens + tail.tokens)
-        lead, trail = int(LEAD_S * self.rate), int(TRAIL_S * self.rate)
+        words = self._hear(pcm, ends, hint, keywords, TRAIL_S)
+        if not words.text and _loud(pcm[-self.rate // 10 :]):  # (cut in a word, or right after one: heard again)
+            return self._hear(pcm, ends, hint, keywords, AGAIN_TRAIL_S)
+        return words
+
+    def _hear(self, pcm: np.ndarray, ends: bool, hint: tuple[int, ...], keywords: tuple[str, ...], trail_s: float) -> Words:
+        lead, trail = int(LEAD_S * self.rate), int(trail_s * self.rate)
         audio = np.zeros((1, lead + len(pcm) + trail), np.float32)
         audio[0, lead : lead + len(pcm)] = pcm.astype(np.float32) / 32768.0
         states = self.encoder.run(None, {"input_values": audio})[0]
@@ -361,6 +375,10 @@ def _foreign(piece: bytes, text: str) -> bool:
 def _logsumexp(rows: np.ndarray) -> np.ndarray:
     top = rows.max(axis=1, keepdims=True)
     return top + np.log(np.exp(rows - top).sum(axis=1, keepdims=True))
+
+
+def _loud(pcm: np.ndarray) -> bool:
+    return len(pcm) > 0 and float(np.sqrt(np.mean(np.square(pcm.astype(np.float64))))) > LOUD
 
 
 def _quietest(pcm: np.ndarray, start: int, stop: int, window: int) -> int:

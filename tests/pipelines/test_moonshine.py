@@ -106,6 +106,16 @@ def _cut(pcm: np.ndarray, after_ms: int = 40) -> np.ndarray:
     return pcm[max(0, first - 200) * RATE // 1000 : (last + after_ms) * RATE // 1000]
 
 
+@pytest.mark.parametrize("after_ms", [0, 40])
+def test_a_clip_cut_at_its_last_word_is_not_heard_empty(ears: MoonshineListener, after_ms: int):
+    """espeak's "Good morning!" cut at its last word (the pass when the user goes quiet) came back
+    empty, the turn's words through the server too: an empty pass over a clip that ends loud is
+    heard again with silence after it. Silence and a hum stay empty."""
+    assert words(ears.hear(_cut(espeak("Good morning!", RATE), after_ms)).text) == ["good", "morning"]
+    hum = (2000 * np.sin(np.arange(RATE) * 2 * np.pi * 50 / RATE)).astype(np.int16)
+    assert ears.hear(hum).text == "" and ears.hear(np.zeros(RATE, np.int16)).text == ""
+
+
 @pytest.mark.parametrize("said", ["What's the forecast for Lisbon?", "Give Peter a call."])
 def test_the_beam_hears_what_greedy_decoding_mishears(ears: MoonshineListener, greedy: MoonshineListener, said: str):
     """Two requests cut 40 ms after their last word, as the pass when the user goes quiet hears
