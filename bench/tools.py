@@ -384,9 +384,10 @@ def arguments_right(request: Request, name: str, arguments: str, schemas: dict[s
                 return True, False
             continue
         have = normalise(str(value.get(key, "")))
-        if key == "order_number":
-            have = have.replace(" ", "")
-        if not any(normalise(alt) in have for alt in want.split("|")):
+        if key == "order_number":  # (its digits anywhere: "order 12 34")
+            if not any(normalise(alt) in have.replace(" ", "") for alt in want.split("|")):
+                return True, False
+        elif not any(re.search(rf"\b{re.escape(normalise(alt))}(?:e?s)?\b", have) for alt in want.split("|")):  # (a word, or its plural: "dollars" for "dollar", not "Hannah" for "Anna")
             return True, False
     return True, True
 

@@ -18,6 +18,7 @@ def test_arguments_are_scored_by_schema_and_value():
     weather, table, sums, order = tools.REQUESTS[0], tools.REQUESTS[16], tools.REQUESTS[24], tools.REQUESTS[32]
     assert tools.arguments_right(weather, "get_weather", '{"city": "Paris, France"}') == (True, True)
     assert tools.arguments_right(weather, "get_weather", '{"city": "Lyon"}') == (True, False)
+    assert tools.arguments_right(weather, "get_weather", '{"city": "Saint-Parisot"}') == (True, False)  # (a word that holds it, not it)
     assert tools.arguments_right(weather, "get_time", '{"city": "Paris"}') == (False, False)  # the wrong tool
     assert tools.arguments_right(weather, "get_weather", '{"town": "Paris"}') == (False, False)  # its required city missing
     assert tools.arguments_right(table, "book_table", '{"people": 2, "time": "8 pm"}') == (True, True)
