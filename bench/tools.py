@@ -61,6 +61,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import functools
 import json
 import secrets
 import re
@@ -544,13 +545,18 @@ def espeak_voice(text: str) -> np.ndarray:
 def piper_voice() -> Callable[[str], np.ndarray]:
     """The requests said by Piper's "joe" (the CPU agent's own voice, from a PyPI package): a voice
     nearer a person's than espeak's for Whisper (tiny.en heard 37 of the 40 requests right in it,
-    29 in espeak's, 2026-11-28)."""
+    29 in espeak's, 2026-11-28).
+
+    Each text is synthesised once and its clip kept: the voice draws noise in every synthesis
+    (Moonshine heard five of eight syntheses of "Phone Katie for me." as "Don Katie for me.",
+    2026-11-30), so a run's arms, with and without keywords, hear the same clips: what differs
+    between them is the arm's, not the draw's."""
     from bench.dataset import _piper
 
     talker = _piper()
     if talker is None:
         raise SystemExit("--voice piper needs piper-tts and the piper-joe model (./scripts/install)")
-    return lambda text: resample(talker.speak(text), talker.rate, RATE)
+    return functools.lru_cache(maxsize=None)(lambda text: resample(talker.speak(text), talker.rate, RATE))
 
 
 def expecting(keywords: list[str] | None) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 from pipelines.base import ResponseRequest, ToolCall, ToolCallDelta
 from pipelines.cascade.calls import grounding
 from pipelines.cascade.calls.format import OPEN, SpokenLimit, ToolStream, call_head, name_probabilities, parameters, schema_errors
-from pipelines.cascade.calls.grounding import ask_back, asked_for, misfits, named, ungrounded
+from pipelines.cascade.calls.grounding import ask_back, asked_for, misfits, named, unasked, ungrounded
 from pipelines.cascade.shared import Models
 from pipelines.cascade.thinker import Ask, Report
 from pipelines.sentences import ends_sentence
@@ -28,12 +28,14 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class ToolContext:
     """For an answer that may call tools: everything said in the conversation (a call's values must
-    come from it: calls/grounding.py), the user's last words, and the prompt without the tools (an answer
-    in words, when the calls are dropped)."""
+    come from it: calls/grounding.py), the user's last words, the prompt without the tools (an answer
+    in words, when the calls are dropped), and the agent's words before the user's last (``before``:
+    whether they asked for a value)."""
 
     words: str
     asked: str
     plain: Callable[[], list[int]]
+    before: str = ""
 
 
 def held_call(tool: Any, thinking: Any) -> tuple[str, dict[str, Any]]:
@@ -67,12 +69,18 @@ class CallPolicy:
         self.context = context
 
     async def fits(self, tool: Any, arguments: str) -> list[str]:
-        """The values of a call of ``tool`` that the thinker does not read as their parameter's
-        (calls/grounding.py, ``misfits``); none when ``calls.fit`` is off or the user's last words
-        name what the tool does (``named``)."""
+        """The values of a call of ``tool`` that were not asked for (``unasked``: the user's last
+        words are the values and nothing else, and the agent asked for none) or that the thinker
+        does not read as their parameter's (calls/grounding.py, ``misfits``); none when
+        ``calls.fit`` is off, and no reading when the user's last words name what the tool does
+        (``named``)."""
         thinker = self.pipeline.thinker
-        if not thinker.options.calls.fit or self.context is not None and named(tool.name, tool.description or "", self.context.asked):
+        if not thinker.options.calls.fit:
             return []
+        if self.context is not None:
+            alone = unasked(arguments, tool.parameters or {}, self.context.asked, self.context.before)
+            if alone or named(tool.name, tool.description or "", self.context.asked):
+                return alone
         words = self.context.words if self.context is not None else ""
         return await misfits(arguments, tool.description or "", tool.parameters or {}, lambda context, text: thinker.likelihood(context, text, self.salt), words)
 

@@ -86,18 +86,24 @@ class Prompts:
     def context(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> ToolContext:
         """For an answer with tools offered: where a call's values must come from (``said``), and
         the prompt without the tools for an answer in words if its calls are dropped."""
-        words, asked = self.said(request, pending, known)
-        return ToolContext(words, asked, lambda: self.prompt(request, pending, known, tools=False))
+        words, asked, before = self.said(request, pending, known)
+        return ToolContext(words, asked, lambda: self.prompt(request, pending, known, tools=False), before)
 
-    def said(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> tuple[str, str]:
+    def said(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None) -> tuple[str, str, str]:
         """Everything said in the conversation (the instructions but their number words, its
         turns, tool outputs, and ``pending``, the open turn's words), where the values of a call
-        must come from (calls/grounding.py; the tools' own descriptions are not in it), and the user's
-        last words (``pending``, else the last user turn's)."""
+        must come from (calls/grounding.py; the tools' own descriptions are not in it), the user's
+        last words (``pending``, else the last user turn's), and the agent's words before them (its
+        last turn before those, "" if none)."""
         turns = self.turns(request, known or {})
-        last = pending if pending is not None and pending.strip() else next((t.text for t in reversed(turns) if t.role == "user"), "")
+        if pending is not None and pending.strip():
+            last, earlier = pending, turns
+        else:
+            at = next((i for i in range(len(turns) - 1, -1, -1) if turns[i].role == "user"), -1)
+            last, earlier = (turns[at].text, turns[:at]) if at >= 0 else ("", [])
+        before = next((t.text for t in reversed(earlier) if t.role == "assistant" and t.text), "")
         texts = [grounding.instructions(request.instructions), *(t.text for t in turns), pending or ""]
-        return "\n".join(t for t in texts if t), last
+        return "\n".join(t for t in texts if t), last, before
 
     def prompt(self, request: ResponseRequest, pending: str | None = None, known: dict[str, str] | None = None, tools: bool = True) -> list[int]:
         """The prompt: the conversation (``pending``: the open turn's words), the tools offered, and

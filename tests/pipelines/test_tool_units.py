@@ -379,10 +379,12 @@ FORECAST_TOOL = Tool("forecast", "Weather forecast for a place on a given day.",
 CALCULATE = Tool("calculate", "Calculate an arithmetic expression.", {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]})
 
 
-async def _produce(thinker: ScriptedThinker, asked: str, tool_choice: str = "auto", tools: tuple[Tool, ...] = (FORECAST_TOOL,)) -> tuple[str, list[ToolCall], Scripted]:
+async def _produce(
+    thinker: ScriptedThinker, asked: str, tool_choice: str = "auto", tools: tuple[Tool, ...] = (FORECAST_TOOL,), before: str = ""
+) -> tuple[str, list[ToolCall], Scripted]:
     pipeline = Scripted(thinker)
     request = ResponseRequest("resp_1", [], "Be brief.", output_modalities=("text",), tools=list(tools), tool_choice=tool_choice)
-    context = ToolContext(f"Be brief.\n{asked}", asked, lambda: [10])
+    context = ToolContext(f"Be brief.\n{before}\n{asked}", asked, lambda: [10], before)
     production = CascadeProduction(pipeline, "salt", request, [10, 11], list(tools), {}, context=context)  # type: ignore[arg-type]
     chunks = [c async for c in production.output]
     said = "".join(c.text for c in chunks if isinstance(c, TextDelta))
@@ -486,6 +488,47 @@ async def test_a_call_the_users_words_name_is_not_second_guessed():
     said, calls, pipeline = await _produce(thinker, "What's the forecast for Bananas today?")
     assert said == "" and [json.loads(c.arguments)["location"] for c in calls] == ["Bananas"]
     assert thinker.scored == [] and pipeline.counts.tool_calls_misfit == 0
+
+
+CALL_CONTACT = Tool("call_contact", "Phone someone.", {"type": "object", "properties": {"name": {"type": "string", "description": "Who to call"}}, "required": ["name"]})
+
+
+@pytest.mark.parametrize(
+    "asked, before, arguments, dropped",
+    [
+        ("Good morning.", "", {"name": "Good morning"}, ["name=Good morning"]),  # a greeting, not a request
+        ("Um, good morning!", "Hello!", {"name": "Good morning"}, ["name=Good morning"]),  # (fillers aside; the agent asked nothing)
+        ("Lisbon.", "", {"location": "Lisbon", "day": "today"}, ["location=Lisbon", "day=today"]),  # a word alone, out of the blue
+        ("Lisbon.", "Which city?", {"location": "Lisbon", "day": "today"}, []),  # the answer to the agent's question
+        ("Call Katie.", "", {"name": "Katie"}, []),  # a request: a word beside the value
+        ("Good morning, Katie.", "", {"name": "Katie"}, []),
+        ("Katie, five minutes.", "", {"name": "Katie", "minutes": 5}, []),  # (a number said beside: not the values alone)
+        ("", "", {"name": "Katie"}, []),
+        ("Hello.", "", {"minutes": 5}, []),  # no string value
+        ("Good morning.", "", "not json", []),
+    ],
+)
+def test_a_call_whose_values_are_all_the_user_said_was_not_asked_for(asked, before, arguments, dropped):
+    from pipelines.cascade.calls.grounding import unasked
+
+    schema = {"type": "object", "properties": {k: {"type": "string"} for k in ("name", "location", "day")} | {"minutes": {"type": "integer"}}}
+    assert unasked(arguments if isinstance(arguments, str) else json.dumps(arguments), schema, asked, before) == dropped
+
+
+async def test_a_greeting_read_as_someone_to_call_is_answered_in_words():
+    """"Good morning." and a call to "Good morning" (the 1.5B's, in every run of the said set): the
+    value was said, and written with a capital (so not read for its fit), but the user's words are
+    the value and nothing else and the agent asked for nothing: the call is dropped, with no
+    reading of it, and the greeting answered in words. The same word after the agent's question
+    ("Who should I call?") answers it: the call goes out."""
+    text = '{"name": "call_contact", "arguments": {"name": "Good morning"}}'
+    thinker = ScriptedThinker(text, "Good morning! How can I help?")
+    said, calls, pipeline = await _produce(thinker, "Good morning.", tools=(CALL_CONTACT,))
+    assert calls == [] and said == "Good morning! How can I help?"
+    assert pipeline.counts.tool_calls_misfit == 1 and pipeline.counts.answers_said_instead_of_calls == 1 and thinker.scored == []
+    thinker = ScriptedThinker(text.replace("Good morning", "Katie"), reads={"Katie": (-9.0, -6.0)})
+    said, calls, pipeline = await _produce(thinker, "Katie.", tools=(CALL_CONTACT,), before="Sure. Who should I call?")
+    assert said == "" and [json.loads(c.arguments) for c in calls] == [{"name": "Katie"}] and pipeline.counts.tool_calls_misfit == 0
 
 
 # ------------------------------------------------------------------ the model's second choice of tool
@@ -713,3 +756,25 @@ def test_the_tools_in_the_answer_to_a_tools_output(after_output):
     assert prompts.offered(answering) == ([WEATHER] if mode == "offered" else [])
     assert prompts.shown(answering) == ([] if mode == "hidden" else [WEATHER])
     assert (after[: len(before)] == before) == (mode != "hidden")  # shown: the conversation's prompt goes on
+
+
+def test_the_words_before_the_users_last_are_the_agents_last_that_said_any():
+    """``Prompts.said``: everything said, the user's last words, and the agent's words before them
+    (a call's turn with no words passes over to the words before it; the open turn's words come
+    after the conversation's last turn)."""
+    from pipelines.base import FunctionCall, FunctionResult, Message, Part
+    from pipelines.cascade.prompts import Prompts
+
+    prompts = Prompts(Thinker(ThinkerOptions()), lambda: True, "hidden")
+
+    def message(n: int, role: str, text: str) -> Message:
+        return Message(f"item_{n}", role, [Part("text", text=text)])  # type: ignore[arg-type]
+
+    items = [message(1, "user", "Call someone."), message(2, "assistant", "Who should I call?"), message(3, "user", "Katie.")]
+    assert prompts.said(ResponseRequest("resp_1", items, "Be brief."))[1:] == ("Katie.", "Who should I call?")
+    assert prompts.said(ResponseRequest("resp_1", items[:2], "Be brief."), pending="Anna.")[1:] == ("Anna.", "Who should I call?")
+    assert prompts.said(ResponseRequest("resp_1", items[:1], "Be brief."), pending="Anna.")[1:] == ("Anna.", "")
+    assert prompts.said(ResponseRequest("resp_1", items[:1], "Be brief."))[1:] == ("Call someone.", "")
+    call = FunctionCall("item_4", "call_1", "call_contact", '{"name": "Katie"}', status="completed")
+    later = [*items, call, FunctionResult("item_5", "call_1", "ringing"), message(6, "user", "Hang up.")]
+    assert prompts.said(ResponseRequest("resp_2", later, "Be brief."))[1:] == ("Hang up.", "Who should I call?")

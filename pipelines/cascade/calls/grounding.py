@@ -201,6 +201,31 @@ async def misfits(
     return [f"{name}={v}" for (name, v, _), up in zip(checked, lifts) if up is not None and up < FIT_FLOOR]
 
 
+_FILLER = frozenset("um uh er erm ah oh hmm mm well so".split())
+
+
+def unasked(arguments: str, parameters: dict[str, Any], asked: str, before: str) -> list[str]:
+    """The string values of a call (its ``arguments``, against its ``parameters`` schema) when the
+    user's last words (``asked``) are those values and nothing else (fillers aside), and the
+    agent's words before them (``before``) asked nothing: no request was made. "Good morning." is
+    a greeting, not a call to someone named "Good morning" (the 1.5B's, 2026-11-29: its reading of
+    the value as a name was +0.8 nats, the 0.5B's +3.6, as high as a name's: no reading tells them
+    apart); "Lisbon." after "Which city?" answers the question, and goes out. Any question of the
+    agent's counts as asking ("How can I help?" too): a value given after one is never dropped
+    here, at the cost of a greeting after one going out as before."""
+    if "?" in before:
+        return []
+    parsed = _object(arguments, parameters)
+    if parsed is None:
+        return []
+    value, _ = parsed
+    strings = {name: v for name, v in value.items() if isinstance(v, str) and v.strip()}
+    said = words_of(asked) - _FILLER
+    if not strings or not said or not said <= {w for v in strings.values() for w in words_of(v)}:
+        return []
+    return [f"{name}={v}" for name, v in strings.items()]
+
+
 def _said_as(value: str, words: str) -> str:
     """``value`` as ``words`` spell it (the first time they hold it, case aside), else as it is."""
     found = re.search(rf"(?<!\w){re.escape(value.strip())}(?!\w)", words, re.IGNORECASE) if value.strip() else None
