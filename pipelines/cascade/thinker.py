@@ -55,7 +55,8 @@ class CallOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # reads it as less likely in its parameter's place than as any word ("bananas" for a forecast's
     # city: calls/grounding.py, ``misfits``); only a value the user said in lowercase, of a call whose
     # tool their words do not name: two short prefills per such value (~0.2 s on two cores), the
-    # call held meanwhile
+    # call held meanwhile; and a call whose values are all the user's last words said, with no
+    # question of the agent's before them ("Good morning." -> a call to "Good morning"), unread
     fit: bool = True
     # with ground, when every call the model wrote was dropped: up to this many other tools, each
     # one it gave at least second_choice_floor at the call's name, written from the same prompt

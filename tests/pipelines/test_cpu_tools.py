@@ -336,6 +336,27 @@ async def test_a_word_said_that_is_no_such_thing_makes_no_call(cpu_server):
     assert after["answers_said_instead_of_calls"] - before["answers_said_instead_of_calls"] == dropped["tool_calls_misfit"]
 
 
+CALL_PERSON = {
+    "type": "function",
+    "name": "call_person",
+    "description": "Phone someone.",
+    "parameters": {"type": "object", "properties": {"name": {"type": "string", "description": "Who to call"}}, "required": ["name"]},
+}
+
+
+async def test_a_greeting_makes_no_call_to_someone_named_as_it(cpu_server):
+    """"Good morning." with a tool that phones someone: the 1.5B calls it for "Good morning" (bench
+    tools' said set); the user's words are the value alone and the agent asked nothing, so such a
+    call is dropped unread (``grounding.unasked``) and the greeting answered in words."""
+    before = cpu_server.stats()
+    said = await answered_in_words(cpu_server, "Good morning.", tools=[CALL_PERSON])
+    assert said.strip() and "{" not in said and "call_person" not in said, said
+    after = cpu_server.stats()
+    dropped = {k: after[k] - before[k] for k in ("tool_calls_misfit", "tool_calls_ungrounded", "tool_calls_unknown")}
+    assert dropped["tool_calls_misfit"] == sum(dropped.values()) <= 1, dropped
+    assert after["answers_said_instead_of_calls"] - before["answers_said_instead_of_calls"] == dropped["tool_calls_misfit"]
+
+
 WEATHER_FORECAST = {"city": "Lisbon", "conditions": "heavy hail", "temperature_c": 3, "wind": "strong", "advice": "stay indoors"}
 
 
