@@ -34,8 +34,16 @@ def piece_ends_sentence(piece: str, closers: str = QUOTES) -> bool:
     return bool(s) and ".." not in s and all(c in END_MARKS + closers for c in s) and ends_sentence(s)
 
 
+# A character written this many times in a row ends the answer there: a small thinker can run on
+# ("100 euros in yin is 10000000000...", 170 zeros to the answer's cap, bench tools 2026-11-30),
+# and nothing spoken holds such a run (ten quadrillion is 10000000000000000: 16 zeros).
+RUN = 16
+_RUN = re.compile(rf"(\S)\1{{{RUN - 1}}}")
+
+
 class SentenceLimit:
-    """Cuts an answer's text deltas at the end of its ``most``-th sentence: spoken answers stay short."""
+    """Cuts an answer's text deltas at the end of its ``most``-th sentence: spoken answers stay
+    short; and after ``RUN`` of one character in a row (a thinker running on), where it ends."""
 
     def __init__(self, most: int) -> None:
         self.most = most
@@ -50,10 +58,14 @@ class SentenceLimit:
     def __call__(self, delta: str) -> str:
         """The part of ``delta`` to keep; after it, ``done`` says whether to stop."""
         full = self.text + delta
+        run = _RUN.search(full, max(0, len(self.text) - RUN))
+        if run is not None:
+            full = full[: run.end()]
         for m in SENTENCE_END.finditer(full, len(self.text)):
             self.sentences += 1
             if self.sentences >= self.most:
                 self.done = True
                 return full[len(self.text) : m.end()]
-        self.text = full
-        return delta
+        kept, self.text = full[len(self.text) :], full
+        self.done = run is not None
+        return kept

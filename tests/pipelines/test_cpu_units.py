@@ -400,6 +400,34 @@ def test_sentence_limit_counts_sentences_not_initials_or_titles():
     assert cut("Hello there. How are you?", 1) == "Hello there."
 
 
+def test_an_answer_running_on_one_character_ends_there():
+    """"100 euros in yin is 1000000000...": the 0.5B wrote zeros to its cap (bench tools, 2026-11-30),
+    and the talker would have read them all. A character 16 times in a row ends the answer there,
+    in a spoken answer and in the words of one that may call tools; a long number short of that,
+    or a run inside a call, goes on."""
+    from pipelines.cascade.calls.format import SpokenLimit
+    from pipelines.sentences import RUN, SentenceLimit
+
+    def run_on(limit: SentenceLimit | SpokenLimit, pieces: list[str]) -> tuple[str, int]:
+        out = ""
+        for n, piece in enumerate(pieces):
+            out += limit(piece)
+            if limit.done:
+                return out, n + 1
+        return out, len(pieces)
+
+    zeros = ["100 euros", " in yin is", " 1", *["0"] * 200]
+    assert run_on(SentenceLimit(2), zeros) == ("100 euros in yin is 1" + "0" * RUN, 3 + RUN)
+    assert run_on(SentenceLimit(2), ["1" + "0" * 40]) == ("1" + "0" * RUN, 1)  # (one piece: cut within it)
+    assert run_on(SpokenLimit(2, False), zeros)[1] == 3 + RUN  # (its words go on to the talker as the parser reads them)
+    population = "There are 8000000000 people, and 1000000000000000 ants. Yes. No."
+    assert run_on(SentenceLimit(2), [w + " " for w in population.split(" ")])[0].strip() == "There are 8000000000 people, and 1000000000000000 ants. Yes."
+    call = '<tool_call>\n{"name": "send", "arguments": {"text": "' + "a" * 40 + '"}}\n</tool_call>'
+    spoken = SpokenLimit(2, False)
+    out, _ = run_on(spoken, [call[i : i + 3] for i in range(0, len(call), 3)])
+    assert '"' + "a" * 40 + '"}}' in out and spoken.parser.calls  # (done at the call's end, as without the rule)
+
+
 class _Request:
     """An engine request (``engines.Request``) whose outputs are ``words``, one token each, the
     last one ended by the engine's cap (``length``), as vLLM's are read by the thinker."""
