@@ -279,6 +279,16 @@ async def answered_in_words(cpu_server, question: str, **session) -> str:  # typ
         return str(done.output[0].content[0].text)
 
 
+DROPPED = ("tool_calls_ungrounded", "tool_calls_unknown", "tool_calls_misfit")  # the server's counts of calls it dropped
+
+
+def assert_words_after_a_dropped_call(before: dict, after: dict) -> None:  # type: ignore[type-arg]
+    """Between two ``stats()``: a dropped call was followed by an answer in words (and only then is
+    one made)."""
+    dropped = sum(after[k] - before[k] for k in DROPPED)
+    assert after["answers_said_instead_of_calls"] - before["answers_said_instead_of_calls"] == min(dropped, 1), (before, after)
+
+
 @pytest.mark.parametrize("question", ["What color is the sky on a clear day?", "How many legs does a spider have?", "I'm feeling great today."])
 async def test_a_plain_question_with_tools_offered_gets_an_answer_and_no_call(cpu_server, question):
     """With tools offered, chit-chat and facts are answered in words. The thinker alone calls tools on
@@ -289,10 +299,7 @@ async def test_a_plain_question_with_tools_offered_gets_an_answer_and_no_call(cp
     said = await answered_in_words(cpu_server, question)
     assert said.strip() and "{" not in said and "get_" not in said and "function" not in said.lower(), said
     after = cpu_server.stats()
-    dropped = sum(after[k] - before[k] for k in ("tool_calls_ungrounded", "tool_calls_unknown", "tool_calls_misfit"))
-    # a dropped call was followed by an answer in words (and only then is one made), not by a
-    # question back: none of these asks for the weather or the time
-    assert after["answers_said_instead_of_calls"] - before["answers_said_instead_of_calls"] == min(dropped, 1)
+    assert_words_after_a_dropped_call(before, after)  # not a question back: none of these asks for the weather or the time
     assert after["answers_asking_back"] == before["answers_asking_back"]
 
 
@@ -331,7 +338,7 @@ async def test_a_word_said_that_is_no_such_thing_makes_no_call(cpu_server):
     after = cpu_server.stats()
     # the call the thinker wrote (it does on the Zen 3 of these runs: bench tools' said set) was read and
     # dropped as no city, not as a value nobody said; then the answer in words
-    dropped = {k: after[k] - before[k] for k in ("tool_calls_misfit", "tool_calls_ungrounded", "tool_calls_unknown")}
+    dropped = {k: after[k] - before[k] for k in DROPPED}
     assert dropped["tool_calls_misfit"] == sum(dropped.values()) <= 1, dropped
     assert after["answers_said_instead_of_calls"] - before["answers_said_instead_of_calls"] == dropped["tool_calls_misfit"]
 
@@ -353,9 +360,8 @@ async def test_a_greeting_makes_no_call_to_someone_named_as_it(cpu_server):
     said = await answered_in_words(cpu_server, "Good morning.", tools=[CALL_PERSON])
     assert said.strip() and "{" not in said and "call_person" not in said, said
     after = cpu_server.stats()
-    dropped = sum(after[k] - before[k] for k in ("tool_calls_misfit", "tool_calls_ungrounded", "tool_calls_unknown"))
     assert after["calls_second_choice"] == before["calls_second_choice"]
-    assert after["answers_said_instead_of_calls"] - before["answers_said_instead_of_calls"] == min(dropped, 1)
+    assert_words_after_a_dropped_call(before, after)
 
 
 async def test_a_name_alone_is_called_only_after_the_agent_asked_for_one(cpu_server):
@@ -365,9 +371,7 @@ async def test_a_name_alone_is_called_only_after_the_agent_asked_for_one(cpu_ser
     before = cpu_server.stats()
     said = await answered_in_words(cpu_server, "Katie.", tools=[CALL_PERSON])
     assert said.strip() and "{" not in said, said
-    after = cpu_server.stats()
-    dropped = sum(after[k] - before[k] for k in ("tool_calls_misfit", "tool_calls_ungrounded", "tool_calls_unknown"))
-    assert after["answers_said_instead_of_calls"] - before["answers_said_instead_of_calls"] == min(dropped, 1)
+    assert_words_after_a_dropped_call(before, cpu_server.stats())
     async with connect(cpu_server.ws_base) as c:
         await setup(c, output_modalities=["text"], tools=[CALL_PERSON])
         await c.send(user("I need to phone someone."))
@@ -424,7 +428,7 @@ async def test_a_request_for_the_second_tool_shown_gets_its_call(cpu_server, que
         assert call.name == "calculate" and set(re.findall(r"\d+", json.loads(call.arguments)["expression"])) == numbers, call.arguments
         assert streamed_arguments(c.events, call.id) == call.arguments
     after = cpu_server.stats()
-    assert after["calls_second_choice"] - before["calls_second_choice"] == sum(after[k] - before[k] for k in ("tool_calls_ungrounded", "tool_calls_unknown", "tool_calls_misfit"))
+    assert after["calls_second_choice"] - before["calls_second_choice"] == sum(after[k] - before[k] for k in DROPPED)
 
 
 # (tool, request, what the call must hold); written free (calls.constrain: never), each of these forced
