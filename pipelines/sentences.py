@@ -67,5 +67,6 @@ class SentenceLimit:
                 self.done = True
                 return full[len(self.text) : m.end()]
         kept, self.text = full[len(self.text) :], full
-        self.done = run is not None
+        if run is not None:
+            self.done = True
         return kept

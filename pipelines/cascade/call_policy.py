@@ -77,11 +77,14 @@ class CallPolicy:
         thinker = self.pipeline.thinker
         if not thinker.options.calls.fit:
             return []
+        words = ""
         if self.context is not None:
             alone = unasked(arguments, tool.parameters or {}, self.context.asked, self.context.before)
-            if alone or named(tool.name, tool.description or "", self.context.asked):
+            if alone:
                 return alone
-        words = self.context.words if self.context is not None else ""
+            if named(tool.name, tool.description or "", self.context.asked):
+                return []
+            words = self.context.words
         return await misfits(arguments, tool.description or "", tool.parameters or {}, lambda context, text: thinker.likelihood(context, text, self.salt), words)
 
     async def after(self, calls: ToolStream, said: str, steered: bool) -> Then:
